@@ -1,0 +1,22 @@
+/// @file build_info.hpp
+/// @brief How this copy of the library was built.
+#pragma once
+
+#include <gpucloud/export.hpp>
+
+#include <string>
+
+namespace gpucloud {
+
+/// @brief The build configuration.
+struct BuildInfo {
+  std::string version;             ///< library version, "major.minor.patch"
+  bool cuda = false;               ///< built with the CUDA backend
+  int cuda_runtime_version = 0;    ///< CUDART_VERSION it was built against (e.g. 13000), 0 without CUDA
+  std::string cuda_architectures;  ///< the GPUCLOUD_CUDA_ARCHS it was compiled for
+};
+
+/// @brief The configuration this library was built with.
+GPUCLOUD_API BuildInfo build_info();
+
+}  // namespace gpucloud

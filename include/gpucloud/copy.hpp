@@ -1,0 +1,18 @@
+/// @file copy.hpp
+/// @brief Asynchronous copies between any two kinds of memory.
+#pragma once
+
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/export.hpp>
+#include <gpucloud/stream.hpp>
+
+namespace gpucloud {
+
+/// @brief Copies @p src into @p dst in the order of @p stream (cudaMemcpyAsync on CUDA).
+///
+/// Both views must have the same dtype and size, must not overlap, and device or managed memory
+/// of a GPU must belong to the stream's device. Host and pinned memory can be used from any stream.
+/// @throws InvalidArgument before anything is enqueued when a check fails.
+GPUCLOUD_API void copy(BufferView dst, BufferView src, StreamView stream);
+
+}  // namespace gpucloud

@@ -1,0 +1,18 @@
+/// @file gpucloud.hpp
+/// @brief Includes the whole public API.
+#pragma once
+
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/build_info.hpp>
+#include <gpucloud/cast.hpp>
+#include <gpucloud/copy.hpp>
+#include <gpucloud/device.hpp>
+#include <gpucloud/dtype.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/event.hpp>
+#include <gpucloud/managed_memory.hpp>
+#include <gpucloud/memory_resource.hpp>
+#include <gpucloud/plain_resource.hpp>
+#include <gpucloud/pool_resource.hpp>
+#include <gpucloud/resource_adaptors.hpp>
+#include <gpucloud/stream.hpp>

@@ -1,0 +1,43 @@
+// CUDA launchers for cast and fill: the same bodies the host backend runs (src/cast.cpp).
+#include "body_kernel.cuh"
+#include "cast_body.hpp"
+#include "dispatch.hpp"
+
+#include "detail/cuda_backend.hpp"
+#include "detail/cuda_check.hpp"
+
+#include <cuda_runtime_api.h>
+
+namespace gpucloud::detail::cuda {
+
+namespace {
+template <class Body>
+void launch(const Body& body, std::size_t n, StreamImpl& stream) {
+  DeviceGuard guard(stream.device().index());
+  const kernels::Grid grid = kernels::elementwise_grid(n);
+  kernels::run_body<<<grid.blocks, grid.threads, 0, static_cast<cudaStream_t>(stream.native_handle())>>>(body, grid);
+  GPUCLOUD_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
+void cast(BufferView dst, BufferView src, StreamImpl& stream) {
+  kernels::dispatch_dtype(dst.dtype(), [&](auto dst_tag) {
+    using Dst = typename decltype(dst_tag)::type;
+    kernels::dispatch_dtype(src.dtype(), [&](auto src_tag) {
+      using Src = typename decltype(src_tag)::type;
+      launch(
+          kernels::CastBody<Dst, Src>{static_cast<Dst*>(dst.data()), static_cast<const Src*>(src.data()), dst.size()},
+          dst.size(), stream);
+    });
+  });
+}
+
+void fill(BufferView dst, double value, StreamImpl& stream) {
+  kernels::dispatch_dtype(dst.dtype(), [&](auto tag) {
+    using Dst = typename decltype(tag)::type;
+    launch(kernels::FillBody<Dst>{static_cast<Dst*>(dst.data()), kernels::convert<Dst>(value), dst.size()}, dst.size(),
+           stream);
+  });
+}
+
+}  // namespace gpucloud::detail::cuda

@@ -1,0 +1,121 @@
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/error.hpp>
+
+#include "detail/access.hpp"
+
+#include <limits>
+#include <utility>
+
+namespace gpucloud {
+
+namespace {
+std::string place(MemoryKind kind, Device device) {
+  return std::string(memory_kind_name(kind)) + " memory on " + device.str();
+}
+
+std::string where(BufferView v) { return place(v.kind(), v.device()); }
+
+void check_byte_count(std::size_t size, DType dtype, const char* call) {
+  GPUCLOUD_EXPECTS(
+      size <= std::numeric_limits<std::size_t>::max() / dtype_size(dtype), call,
+      "size: " + std::to_string(size) + " elements of " + dtype_name(dtype) + " is more bytes than size_t can count");
+}
+}  // namespace
+
+// ---- BufferView -----------------------------------------------------------------------------
+
+BufferView::BufferView(void* data, std::size_t size, DType dtype, MemoryKind kind, Device device)
+    : data_(data), size_(size), dtype_(dtype), kind_(kind), device_(device) {
+  check_byte_count(size, dtype, "BufferView");
+  GPUCLOUD_EXPECTS(data != nullptr || size == 0, "BufferView", "data: null pointer for a non-empty view");
+}
+
+BufferView BufferView::slice(std::size_t offset, std::size_t count) const {
+  GPUCLOUD_EXPECTS(offset <= size_ && count <= size_ - offset, "BufferView::slice",
+                   "offset/count: [" + std::to_string(offset) + ", " + std::to_string(offset) + " + " +
+                       std::to_string(count) + ") is outside a view of " + std::to_string(size_) + " elements");
+  BufferView out = *this;
+  out.data_ = count == 0 ? data_ : static_cast<char*>(data_) + offset * dtype_size(dtype_);
+  out.size_ = count;
+  return out;
+}
+
+// ---- Buffer ---------------------------------------------------------------------------------
+
+namespace {
+MemoryResource& pick_resource(std::size_t size, DType dtype, Device device, MemoryKind kind, MemoryResource* mr) {
+  check_byte_count(size, dtype, "Buffer");
+  MemoryResource& resource = mr != nullptr ? *mr : default_resource(kind, device);
+  GPUCLOUD_EXPECTS(
+      resource.kind() == kind && resource.device() == device, "Buffer",
+      "mr: serves " + place(resource.kind(), resource.device()) + ", but the buffer asks for " + place(kind, device));
+  return resource;
+}
+}  // namespace
+
+Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, MemoryResource* mr)
+    : mr_(&pick_resource(size, dtype, device, kind, mr)) {
+  void* p = mr_->allocate(size * dtype_size(dtype));
+  view_ = BufferView(p, size, dtype, kind, device);
+}
+
+Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream, MemoryResource* mr)
+    : mr_(&pick_resource(size, dtype, device, kind, mr)), stream_(stream) {
+  void* p = mr_->allocate(size * dtype_size(dtype), stream);
+  view_ = BufferView(p, size, dtype, kind, device);
+}
+
+Buffer::~Buffer() { release(); }
+
+void Buffer::release() noexcept {
+  if (mr_ != nullptr) mr_->deallocate(view_.data(), view_.size_bytes(), stream_);
+  mr_ = nullptr;
+  view_ = BufferView();
+  stream_.reset();
+}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : view_(std::exchange(other.view_, BufferView())),
+      mr_(std::exchange(other.mr_, nullptr)),
+      stream_(std::exchange(other.stream_, std::nullopt)) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    view_ = std::exchange(other.view_, BufferView());
+    mr_ = std::exchange(other.mr_, nullptr);
+    stream_ = std::exchange(other.stream_, std::nullopt);
+  }
+  return *this;
+}
+
+// ---- access checks --------------------------------------------------------------------------
+
+namespace detail {
+
+void check_access(BufferView view, StreamView stream, Access access, const char* call, const char* arg) {
+  const Device sd = stream.device();
+  const std::string prefix = std::string(arg) + ": ";
+  if (view.device().is_cuda()) {
+    GPUCLOUD_EXPECTS(sd == view.device(), call,
+                     prefix + where(view) + " cannot be used by work on a stream of " + sd.str());
+    return;
+  }
+  // Memory of the host device: any stream may copy it; a GPU kernel can only reach pinned memory.
+  if (access == Access::kernel && sd.is_cuda()) {
+    GPUCLOUD_EXPECTS(view.kind() == MemoryKind::pinned, call,
+                     prefix + where(view) + " is not reachable by a kernel on " + sd.str() +
+                         " (use device, managed or pinned memory)");
+  }
+}
+
+void check_no_overlap(BufferView a, BufferView b, const char* call, const char* arg) {
+  if (a.empty() || b.empty()) return;
+  const auto* a0 = static_cast<const char*>(a.data());
+  const auto* b0 = static_cast<const char*>(b.data());
+  const bool overlap = a0 < b0 + b.size_bytes() && b0 < a0 + a.size_bytes();
+  GPUCLOUD_EXPECTS(!overlap, call, std::string(arg) + ": overlaps the destination");
+}
+
+}  // namespace detail
+}  // namespace gpucloud

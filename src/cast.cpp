@@ -1,0 +1,49 @@
+#include <gpucloud/cast.hpp>
+#include <gpucloud/error.hpp>
+
+#include "cast_body.hpp"
+#include "detail/access.hpp"
+#include "detail/cuda_backend.hpp"
+#include "detail/stream_impl.hpp"
+#include "dispatch.hpp"
+
+namespace gpucloud {
+
+void cast(BufferView dst, BufferView src, StreamView stream) {
+  GPUCLOUD_EXPECTS(dst.size() == src.size(), "cast",
+                   "src: " + std::to_string(src.size()) + " elements, dst holds " + std::to_string(dst.size()));
+  detail::check_access(dst, stream, detail::Access::kernel, "cast", "dst");
+  detail::check_access(src, stream, detail::Access::kernel, "cast", "src");
+  detail::check_no_overlap(dst, src, "cast", "src");
+  if (dst.empty()) return;
+  if (stream.device().is_cuda()) {
+    detail::cuda::cast(dst, src, *stream.impl());
+    return;
+  }
+  kernels::dispatch_dtype(dst.dtype(), [&](auto dst_tag) {
+    using Dst = typename decltype(dst_tag)::type;
+    kernels::dispatch_dtype(src.dtype(), [&](auto src_tag) {
+      using Src = typename decltype(src_tag)::type;
+      const kernels::CastBody<Dst, Src> body{dst.data_as<Dst>(), src.data_as<Src>(), dst.size()};
+      const kernels::Grid grid = kernels::elementwise_grid(dst.size());
+      stream.impl()->launch_host_func([body, grid] { kernels::host_launch(grid, body); }, /*always_run=*/false);
+    });
+  });
+}
+
+void fill(BufferView dst, double value, StreamView stream) {
+  detail::check_access(dst, stream, detail::Access::kernel, "fill", "dst");
+  if (dst.empty()) return;
+  if (stream.device().is_cuda()) {
+    detail::cuda::fill(dst, value, *stream.impl());
+    return;
+  }
+  kernels::dispatch_dtype(dst.dtype(), [&](auto tag) {
+    using Dst = typename decltype(tag)::type;
+    const kernels::FillBody<Dst> body{dst.data_as<Dst>(), kernels::convert<Dst>(value), dst.size()};
+    const kernels::Grid grid = kernels::elementwise_grid(dst.size());
+    stream.impl()->launch_host_func([body, grid] { kernels::host_launch(grid, body); }, /*always_run=*/false);
+  });
+}
+
+}  // namespace gpucloud

@@ -1,0 +1,56 @@
+#include <gpucloud/copy.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/managed_memory.hpp>
+
+#include "detail/access.hpp"
+#include "detail/cuda_backend.hpp"
+#include "detail/stream_impl.hpp"
+
+#include <cstring>
+
+namespace gpucloud {
+
+void copy(BufferView dst, BufferView src, StreamView stream) {
+  GPUCLOUD_EXPECTS(
+      dst.dtype() == src.dtype(), "copy",
+      std::string("src: dtype ") + dtype_name(src.dtype()) + " differs from dst's " + dtype_name(dst.dtype()));
+  GPUCLOUD_EXPECTS(dst.size() == src.size(), "copy",
+                   "src: " + std::to_string(src.size()) + " elements, dst holds " + std::to_string(dst.size()));
+  detail::check_access(dst, stream, detail::Access::copy, "copy", "dst");
+  detail::check_access(src, stream, detail::Access::copy, "copy", "src");
+  detail::check_no_overlap(dst, src, "copy", "src");
+  if (dst.empty()) return;
+  if (stream.device().is_cuda()) {
+    detail::cuda::memcpy_async(dst.data(), src.data(), dst.size_bytes(), *stream.impl());
+    return;
+  }
+  stream.impl()->launch_host_func([d = dst.data(), s = src.data(), n = dst.size_bytes()] { std::memcpy(d, s, n); },
+                                  /*always_run=*/false);
+}
+
+namespace {
+void check_managed(BufferView view, const char* call) {
+  GPUCLOUD_EXPECTS(view.kind() == MemoryKind::managed, call,
+                   std::string("view: ") + memory_kind_name(view.kind()) + " memory is not managed memory");
+}
+}  // namespace
+
+void prefetch(BufferView view, Device target, StreamView stream) {
+  check_managed(view, "prefetch");
+  detail::check_access(view, stream, detail::Access::copy, "prefetch", "view");
+  GPUCLOUD_EXPECTS(target.is_host() || target == view.device(), "prefetch",
+                   "target: managed memory of " + view.device().str() + " cannot be prefetched to " + target.str());
+  if (view.empty() || view.device().is_host()) return;                      // host backend: the memory is already here
+  if (!device_properties(view.device()).concurrent_managed_access) return;  // a hint the GPU cannot take
+  detail::cuda::prefetch(view.data(), view.size_bytes(), target, *stream.impl());
+}
+
+void advise(BufferView view, MemoryAdvice advice, Device target) {
+  check_managed(view, "advise");
+  GPUCLOUD_EXPECTS(target.is_host() || target == view.device(), "advise",
+                   "target: managed memory of " + view.device().str() + " cannot be advised for " + target.str());
+  if (view.empty() || view.device().is_host()) return;
+  detail::cuda::advise(view.data(), view.size_bytes(), advice, target);
+}
+
+}  // namespace gpucloud

@@ -1,0 +1,256 @@
+// The CUDA backend: devices, streams, events, allocation and copies through the CUDA runtime.
+#include "detail/cuda_backend.hpp"
+
+#include <gpucloud/error.hpp>
+
+#include "detail/cuda_check.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <exception>
+#include <mutex>
+#include <utility>
+
+namespace gpucloud::detail::cuda {
+
+bool built() noexcept { return true; }
+int runtime_version() noexcept { return CUDART_VERSION; }
+
+int device_count(std::string& reason) noexcept {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
+    return 0;
+  }
+  if (count == 0) reason = "cudaGetDeviceCount: no CUDA device is visible";
+  return count;
+}
+
+DeviceProperties properties(int device) {
+  cudaDeviceProp prop{};
+  GPUCLOUD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  DeviceProperties out;
+  out.name = prop.name;
+  out.compute_capability_major = prop.major;
+  out.compute_capability_minor = prop.minor;
+  out.total_memory = prop.totalGlobalMem;
+  out.multiprocessor_count = prop.multiProcessorCount;
+  out.concurrent_managed_access = prop.concurrentManagedAccess != 0;
+  out.backend = "cuda";
+  return out;
+}
+
+MemoryInfo memory_info(int device) {
+  DeviceGuard guard(device);
+  MemoryInfo info;
+  GPUCLOUD_CUDA_CHECK(cudaMemGetInfo(&info.free, &info.total));
+  return info;
+}
+
+namespace {
+
+class CudaStream final : public StreamImpl {
+ public:
+  explicit CudaStream(int device) : StreamImpl(Device::cuda(device)) {
+    DeviceGuard guard(device);
+    GPUCLOUD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~CudaStream() override {
+    GPUCLOUD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));
+    GPUCLOUD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
+  }
+  void synchronize() override {
+    GPUCLOUD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (host_error_) std::rethrow_exception(std::exchange(host_error_, nullptr));
+  }
+  bool query() override {
+    const cudaError_t status = cudaStreamQuery(stream_);
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    GPUCLOUD_CUDA_CHECK(status);
+    return true;
+  }
+  void wait(EventImpl& event) override;
+  void launch_host_func(std::function<void()> fn, bool always_run) override {
+    auto* payload = new Payload{std::move(fn), this, always_run};
+    const cudaError_t status = cudaLaunchHostFunc(stream_, &CudaStream::trampoline, payload);
+    if (status != cudaSuccess) delete payload;
+    GPUCLOUD_CUDA_CHECK(status);
+  }
+  void* native_handle() noexcept override { return stream_; }
+  cudaStream_t stream() const noexcept { return stream_; }
+
+ private:
+  struct Payload {
+    std::function<void()> fn;
+    CudaStream* owner;
+    bool always_run;
+  };
+  static void CUDART_CB trampoline(void* data) {
+    std::unique_ptr<Payload> payload(static_cast<Payload*>(data));
+    CudaStream& s = *payload->owner;
+    {
+      std::lock_guard<std::mutex> lock(s.mutex_);
+      if (s.host_error_ && !payload->always_run) return;  // same contract as the host backend
+    }
+    try {
+      payload->fn();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(s.mutex_);
+      if (!s.host_error_) s.host_error_ = std::current_exception();
+    }
+  }
+  cudaStream_t stream_ = nullptr;
+  std::mutex mutex_;
+  std::exception_ptr host_error_;
+};
+
+class CudaEvent final : public EventImpl {
+ public:
+  CudaEvent(int device, bool timing) : EventImpl(Device::cuda(device), timing) {
+    DeviceGuard guard(device);
+    GPUCLOUD_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
+  ~CudaEvent() override { GPUCLOUD_CUDA_CHECK_NOTHROW(cudaEventDestroy(event_)); }
+  bool query() override {
+    const cudaError_t status = cudaEventQuery(event_);
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    GPUCLOUD_CUDA_CHECK(status);
+    return true;
+  }
+  void synchronize() override { GPUCLOUD_CUDA_CHECK(cudaEventSynchronize(event_)); }
+  float elapsed_ms_since(EventImpl& start) override {
+    float ms = 0.0f;
+    GPUCLOUD_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<CudaEvent&>(start).event_, event_));
+    return ms;
+  }
+  cudaEvent_t event() const noexcept { return event_; }
+
+ protected:
+  void do_record(StreamImpl& stream) override {
+    GPUCLOUD_CUDA_CHECK(cudaEventRecord(event_, static_cast<CudaStream&>(stream).stream()));
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+void CudaStream::wait(EventImpl& event) {
+  GPUCLOUD_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<CudaEvent&>(event).event(), 0));
+}
+
+cudaStream_t native(StreamImpl& stream) { return static_cast<cudaStream_t>(stream.native_handle()); }
+
+cudaMemLocation location_of(Device target) {
+  cudaMemLocation loc{};
+  if (target.is_host()) {
+    loc.type = cudaMemLocationTypeHost;
+    loc.id = 0;
+  } else {
+    loc.type = cudaMemLocationTypeDevice;
+    loc.id = target.index();
+  }
+  return loc;
+}
+
+}  // namespace
+
+std::unique_ptr<StreamImpl> make_stream(int device) { return std::make_unique<CudaStream>(device); }
+std::unique_ptr<EventImpl> make_event(int device, bool timing) { return std::make_unique<CudaEvent>(device, timing); }
+
+void* allocate(MemoryKind kind, std::size_t bytes, int device) {
+  DeviceGuard guard(device);
+  void* p = nullptr;
+  switch (kind) {
+    case MemoryKind::device:
+      GPUCLOUD_CUDA_CHECK_ALLOC(cudaMalloc(&p, bytes), bytes);
+      break;
+    case MemoryKind::pinned:
+      GPUCLOUD_CUDA_CHECK_ALLOC(cudaMallocHost(&p, bytes), bytes);
+      break;
+    case MemoryKind::managed:
+      GPUCLOUD_CUDA_CHECK_ALLOC(cudaMallocManaged(&p, bytes, cudaMemAttachGlobal), bytes);
+      break;
+    case MemoryKind::host:
+      GPUCLOUD_FAIL(InvalidArgument, "allocate", "kind: host memory is not a CUDA allocation");
+  }
+  return p;
+}
+
+void deallocate(MemoryKind kind, void* p, int device) noexcept {
+  try {
+    DeviceGuard guard(device);
+    if (kind == MemoryKind::pinned) {
+      GPUCLOUD_CUDA_CHECK_NOTHROW(cudaFreeHost(p));
+    } else {
+      GPUCLOUD_CUDA_CHECK_NOTHROW(cudaFree(p));
+    }
+  } catch (const std::exception&) {
+    // cudaSetDevice failed: the runtime is going away; nothing more can be freed.
+  }
+}
+
+void* allocate_async(std::size_t bytes, int device, StreamImpl* stream) {
+  DeviceGuard guard(device);
+  void* p = nullptr;
+  if (stream != nullptr) {
+    GPUCLOUD_CUDA_CHECK_ALLOC(cudaMallocAsync(&p, bytes, native(*stream)), bytes);
+  } else {
+    GPUCLOUD_CUDA_CHECK_ALLOC(cudaMallocAsync(&p, bytes, cudaStreamPerThread), bytes);
+    GPUCLOUD_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+  }
+  return p;
+}
+
+void deallocate_async(void* p, int device, StreamImpl* stream) noexcept {
+  try {
+    DeviceGuard guard(device);
+    GPUCLOUD_CUDA_CHECK_NOTHROW(cudaFreeAsync(p, stream != nullptr ? native(*stream) : cudaStreamPerThread));
+  } catch (const std::exception&) {
+  }
+}
+
+void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamImpl& stream) {
+  DeviceGuard guard(stream.device().index());
+  GPUCLOUD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native(stream)));
+}
+
+void prefetch(const void* p, std::size_t bytes, Device target, StreamImpl& stream) {
+  DeviceGuard guard(stream.device().index());
+  GPUCLOUD_CUDA_CHECK(cudaMemPrefetchAsync(p, bytes, location_of(target), 0, native(stream)));
+}
+
+void advise(const void* p, std::size_t bytes, MemoryAdvice advice, Device target) {
+  cudaMemoryAdvise a = cudaMemAdviseSetReadMostly;
+  switch (advice) {
+    case MemoryAdvice::read_mostly:
+      a = cudaMemAdviseSetReadMostly;
+      break;
+    case MemoryAdvice::unset_read_mostly:
+      a = cudaMemAdviseUnsetReadMostly;
+      break;
+    case MemoryAdvice::preferred_location:
+      a = cudaMemAdviseSetPreferredLocation;
+      break;
+    case MemoryAdvice::unset_preferred_location:
+      a = cudaMemAdviseUnsetPreferredLocation;
+      break;
+    case MemoryAdvice::accessed_by:
+      a = cudaMemAdviseSetAccessedBy;
+      break;
+    case MemoryAdvice::unset_accessed_by:
+      a = cudaMemAdviseUnsetAccessedBy;
+      break;
+  }
+  GPUCLOUD_CUDA_CHECK(cudaMemAdvise(p, bytes, a, location_of(target)));
+}
+
+}  // namespace gpucloud::detail::cuda

@@ -1,0 +1,34 @@
+#include "detail/library_check.hpp"
+
+#include <gpucloud/error.hpp>
+
+#include <string>
+
+namespace gpucloud::detail {
+
+void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  const std::string reason = std::string(cublasGetStatusName(status)) + ": " + cublasGetStatusString(status);
+  switch (status) {
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      throw OutOfMemory(call, reason, 0, file, line);
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      throw Unsupported(call, reason, file, line);
+    case CUBLAS_STATUS_INVALID_VALUE:
+      throw InvalidArgument(call, reason, file, line);
+    default:
+      throw DeviceError(call, reason, false, file, line);
+  }
+}
+
+void check_nccl(ncclResult_t result, const char* call, const char* file, int line) {
+  if (result == ncclSuccess) return;
+  std::string reason = std::string(ncclGetErrorString(result));
+  if (const char* last = ncclGetLastError(nullptr); last != nullptr && *last != '\0')
+    reason += ": " + std::string(last);
+  if (result == ncclInvalidArgument || result == ncclInvalidUsage) throw InvalidArgument(call, reason, file, line);
+  throw CommunicationError(call, reason, file, line);
+}
+
+}  // namespace gpucloud::detail

@@ -1,0 +1,18 @@
+// Internal: checks that memory can be used by work on a stream (not API).
+#pragma once
+
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/stream.hpp>
+
+namespace gpucloud::detail {
+
+/// What touches the memory: a copy engine (cudaMemcpyAsync / memcpy) or a kernel.
+enum class Access { copy, kernel };
+
+/// @throws InvalidArgument naming @p arg when work of @p access kind on @p stream cannot use @p view.
+void check_access(BufferView view, StreamView stream, Access access, const char* call, const char* arg);
+
+/// @throws InvalidArgument naming @p arg when @p a and @p b overlap in memory.
+void check_no_overlap(BufferView a, BufferView b, const char* call, const char* arg);
+
+}  // namespace gpucloud::detail

@@ -1,0 +1,45 @@
+// Internal: what the CUDA backend provides (src/cuda/*, kernels/*.cu), or its stand-in when
+// the library is built without CUDA (src/cuda_disabled.cpp). Not API.
+#pragma once
+
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/device.hpp>
+#include <gpucloud/managed_memory.hpp>
+#include <gpucloud/memory_resource.hpp>
+
+#include "detail/stream_impl.hpp"
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace gpucloud::detail::cuda {
+
+/// True when the library was built with the CUDA backend.
+bool built() noexcept;
+/// CUDART_VERSION the library was built against, or 0.
+int runtime_version() noexcept;
+/// Visible devices; on failure 0 and the reason in @p reason. Never throws.
+int device_count(std::string& reason) noexcept;
+DeviceProperties properties(int device);
+MemoryInfo memory_info(int device);
+
+std::unique_ptr<StreamImpl> make_stream(int device);
+std::unique_ptr<EventImpl> make_event(int device, bool timing);
+
+/// cudaMalloc / cudaMallocHost / cudaMallocManaged. @throws OutOfMemory naming the request.
+void* allocate(MemoryKind kind, std::size_t bytes, int device);
+void deallocate(MemoryKind kind, void* p, int device) noexcept;
+/// cudaMallocAsync on @p stream (nullptr: allocate and wait on an internal stream).
+void* allocate_async(std::size_t bytes, int device, StreamImpl* stream);
+void deallocate_async(void* p, int device, StreamImpl* stream) noexcept;
+
+void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamImpl& stream);
+void prefetch(const void* p, std::size_t bytes, Device target, StreamImpl& stream);
+void advise(const void* p, std::size_t bytes, MemoryAdvice advice, Device target);
+
+/// Kernels (kernels/cast.cu).
+void cast(BufferView dst, BufferView src, StreamImpl& stream);
+void fill(BufferView dst, double value, StreamImpl& stream);
+
+}  // namespace gpucloud::detail::cuda

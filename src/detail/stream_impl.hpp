@@ -1,0 +1,65 @@
+// Internal: the backend interface behind Stream and Event (not API).
+#pragma once
+
+#include <gpucloud/device.hpp>
+
+#include <functional>
+
+namespace gpucloud::detail {
+
+class EventImpl;
+
+/// An in-order work queue on one device; implemented by the host and CUDA backends.
+class StreamImpl {
+ public:
+  explicit StreamImpl(Device device) noexcept : device_(device) {}
+  virtual ~StreamImpl() = default;
+  StreamImpl(const StreamImpl&) = delete;
+  StreamImpl& operator=(const StreamImpl&) = delete;
+
+  Device device() const noexcept { return device_; }
+  /// Blocks until the queue is empty, then rethrows (and clears) the first error of its work.
+  virtual void synchronize() = 0;
+  /// True when everything enqueued so far has finished.
+  virtual bool query() = 0;
+  /// Later work waits for the event's latest record.
+  virtual void wait(EventImpl& event) = 0;
+  /// Runs @p fn on the host after earlier work. @p always_run: also after a failure (cleanup).
+  virtual void launch_host_func(std::function<void()> fn, bool always_run) = 0;
+  /// cudaStream_t, or nullptr on the host.
+  virtual void* native_handle() noexcept = 0;
+
+ private:
+  Device device_;
+};
+
+/// A marker recorded on a stream; implemented by the host and CUDA backends.
+class EventImpl {
+ public:
+  EventImpl(Device device, bool timing) noexcept : device_(device), timing_(timing) {}
+  virtual ~EventImpl() = default;
+  EventImpl(const EventImpl&) = delete;
+  EventImpl& operator=(const EventImpl&) = delete;
+
+  Device device() const noexcept { return device_; }
+  bool timing() const noexcept { return timing_; }
+  bool recorded() const noexcept { return recorded_; }
+  void record(StreamImpl& stream) {
+    do_record(stream);
+    recorded_ = true;
+  }
+  virtual bool query() = 0;
+  virtual void synchronize() = 0;
+  /// Milliseconds from @p start's latest record to this one's; both complete and recorded.
+  virtual float elapsed_ms_since(EventImpl& start) = 0;
+
+ protected:
+  virtual void do_record(StreamImpl& stream) = 0;
+
+ private:
+  Device device_;
+  bool timing_;
+  bool recorded_ = false;
+};
+
+}  // namespace gpucloud::detail

@@ -1,0 +1,127 @@
+#include "host/host_stream.hpp"
+
+#include <gpucloud/error.hpp>
+
+#include <utility>
+
+namespace gpucloud::detail {
+
+HostStream::HostStream() : StreamImpl(Device::host()), worker_([this] { run(); }) {}
+
+HostStream::~HostStream() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_one();
+  worker_.join();  // the worker drains the queue before it exits
+}
+
+void HostStream::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    work_ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping and drained
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    const bool skip = error_ && !task.always_run;
+    lock.unlock();
+    std::exception_ptr failure;
+    if (!skip) {
+      try {
+        task.fn();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    task.fn = nullptr;  // release captures outside the lock
+    lock.lock();
+    if (failure && !error_) error_ = failure;
+    busy_ = false;
+    if (queue_.empty()) idle_.notify_all();
+  }
+}
+
+void HostStream::launch_host_func(std::function<void()> fn, bool always_run) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(Task{std::move(fn), always_run});
+  }
+  work_ready_.notify_one();
+}
+
+void HostStream::synchronize() {
+  GPUCLOUD_EXPECTS(std::this_thread::get_id() != worker_.get_id(), "Stream::synchronize",
+                   "called from work running on the same stream, which would wait for itself");
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+bool HostStream::query() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return queue_.empty() && !busy_;
+}
+
+void HostStream::wait(EventImpl& event) {
+  auto record = static_cast<HostEvent&>(event).latest();
+  if (!record) return;  // never recorded: nothing to wait for (CUDA semantics)
+  launch_host_func([record] { record->wait(); }, /*always_run=*/true);
+}
+
+void HostEventRecord::complete() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    time_ = std::chrono::steady_clock::now();
+    done_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+void HostEventRecord::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [this] { return done_; });
+}
+
+bool HostEventRecord::done() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+std::chrono::steady_clock::time_point HostEventRecord::time() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return time_;
+}
+
+void HostEvent::do_record(StreamImpl& stream) {
+  auto record = std::make_shared<HostEventRecord>();
+  stream.launch_host_func([record] { record->complete(); }, /*always_run=*/true);
+  std::lock_guard<std::mutex> lock(mutex_);
+  latest_ = std::move(record);
+}
+
+std::shared_ptr<HostEventRecord> HostEvent::latest() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return latest_;
+}
+
+bool HostEvent::query() {
+  auto record = latest();
+  return !record || record->done();
+}
+
+void HostEvent::synchronize() {
+  if (auto record = latest()) record->wait();
+}
+
+float HostEvent::elapsed_ms_since(EventImpl& start) {
+  auto from = static_cast<HostEvent&>(start).latest();
+  auto to = latest();
+  if (!from->done() || !to->done()) {
+    GPUCLOUD_FAIL(Error, "elapsed_ms", "an event has not completed yet (synchronize it first)");
+  }
+  return std::chrono::duration<float, std::milli>(to->time() - from->time()).count();
+}
+
+}  // namespace gpucloud::detail

@@ -1,0 +1,147 @@
+#include <gpucloud/error.hpp>
+#include <gpucloud/pool_resource.hpp>
+
+#include "detail/cuda_backend.hpp"
+#include "detail/host_memory.hpp"
+#include "detail/stream_impl.hpp"
+
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+namespace gpucloud {
+
+namespace {
+constexpr unsigned kMinClassShift = 8;  // 256 B, the allocation alignment
+
+unsigned class_of(std::size_t bytes) {
+  unsigned shift = kMinClassShift;
+  while ((std::size_t{1} << shift) < bytes) ++shift;
+  return shift - kMinClassShift;
+}
+
+std::size_t class_bytes(unsigned c) { return std::size_t{1} << (c + kMinClassShift); }
+}  // namespace
+
+struct PoolResource::State {
+  MemoryResource& upstream;
+  std::size_t max_block_bytes;
+  std::mutex mutex;
+  std::condition_variable returned;
+  std::vector<std::vector<void*>> free_lists;
+  std::size_t pending_returns = 0;
+  std::size_t pool_bytes = 0;
+  std::size_t cached_bytes = 0;
+
+  // Caller holds the mutex.
+  void push(void* p, unsigned c) {
+    free_lists[c].push_back(p);
+    cached_bytes += class_bytes(c);
+  }
+  // Caller holds the mutex.
+  void release_locked() {
+    for (unsigned c = 0; c < free_lists.size(); ++c) {
+      for (void* p : free_lists[c]) {
+        upstream.deallocate(p, class_bytes(c));
+        pool_bytes -= class_bytes(c);
+      }
+      free_lists[c].clear();
+    }
+    cached_bytes = 0;
+  }
+};
+
+PoolResource::PoolResource(MemoryResource& upstream, std::size_t max_block_bytes)
+    : MemoryResource(upstream.kind(), upstream.device()), state_(new State{upstream, max_block_bytes, {}, {}, {}}) {
+  GPUCLOUD_EXPECTS(max_block_bytes >= class_bytes(0), "PoolResource",
+                   "max_block_bytes: must be at least " + std::to_string(class_bytes(0)));
+  GPUCLOUD_EXPECTS(max_block_bytes <= (std::size_t{1} << 48), "PoolResource",
+                   "max_block_bytes: " + std::to_string(max_block_bytes) + " is absurdly large");
+  state_->free_lists.resize(class_of(max_block_bytes) + 1);
+}
+
+PoolResource::~PoolResource() {
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->returned.wait(lock, [this] { return state_->pending_returns == 0; });
+  state_->release_locked();
+}
+
+void PoolResource::release() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->release_locked();
+}
+
+std::size_t PoolResource::pool_bytes() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->pool_bytes;
+}
+
+std::size_t PoolResource::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->cached_bytes;
+}
+
+void* PoolResource::do_allocate(std::size_t bytes, std::optional<StreamView> stream) {
+  if (bytes > state_->max_block_bytes) return state_->upstream.allocate(bytes, stream);
+  const unsigned c = class_of(bytes);
+  const std::size_t size = class_bytes(c);
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    auto& list = state_->free_lists[c];
+    if (!list.empty()) {
+      void* p = list.back();
+      list.pop_back();
+      state_->cached_bytes -= size;
+      return p;
+    }
+  }
+  void* p = nullptr;
+  try {
+    p = state_->upstream.allocate(size);
+  } catch (const OutOfMemory&) {
+    release();  // give the cache back and retry once, as the caching allocators do
+    p = state_->upstream.allocate(size);
+  }
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->pool_bytes += size;
+  return p;
+}
+
+void PoolResource::do_deallocate(void* p, std::size_t bytes, std::optional<StreamView> stream) noexcept {
+  if (bytes > state_->max_block_bytes) {
+    state_->upstream.deallocate(p, bytes, stream);
+    return;
+  }
+  const unsigned c = class_of(bytes);
+  State* state = state_.get();
+  if (stream) {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    ++state->pending_returns;
+  }
+  const bool ordered = stream.has_value();
+  detail::release_after(stream, [state, p, c, ordered] {
+    {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->push(p, c);
+      if (ordered) --state->pending_returns;
+    }
+    state->returned.notify_all();
+  });
+}
+
+// ---- AsyncPoolResource ----------------------------------------------------------------------
+
+AsyncPoolResource::AsyncPoolResource(Device device) : MemoryResource(MemoryKind::device, device) {
+  GPUCLOUD_EXPECTS(device.is_cuda(), "AsyncPoolResource",
+                   "device: CUDA's stream-ordered pool needs a CUDA device; on the host use PoolResource");
+}
+
+void* AsyncPoolResource::do_allocate(std::size_t bytes, std::optional<StreamView> stream) {
+  return detail::cuda::allocate_async(bytes, device().index(), stream ? stream->impl() : nullptr);
+}
+
+void AsyncPoolResource::do_deallocate(void* p, std::size_t, std::optional<StreamView> stream) noexcept {
+  detail::cuda::deallocate_async(p, device().index(), stream ? stream->impl() : nullptr);
+}
+
+}  // namespace gpucloud

@@ -1,0 +1,91 @@
+#include <gpucloud/error.hpp>
+#include <gpucloud/event.hpp>
+#include <gpucloud/stream.hpp>
+
+#include "detail/cuda_backend.hpp"
+#include "detail/stream_impl.hpp"
+#include "host/host_stream.hpp"
+
+#include <utility>
+
+namespace gpucloud {
+
+namespace {
+void check_same_device(Device stream_device, Device event_device, const char* call) {
+  GPUCLOUD_EXPECTS(stream_device == event_device, call,
+                   "event: the event is on " + event_device.str() + " but the stream is on " + stream_device.str());
+}
+}  // namespace
+
+// ---- Stream ---------------------------------------------------------------------------------
+
+Stream::Stream(Device device)
+    : impl_(device.is_host() ? std::unique_ptr<detail::StreamImpl>(std::make_unique<detail::HostStream>())
+                             : detail::cuda::make_stream(device.index())) {}
+
+Stream::~Stream() = default;  // the implementation drains its work before it goes
+Stream::Stream(Stream&&) noexcept = default;
+Stream& Stream::operator=(Stream&&) noexcept = default;
+
+Device Stream::device() const {
+  GPUCLOUD_EXPECTS(impl_ != nullptr, "Stream::device", "this stream was moved from");
+  return impl_->device();
+}
+
+void* Stream::native_handle() const noexcept { return impl_ ? impl_->native_handle() : nullptr; }
+
+StreamView::StreamView(const Stream& stream) noexcept : impl_(stream.impl()) {}
+
+Device StreamView::device() const noexcept { return impl_->device(); }
+
+void StreamView::synchronize() const { impl_->synchronize(); }
+
+bool StreamView::query() const { return impl_->query(); }
+
+void StreamView::wait(const Event& event) const {
+  check_same_device(impl_->device(), event.device(), "Stream::wait");
+  impl_->wait(*event.impl());
+}
+
+void* StreamView::native_handle() const noexcept { return impl_->native_handle(); }
+
+void launch_host_func(StreamView stream, std::function<void()> fn) {
+  GPUCLOUD_EXPECTS(static_cast<bool>(fn), "launch_host_func", "fn: empty function");
+  stream.impl()->launch_host_func(std::move(fn), /*always_run=*/false);
+}
+
+// ---- Event ----------------------------------------------------------------------------------
+
+Event::Event(Device device, bool timing)
+    : impl_(device.is_host() ? std::unique_ptr<detail::EventImpl>(std::make_unique<detail::HostEvent>(timing))
+                             : detail::cuda::make_event(device.index(), timing)) {}
+
+Event::~Event() = default;
+Event::Event(Event&&) noexcept = default;
+Event& Event::operator=(Event&&) noexcept = default;
+
+Device Event::device() const {
+  GPUCLOUD_EXPECTS(impl_ != nullptr, "Event::device", "this event was moved from");
+  return impl_->device();
+}
+
+void Event::record(StreamView stream) {
+  check_same_device(stream.device(), device(), "Event::record");
+  impl_->record(*stream.impl());
+}
+
+bool Event::query() const { return impl_->query(); }
+
+void Event::synchronize() const { impl_->synchronize(); }
+
+float elapsed_ms(const Event& start, const Event& end) {
+  GPUCLOUD_EXPECTS(start.device() == end.device(), "elapsed_ms",
+                   "end: events are on different devices (" + start.device().str() + ", " + end.device().str() + ")");
+  GPUCLOUD_EXPECTS(start.impl()->timing(), "elapsed_ms", "start: created with timing disabled");
+  GPUCLOUD_EXPECTS(end.impl()->timing(), "elapsed_ms", "end: created with timing disabled");
+  GPUCLOUD_EXPECTS(start.impl()->recorded(), "elapsed_ms", "start: never recorded");
+  GPUCLOUD_EXPECTS(end.impl()->recorded(), "elapsed_ms", "end: never recorded");
+  return end.impl()->elapsed_ms_since(*start.impl());
+}
+
+}  // namespace gpucloud

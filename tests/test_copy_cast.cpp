@@ -1,0 +1,254 @@
+// Copies between every pair of memory kinds, and the cast/fill kernels, on every device.
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/cast.hpp>
+#include <gpucloud/copy.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/stream.hpp>
+
+#include <gtest/gtest.h>
+
+#include "device_cases.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace gc = gpucloud;
+
+namespace {
+std::vector<gc::MemoryKind> kinds_on(gc::Device d) {
+  if (d.is_host())
+    return {gc::MemoryKind::host, gc::MemoryKind::pinned, gc::MemoryKind::device, gc::MemoryKind::managed};
+  return {gc::MemoryKind::device, gc::MemoryKind::managed};
+}
+
+gc::Device home_of(gc::MemoryKind kind, gc::Device d) {
+  return kind == gc::MemoryKind::host || kind == gc::MemoryKind::pinned ? gc::Device::host() : d;
+}
+
+// Host-readable staging for any device.
+gc::Buffer staging(std::size_t n, gc::DType t) { return gc::Buffer(n, t, gc::Device::host(), gc::MemoryKind::pinned); }
+
+template <class T>
+std::vector<T> download(gc::BufferView v, gc::StreamView s) {
+  gc::Buffer out = staging(v.size(), v.dtype());
+  gc::copy(out, v, s);
+  s.synchronize();
+  const T* p = out.data_as<T>();
+  return std::vector<T>(p, p + v.size());
+}
+
+template <class T>
+gc::Buffer upload(const std::vector<T>& data, gc::Device d, gc::StreamView s) {
+  gc::Buffer in = staging(data.size(), gc::dtype_of<T>());
+  if (!data.empty()) std::memcpy(in.data(), data.data(), data.size() * sizeof(T));
+  gc::Buffer out(data.size(), gc::dtype_of<T>(), d, gc::MemoryKind::device, s);
+  gc::copy(out, in, s);
+  s.synchronize();
+  return out;
+}
+}  // namespace
+
+class CopyTest : public gc::testing::OnEveryDevice {};
+
+TEST_P(CopyTest, EveryPairOfKindsIsByteIdentical) {
+  gc::Stream s(device());
+  std::vector<gc::MemoryKind> all = kinds_on(device());
+  if (device().is_cuda()) all.push_back(gc::MemoryKind::pinned);
+  std::mt19937 rng(42);
+  for (std::size_t n : {0u, 1u, 1000u, (1u << 20) + 3u}) {
+    std::vector<std::uint8_t> data(n);
+    for (auto& x : data) x = static_cast<std::uint8_t>(rng());
+    int wrong = 0;
+    for (auto from : all) {
+      for (auto to : all) {
+        gc::Buffer a(n, gc::DType::uint8, home_of(from, device()), from);
+        gc::Buffer b(n, gc::DType::uint8, home_of(to, device()), to);
+        gc::Buffer in = staging(n, gc::DType::uint8);
+        if (n) std::memcpy(in.data(), data.data(), n);
+        gc::copy(a, in, s);
+        gc::copy(b, a, s);
+        wrong += download<std::uint8_t>(b, s) != data;
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "n=" << n;
+  }
+}
+
+TEST_P(CopyTest, BadCopiesAreRejectedBeforeAnythingIsEnqueued) {
+  gc::Stream s(device());
+  gc::TypedBuffer<float> a(10, device()), b(10, device()), shorter(9, device());
+  gc::TypedBuffer<std::int32_t> ints(10, device());
+  auto message = [&](gc::BufferView dst, gc::BufferView src) {
+    try {
+      gc::copy(dst, src, s);
+    } catch (const gc::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(a, ints).find("dtype"), std::string::npos);
+  EXPECT_NE(message(a, shorter).find("9 elements"), std::string::npos);
+  EXPECT_NE(message(gc::BufferView(a).slice(0, 6), gc::BufferView(a).slice(4, 6)).find("overlaps"), std::string::npos);
+  EXPECT_TRUE(s.query());  // nothing was enqueued
+  if (device().is_cuda()) {
+    gc::Stream host_stream;
+    EXPECT_NE(message(a, b).find("no error"), std::string::npos);
+    try {
+      gc::copy(a, b, host_stream);
+      FAIL() << "GPU memory on a host stream";
+    } catch (const gc::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+    }
+  }
+  s.synchronize();
+}
+
+GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(CopyTest);
+
+class CastTest : public gc::testing::OnEveryDevice {};
+
+TEST_P(CastTest, FloatToIntegerTruncatesAndSaturates) {
+  gc::Stream s(device());
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {-2.7f, 2.7f, 1e10f, -1e10f, std::nanf(""), inf, -inf, 300.0f, -5.0f, 0.0f};
+  gc::Buffer src = upload(x, device(), s);
+  gc::Buffer i32(x.size(), gc::DType::int32, device(), gc::MemoryKind::device, s);
+  gc::Buffer u8(x.size(), gc::DType::uint8, device(), gc::MemoryKind::device, s);
+  gc::cast(i32, src, s);
+  gc::cast(u8, src, s);
+  const auto imax = std::numeric_limits<std::int32_t>::max(), imin = std::numeric_limits<std::int32_t>::min();
+  EXPECT_EQ(download<std::int32_t>(i32, s), (std::vector<std::int32_t>{-2, 2, imax, imin, 0, imax, imin, 300, -5, 0}));
+  EXPECT_EQ(download<std::uint8_t>(u8, s), (std::vector<std::uint8_t>{0, 2, 255, 0, 0, 255, 0, 255, 0, 0}));
+}
+
+TEST_P(CastTest, IntegersSaturateAndWidenExactly) {
+  gc::Stream s(device());
+  const std::vector<std::int64_t> x = {std::int64_t{1} << 40, -(std::int64_t{1} << 40), 123, -1,
+                                       (std::int64_t{1} << 24) + 1};
+  gc::Buffer src = upload(x, device(), s);
+  gc::Buffer i32(x.size(), gc::DType::int32, device(), gc::MemoryKind::device, s);
+  gc::Buffer f64(x.size(), gc::DType::float64, device(), gc::MemoryKind::device, s);
+  gc::Buffer f32(x.size(), gc::DType::float32, device(), gc::MemoryKind::device, s);
+  gc::cast(i32, src, s);
+  gc::cast(f64, src, s);
+  gc::cast(f32, src, s);
+  const auto imax = std::numeric_limits<std::int32_t>::max(), imin = std::numeric_limits<std::int32_t>::min();
+  EXPECT_EQ(download<std::int32_t>(i32, s), (std::vector<std::int32_t>{imax, imin, 123, -1, (1 << 24) + 1}));
+  EXPECT_EQ(download<double>(f64, s), (std::vector<double>{1099511627776.0, -1099511627776.0, 123, -1, 16777217.0}));
+  // 2^24 + 1 is a tie between 2^24 and 2^24 + 2: even mantissa wins.
+  EXPECT_EQ(download<float>(f32, s)[4], 16777216.0f);
+}
+
+TEST_P(CastTest, NarrowFloatsRoundOnceToNearestEven) {
+  gc::Stream s(device());
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-70000.0f, 70000.0f);
+  std::vector<float> x(100003);  // not a multiple of the block size
+  for (auto& v : x) v = dist(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 40) - 30);
+  x[0] = 65520.0f;                     // rounds to fp16 infinity
+  x[1] = 1.0f + std::ldexp(1.0f, -8);  // bf16 tie: stays 1.0
+  gc::Buffer src = upload(x, device(), s);
+  gc::Buffer h(x.size(), gc::DType::float16, device(), gc::MemoryKind::device, s);
+  gc::Buffer b(x.size(), gc::DType::bfloat16, device(), gc::MemoryKind::device, s);
+  gc::Buffer e4(x.size(), gc::DType::float8_e4m3, device(), gc::MemoryKind::device, s);
+  gc::Buffer back(x.size(), gc::DType::float32, device(), gc::MemoryKind::device, s);
+  gc::cast(h, src, s);
+  gc::cast(b, src, s);
+  gc::cast(e4, src, s);
+  gc::cast(back, h, s);
+  const auto hv = download<gc::Half>(h, s);
+  const auto bv = download<gc::BFloat16>(b, s);
+  const auto ev = download<gc::Float8E4M3>(e4, s);
+  const auto backv = download<float>(back, s);
+  int wrong = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float f = x[i];
+    // Within half an ulp of the format (relative 2^-11 for fp16, 2^-8 bf16, 2^-4 e4m3) or saturated.
+    const float hf = static_cast<float>(hv[i]);
+    wrong += !(std::isinf(hf) ? std::fabs(f) >= 65520.0f
+                              : std::fabs(hf - f) <= std::ldexp(std::fabs(f), -11) + std::ldexp(1.0f, -25));
+    wrong += !(std::fabs(static_cast<float>(bv[i]) - f) <= std::ldexp(std::fabs(f), -8));
+    const float ef = static_cast<float>(ev[i]);
+    wrong += !(std::fabs(f) >= 448.0f ? std::fabs(ef) == 448.0f
+                                      : std::fabs(ef - f) <= std::ldexp(std::fabs(f), -4) + std::ldexp(1.0f, -10));
+    wrong += backv[i] != hf && !(std::isnan(backv[i]) && std::isnan(hf));
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(hv[0].bits, 0x7c00u);
+  EXPECT_EQ(bv[1].bits, 0x3f80u);
+}
+
+TEST_P(CastTest, FillConvertsTheValueOnce) {
+  gc::Stream s(device());
+  gc::Buffer h(1000, gc::DType::float16, device(), gc::MemoryKind::device, s);
+  gc::Buffer i(1000, gc::DType::int32, device(), gc::MemoryKind::device, s);
+  gc::fill(h, 1.5, s);
+  gc::fill(i, -3.9, s);
+  for (const auto& v : download<gc::Half>(h, s)) ASSERT_EQ(v.bits, 0x3e00u);
+  for (const auto& v : download<std::int32_t>(i, s)) ASSERT_EQ(v, -3);
+}
+
+TEST_P(CastTest, LargeInputsUseTheWholeGridStrideLoop) {
+  gc::Stream s(device());
+  const std::size_t n = 4096u * 256u * 2u + 17u;  // more elements than the grid has threads
+  gc::Buffer a(n, gc::DType::int32, device(), gc::MemoryKind::device, s);
+  gc::Buffer b(n, gc::DType::int64, device(), gc::MemoryKind::device, s);
+  gc::fill(a, 9.0, s);
+  gc::cast(b, a, s);
+  const auto v = download<std::int64_t>(b, s);
+  std::size_t wrong = 0;
+  for (auto x : v) wrong += x != 9;
+  EXPECT_EQ(wrong, 0u);
+}
+
+TEST_P(CastTest, BadCastsAreRejected) {
+  gc::Stream s(device());
+  gc::TypedBuffer<float> a(8, device()), b(7, device());
+  EXPECT_THROW(gc::cast(a, b, s), gc::InvalidArgument);
+  EXPECT_THROW(gc::cast(gc::BufferView(a).slice(0, 4), gc::BufferView(a).slice(2, 4), s), gc::InvalidArgument);
+  if (device().is_cuda()) {
+    // Pageable host memory is not reachable by a kernel.
+    gc::TypedBuffer<float> pageable(8, gc::Device::host(), gc::MemoryKind::host);
+    EXPECT_THROW(gc::cast(a, pageable, s), gc::InvalidArgument);
+  }
+  EXPECT_TRUE(s.query());
+}
+
+GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(CastTest);
+
+// On a GPU the two backends must agree bit for bit: the same bodies run on both.
+TEST(CastBackends, CudaAndHostAgreeForEveryDtypePair) {
+  if (gc::cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA device: " << gc::cuda_unavailable_reason();
+  gc::Stream hs, cs(gc::Device::cuda(0));
+  std::mt19937 rng(3);
+  const std::size_t n = 4099;
+  // Finite values over many magnitudes (NaN payloads legitimately differ between CPU and GPU).
+  gc::Buffer base(n, gc::DType::float64, gc::Device::host(), gc::MemoryKind::pinned);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  for (std::size_t i = 0; i < n; ++i)
+    base.data_as<double>()[i] = dist(rng) * std::ldexp(1.0, static_cast<int>(rng() % 60) - 30);
+  int wrong = 0;
+  for (int from = 0; from < gc::kDTypeCount; ++from) {
+    for (int to = 0; to < gc::kDTypeCount; ++to) {
+      const auto ft = static_cast<gc::DType>(from), tt = static_cast<gc::DType>(to);
+      gc::Buffer src_h(n, ft, gc::Device::host(), gc::MemoryKind::pinned);
+      gc::cast(src_h, base, hs);
+      gc::Buffer dst_h(n, tt, gc::Device::host(), gc::MemoryKind::pinned);
+      gc::cast(dst_h, src_h, hs);
+      hs.synchronize();
+      gc::Buffer src_d(n, ft, gc::Device::cuda(0), gc::MemoryKind::device);
+      gc::Buffer dst_d(n, tt, gc::Device::cuda(0), gc::MemoryKind::device);
+      gc::Buffer out(n, tt, gc::Device::host(), gc::MemoryKind::pinned);
+      gc::copy(src_d, src_h, cs);
+      gc::cast(dst_d, src_d, cs);
+      gc::copy(out, dst_d, cs);
+      cs.synchronize();
+      wrong += std::memcmp(out.data(), dst_h.data(), out.size_bytes()) != 0;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}

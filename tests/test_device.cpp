@@ -1,0 +1,80 @@
+#include <gpucloud/build_info.hpp>
+#include <gpucloud/device.hpp>
+#include <gpucloud/error.hpp>
+
+#include <gtest/gtest.h>
+
+#include "device_cases.hpp"
+
+namespace gc = gpucloud;
+
+TEST(Device, HostAlwaysExistsAndComesFirst) {
+  const auto devices = gc::available_devices();
+  ASSERT_FALSE(devices.empty());
+  EXPECT_TRUE(devices.front().is_host());
+  EXPECT_EQ(devices.size(), static_cast<std::size_t>(1 + gc::cuda_device_count()));
+  EXPECT_EQ(gc::Device::host().str(), "host");
+  EXPECT_EQ(gc::Device::parse("cpu"), gc::Device::host());
+}
+
+TEST(Device, AbsentCudaIsAClearErrorNeverACrash) {
+  if (gc::cuda_device_count() > 0) {
+    EXPECT_TRUE(gc::cuda_unavailable_reason().empty());
+    const int n = gc::cuda_device_count();
+    try {
+      (void)gc::Device::cuda(n);
+      FAIL() << "cuda:" << n << " should be out of range";
+    } catch (const gc::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("index"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  const std::string reason = gc::cuda_unavailable_reason();
+  EXPECT_FALSE(reason.empty());
+  try {
+    (void)gc::Device::cuda(0);
+    FAIL() << "Device::cuda(0) must throw without a GPU";
+  } catch (const gc::Unsupported& e) {
+    EXPECT_FALSE(gc::build_info().cuda);
+    EXPECT_NE(std::string(e.what()).find("without CUDA"), std::string::npos) << e.what();
+  } catch (const gc::DeviceError& e) {
+    EXPECT_TRUE(gc::build_info().cuda);
+    EXPECT_FALSE(e.sticky());
+    // The driver's own reason ("driver insufficient" on a machine without a GPU) is passed on.
+    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)gc::Device::parse("cuda:0"), gc::Error);
+}
+
+TEST(Device, ParseRejectsGarbage) {
+  for (const char* text : {"gpu", "cuda:", "cuda:x", "cuda:1x", ""}) {
+    EXPECT_THROW((void)gc::Device::parse(text), gc::InvalidArgument) << text;
+  }
+}
+
+TEST(BuildInfo, DescribesTheBuild) {
+  const auto info = gc::build_info();
+  EXPECT_FALSE(info.version.empty());
+  EXPECT_EQ(info.cuda, info.cuda_runtime_version > 0);
+  EXPECT_EQ(info.cuda, !info.cuda_architectures.empty());
+}
+
+class DeviceProps : public gc::testing::OnEveryDevice {};
+
+TEST_P(DeviceProps, PropertiesAndMemoryInfoAreSane) {
+  const auto p = gc::device_properties(device());
+  EXPECT_FALSE(p.name.empty());
+  EXPECT_GT(p.total_memory, 0u);
+  EXPECT_GT(p.multiprocessor_count, 0);
+  EXPECT_EQ(p.backend, device().is_host() ? "host" : "cuda");
+  if (device().is_cuda()) {
+    EXPECT_GE(p.compute_capability_major, 7);
+  }
+  const auto m = gc::memory_info(device());
+  EXPECT_GT(m.total, 0u);
+  EXPECT_LE(m.free, m.total);
+  EXPECT_EQ(gc::Device::parse(device().str()), device());
+}
+
+GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(DeviceProps);

@@ -1,0 +1,94 @@
+// The error hierarchy, and the CUDA / cuBLAS / NCCL return-code checks (these run without a GPU:
+// they only translate codes).
+#include <gpucloud/error.hpp>
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#if GPUCLOUD_TEST_CUDA_CHECKS
+#include "detail/cuda_check.hpp"
+#include "detail/library_check.hpp"
+#endif
+
+namespace gc = gpucloud;
+
+namespace {
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+}  // namespace
+
+TEST(Errors, CarryCallReasonAndLocation) {
+  try {
+    GPUCLOUD_EXPECTS(1 + 1 == 3, "frobnicate", "n: must be positive");
+    FAIL();
+  } catch (const gc::Error& e) {
+    EXPECT_EQ(e.call(), "frobnicate");
+    EXPECT_EQ(e.reason(), "n: must be positive");
+    EXPECT_TRUE(contains(e.file(), "test_error_checks.cpp"));
+    EXPECT_GT(e.line(), 0);
+    EXPECT_TRUE(contains(e.what(), "frobnicate: n: must be positive (")) << e.what();
+    EXPECT_NE(dynamic_cast<const gc::InvalidArgument*>(&e), nullptr);
+  }
+  const gc::OutOfMemory oom("cudaMalloc", "out of memory", 4096, "x.cpp", 7);
+  EXPECT_EQ(oom.requested_bytes(), 4096u);
+  const gc::DeviceError sticky("k", "illegal address", true, "x.cpp", 1);
+  EXPECT_TRUE(sticky.sticky());
+  // Every type is a gpucloud::Error and a std::runtime_error.
+  EXPECT_NE(dynamic_cast<const std::runtime_error*>(static_cast<const gc::Error*>(&oom)), nullptr);
+}
+
+#if GPUCLOUD_TEST_CUDA_CHECKS
+TEST(CudaCheck, MapsCodesToTypedErrors) {
+  EXPECT_NO_THROW(GPUCLOUD_CUDA_CHECK(cudaSuccess));
+  try {
+    GPUCLOUD_CUDA_CHECK_ALLOC(cudaErrorMemoryAllocation, 1234);
+    FAIL();
+  } catch (const gc::OutOfMemory& e) {
+    EXPECT_EQ(e.requested_bytes(), 1234u);
+    EXPECT_TRUE(contains(e.what(), "cudaErrorMemoryAllocation")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "recoverable")) << e.what();
+  }
+  try {
+    GPUCLOUD_CUDA_CHECK(cudaErrorIllegalAddress);
+    FAIL();
+  } catch (const gc::DeviceError& e) {
+    EXPECT_TRUE(e.sticky());
+    EXPECT_TRUE(contains(e.what(), "cudaErrorIllegalAddress")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "must restart")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "test_error_checks.cpp")) << e.what();
+    EXPECT_EQ(e.call(), "cudaErrorIllegalAddress");
+  }
+  try {
+    GPUCLOUD_CUDA_CHECK(cudaErrorInvalidValue);
+    FAIL();
+  } catch (const gc::DeviceError& e) {
+    EXPECT_FALSE(e.sticky());
+    EXPECT_TRUE(contains(e.what(), "invalid argument")) << e.what();
+  }
+  EXPECT_NO_THROW(GPUCLOUD_CUDA_CHECK_NOTHROW(cudaErrorInvalidValue));
+}
+
+TEST(CublasCheck, MapsStatusesToTypedErrors) {
+  EXPECT_NO_THROW(GPUCLOUD_CUBLAS_CHECK(CUBLAS_STATUS_SUCCESS));
+  EXPECT_THROW(GPUCLOUD_CUBLAS_CHECK(CUBLAS_STATUS_ALLOC_FAILED), gc::OutOfMemory);
+  EXPECT_THROW(GPUCLOUD_CUBLAS_CHECK(CUBLAS_STATUS_INVALID_VALUE), gc::InvalidArgument);
+  EXPECT_THROW(GPUCLOUD_CUBLAS_CHECK(CUBLAS_STATUS_EXECUTION_FAILED), gc::DeviceError);
+  try {
+    GPUCLOUD_CUBLAS_CHECK(CUBLAS_STATUS_NOT_SUPPORTED);
+    FAIL();
+  } catch (const gc::Unsupported& e) {
+    EXPECT_TRUE(contains(e.what(), "CUBLAS_STATUS_NOT_SUPPORTED")) << e.what();
+  }
+}
+
+TEST(NcclCheck, MapsResultsToTypedErrors) {
+  EXPECT_NO_THROW(GPUCLOUD_NCCL_CHECK(ncclSuccess));
+  EXPECT_THROW(GPUCLOUD_NCCL_CHECK(ncclInvalidArgument), gc::InvalidArgument);
+  try {
+    GPUCLOUD_NCCL_CHECK(ncclRemoteError);
+    FAIL();
+  } catch (const gc::CommunicationError& e) {
+    EXPECT_TRUE(contains(e.what(), "ncclRemoteError")) << e.what();
+  }
+}
+#endif

@@ -1,0 +1,300 @@
+// Buffers and memory resources on every device: kinds, alignment, zero size, bad sizes, out of
+// memory (recoverable), pools with stream-ordered reuse, statistics, limits, defaults, managed.
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/copy.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/managed_memory.hpp>
+#include <gpucloud/plain_resource.hpp>
+#include <gpucloud/pool_resource.hpp>
+#include <gpucloud/resource_adaptors.hpp>
+#include <gpucloud/stream.hpp>
+
+#include <gtest/gtest.h>
+
+#include "device_cases.hpp"
+
+#include <cstdint>
+#include <future>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace gc = gpucloud;
+
+namespace {
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::vector<gc::MemoryKind> kinds_on(gc::Device d) {
+  if (d.is_host())
+    return {gc::MemoryKind::host, gc::MemoryKind::pinned, gc::MemoryKind::device, gc::MemoryKind::managed};
+  return {gc::MemoryKind::device, gc::MemoryKind::managed};
+}
+
+// Device-agnostic round trip: upload through pinned memory, download, compare.
+std::vector<std::uint8_t> round_trip(const gc::Buffer& b, const std::vector<std::uint8_t>& data, gc::StreamView s) {
+  gc::Buffer staging(data.size(), gc::DType::uint8, gc::Device::host(), gc::MemoryKind::pinned);
+  std::copy(data.begin(), data.end(), static_cast<std::uint8_t*>(staging.data()));
+  gc::copy(b, staging, s);
+  gc::Buffer back(data.size(), gc::DType::uint8, gc::Device::host(), gc::MemoryKind::pinned);
+  gc::copy(back, b, s);
+  s.synchronize();
+  const auto* p = static_cast<const std::uint8_t*>(back.data());
+  return std::vector<std::uint8_t>(p, p + data.size());
+}
+}  // namespace
+
+class MemoryTest : public gc::testing::OnEveryDevice {};
+
+TEST_P(MemoryTest, EveryKindAllocatesAlignedUsableMemory) {
+  gc::Stream s(device());
+  for (auto kind : kinds_on(device())) {
+    for (std::size_t n : {1u, 255u, 4097u}) {
+      gc::Buffer b(n, gc::DType::uint8, device(), kind);
+      EXPECT_EQ(b.size(), n);
+      EXPECT_EQ(b.size_bytes(), n);
+      EXPECT_EQ(b.kind(), kind);
+      EXPECT_EQ(b.device(), device());
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % gc::kAllocationAlignment, 0u);
+      std::vector<std::uint8_t> data(n);
+      std::iota(data.begin(), data.end(), static_cast<std::uint8_t>(n));
+      EXPECT_EQ(round_trip(b, data, s), data) << gc::memory_kind_name(kind) << " n=" << n;
+    }
+  }
+}
+
+TEST_P(MemoryTest, ZeroSizeBuffersAreValid) {
+  gc::Stream s(device());
+  for (auto kind : kinds_on(device())) {
+    gc::Buffer b(0, gc::DType::float32, device(), kind);
+    EXPECT_TRUE(b.empty());
+    EXPECT_EQ(b.data(), nullptr);
+    gc::Buffer c(0, gc::DType::float32, device(), kind, s);
+    gc::copy(c, b, s);
+    s.synchronize();
+  }
+}
+
+TEST_P(MemoryTest, TypedBufferAndMoveSemantics) {
+  gc::TypedBuffer<float> t(100, device());
+  EXPECT_EQ(t.size(), 100u);
+  EXPECT_EQ(t.buffer().dtype(), gc::DType::float32);
+  gc::Buffer a(10, gc::DType::int64, device());
+  void* p = a.data();
+  gc::Buffer b(std::move(a));
+  EXPECT_EQ(b.data(), p);
+  EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move)
+  gc::Buffer c;
+  c = std::move(b);
+  EXPECT_EQ(c.data(), p);
+  EXPECT_EQ(c.size_bytes(), 80u);
+  EXPECT_THROW((void)c.data_as<float>(), gc::InvalidArgument);
+  EXPECT_NE(c.data_as<std::int64_t>(), nullptr);
+}
+
+TEST_P(MemoryTest, OverflowingAndAbsurdSizesAreTypedErrors) {
+  const std::size_t too_many = std::numeric_limits<std::size_t>::max() / 4 + 1;
+  try {
+    gc::Buffer b(too_many, gc::DType::float32, device());
+    FAIL() << "byte count overflow must be rejected";
+  } catch (const gc::InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "size")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "float32")) << e.what();
+  }
+  // A size_t that came from a negative number.
+  EXPECT_THROW(gc::Buffer(static_cast<std::size_t>(-8), gc::DType::uint8, device()), gc::InvalidArgument);
+  // Representable, but far beyond any memory: out of memory, naming the request; recoverable.
+  const std::size_t absurd = std::size_t{1} << 52;  // 4 PiB
+  try {
+    gc::Buffer b(absurd, gc::DType::uint8, device());
+    FAIL() << "4 PiB cannot be allocated";
+  } catch (const gc::OutOfMemory& e) {
+    EXPECT_EQ(e.requested_bytes(), absurd);
+    EXPECT_TRUE(contains(e.what(), std::to_string(absurd))) << e.what();
+    if (device().is_host()) {
+      EXPECT_TRUE(contains(e.what(), "free of")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "device memory on host")) << e.what();
+    }
+  }
+  gc::Buffer fine(1024, gc::DType::uint8, device());
+  EXPECT_NE(fine.data(), nullptr);
+}
+
+TEST_P(MemoryTest, ResourceMustMatchKindAndDevice) {
+  gc::PlainResource host_mr(gc::MemoryKind::host, gc::Device::host());
+  try {
+    gc::Buffer b(4, gc::DType::uint8, device(), gc::MemoryKind::device, &host_mr);
+    FAIL() << "a host resource cannot serve device memory";
+  } catch (const gc::InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "mr:")) << e.what();
+  }
+  if (device().is_cuda()) {
+    EXPECT_THROW(gc::Buffer(4, gc::DType::uint8, device(), gc::MemoryKind::pinned), gc::InvalidArgument);
+    EXPECT_THROW(gc::PlainResource(gc::MemoryKind::host, device()), gc::InvalidArgument);
+    gc::Stream host_stream;
+    EXPECT_THROW(gc::Buffer(4, gc::DType::uint8, device(), gc::MemoryKind::device, host_stream), gc::InvalidArgument);
+  }
+}
+
+TEST_P(MemoryTest, LimitingAdaptorFailsCleanlyAndStaysUsable) {
+  gc::PlainResource plain(gc::MemoryKind::device, device());
+  gc::LimitingAdaptor limited(plain, 1 << 20);
+  gc::Buffer a(600 << 10, gc::DType::uint8, device(), gc::MemoryKind::device, &limited);
+  try {
+    gc::Buffer b(600 << 10, gc::DType::uint8, device(), gc::MemoryKind::device, &limited);
+    FAIL() << "over the limit";
+  } catch (const gc::OutOfMemory& e) {
+    EXPECT_EQ(e.requested_bytes(), 600u << 10);
+    EXPECT_TRUE(contains(e.what(), "limit")) << e.what();
+    EXPECT_TRUE(contains(e.what(), device().str())) << e.what();
+  }
+  EXPECT_EQ(limited.allocated_bytes(), 600u << 10);
+  gc::Buffer c(400 << 10, gc::DType::uint8, device(), gc::MemoryKind::device, &limited);
+  EXPECT_EQ(limited.allocated_bytes(), 1000u << 10);
+}
+
+TEST_P(MemoryTest, StatisticsCountBytesAndAllocations) {
+  gc::PlainResource plain(gc::MemoryKind::device, device());
+  gc::StatisticsAdaptor stats(plain);
+  {
+    gc::Buffer a(1000, gc::DType::float32, device(), gc::MemoryKind::device, &stats);
+    gc::Buffer b(24, gc::DType::float64, device(), gc::MemoryKind::device, &stats);
+    const auto s = stats.statistics();
+    EXPECT_EQ(s.current_bytes, 4192u);
+    EXPECT_EQ(s.current_allocations, 2u);
+  }
+  auto s = stats.statistics();
+  EXPECT_EQ(s.current_bytes, 0u);
+  EXPECT_EQ(s.peak_bytes, 4192u);
+  EXPECT_EQ(s.total_allocations, 2u);
+  EXPECT_EQ(s.total_bytes, 4192u);
+  stats.reset_peak();
+  EXPECT_EQ(stats.statistics().peak_bytes, 0u);
+}
+
+TEST_P(MemoryTest, PoolReusesBlocksBySizeClass) {
+  gc::PlainResource plain(gc::MemoryKind::device, device());
+  gc::StatisticsAdaptor upstream(plain);
+  gc::PoolResource pool(upstream, 1 << 20);
+  void* first = nullptr;
+  {
+    gc::Buffer a(1000, gc::DType::uint8, device(), gc::MemoryKind::device, &pool);
+    first = a.data();
+    EXPECT_EQ(pool.pool_bytes(), 1024u);
+  }
+  EXPECT_EQ(pool.cached_bytes(), 1024u);
+  gc::Buffer b(900, gc::DType::uint8, device(), gc::MemoryKind::device, &pool);  // same class: reused
+  EXPECT_EQ(b.data(), first);
+  EXPECT_EQ(upstream.statistics().total_allocations, 1u);
+  gc::Buffer c(3000, gc::DType::uint8, device(), gc::MemoryKind::device, &pool);  // new class
+  EXPECT_NE(c.data(), first);
+  EXPECT_EQ(upstream.statistics().total_allocations, 2u);
+  gc::Buffer big(2 << 20, gc::DType::uint8, device(), gc::MemoryKind::device, &pool);  // above max: upstream
+  EXPECT_EQ(upstream.statistics().current_bytes, 1024u + 4096u + (2u << 20));
+  pool.release();  // nothing cached right now
+  EXPECT_EQ(pool.cached_bytes(), 0u);
+}
+
+TEST_P(MemoryTest, PoolReturnsStreamOrderedFreesOnlyAfterEarlierWork) {
+  gc::PlainResource plain(gc::MemoryKind::device, device());
+  gc::PoolResource pool(plain);
+  gc::Stream s(device());
+  std::promise<void> open;
+  auto gate = open.get_future().share();
+  gc::launch_host_func(s, [gate] { gate.wait(); });
+  std::vector<std::uint8_t> data(5000, 7);
+  gc::Buffer src(5000, gc::DType::uint8, gc::Device::host(), gc::MemoryKind::pinned);
+  std::copy(data.begin(), data.end(), static_cast<std::uint8_t*>(src.data()));
+  {
+    gc::Buffer scratch(5000, gc::DType::uint8, device(), gc::MemoryKind::device, s, &pool);
+    gc::copy(scratch, src, s);  // still queued behind the gate when scratch goes away
+  }
+  EXPECT_EQ(pool.cached_bytes(), 0u);  // not reusable yet: the queued copy still writes it
+  open.set_value();
+  s.synchronize();
+  EXPECT_EQ(pool.cached_bytes(), 8192u);
+}
+
+TEST_P(MemoryTest, PoolReleasesCacheAndRetriesWhenUpstreamIsExhausted) {
+  gc::PlainResource plain(gc::MemoryKind::device, device());
+  gc::LimitingAdaptor limited(plain, 8192);
+  gc::PoolResource pool(limited);
+  { gc::Buffer a(4096, gc::DType::uint8, device(), gc::MemoryKind::device, &pool); }
+  EXPECT_EQ(pool.cached_bytes(), 4096u);
+  gc::Buffer b(8192, gc::DType::uint8, device(), gc::MemoryKind::device, &pool);  // needs the cache back
+  EXPECT_EQ(pool.cached_bytes(), 0u);
+  EXPECT_EQ(limited.allocated_bytes(), 8192u);
+  EXPECT_THROW(gc::Buffer(4096, gc::DType::uint8, device(), gc::MemoryKind::device, &pool), gc::OutOfMemory);
+}
+
+TEST_P(MemoryTest, DefaultResourceCanBeReplacedAndRestored) {
+  auto& builtin = gc::default_resource(gc::MemoryKind::device, device());
+  gc::StatisticsAdaptor stats(builtin);
+  gc::MemoryResource* previous = gc::set_default_resource(gc::MemoryKind::device, device(), &stats);
+  EXPECT_EQ(previous, &builtin);
+  { gc::Buffer a(64, gc::DType::float32, device()); }
+  EXPECT_EQ(stats.statistics().total_bytes, 256u);
+  gc::set_default_resource(gc::MemoryKind::device, device(), nullptr);
+  EXPECT_EQ(&gc::default_resource(gc::MemoryKind::device, device()), &builtin);
+  gc::PlainResource managed(gc::MemoryKind::managed, device());
+  EXPECT_THROW(gc::set_default_resource(gc::MemoryKind::device, device(), &managed), gc::InvalidArgument);
+}
+
+TEST_P(MemoryTest, StreamOrderedBufferOutlivesItsQueuedWork) {
+  // The buffer is destroyed while a copy into it is still queued: the free must wait for it
+  // (under AddressSanitizer a premature free is a use-after-free report).
+  gc::Stream s(device());
+  std::promise<void> open;
+  auto gate = open.get_future().share();
+  gc::launch_host_func(s, [gate] { gate.wait(); });
+  gc::Buffer src(1 << 16, gc::DType::uint8, gc::Device::host(), gc::MemoryKind::pinned);
+  {
+    gc::Buffer dst(1 << 16, gc::DType::uint8, device(), gc::MemoryKind::device, s);
+    gc::copy(dst, src, s);
+  }
+  open.set_value();
+  s.synchronize();
+}
+
+TEST_P(MemoryTest, ManagedPrefetchAndAdvice) {
+  gc::Stream s(device());
+  gc::TypedBuffer<float> m(4096, device(), gc::MemoryKind::managed);
+  gc::prefetch(m, device(), s);
+  gc::prefetch(m, gc::Device::host(), s);
+  gc::advise(m, gc::MemoryAdvice::read_mostly, device());
+  gc::advise(m, gc::MemoryAdvice::unset_read_mostly, device());
+  gc::advise(m, gc::MemoryAdvice::preferred_location, gc::Device::host());
+  s.synchronize();
+  for (std::size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(i);  // host-accessible
+  EXPECT_EQ(m[4095], 4095.0f);
+  gc::TypedBuffer<float> plain(16, device(), gc::MemoryKind::device);
+  try {
+    gc::prefetch(plain, device(), s);
+    FAIL() << "prefetch of non-managed memory";
+  } catch (const gc::InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "not managed")) << e.what();
+  }
+  EXPECT_THROW(gc::advise(plain, gc::MemoryAdvice::read_mostly, device()), gc::InvalidArgument);
+}
+
+TEST_P(MemoryTest, ViewsSliceWithinBounds) {
+  gc::TypedBuffer<std::int32_t> b(100, device());
+  gc::BufferView v = b;
+  auto s = v.slice(10, 20);
+  EXPECT_EQ(s.size(), 20u);
+  EXPECT_EQ(static_cast<char*>(s.data()) - static_cast<char*>(v.data()), 40);
+  EXPECT_NO_THROW((void)v.slice(100, 0));
+  EXPECT_THROW((void)v.slice(90, 11), gc::InvalidArgument);
+  EXPECT_THROW((void)v.slice(101, 0), gc::InvalidArgument);
+  EXPECT_THROW(gc::BufferView(nullptr, 3, gc::DType::uint8, gc::MemoryKind::host, gc::Device::host()),
+               gc::InvalidArgument);
+}
+
+GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(MemoryTest);
+
+TEST(HostMemory, PinnedAndHostMemoryBelongToTheHost) {
+  EXPECT_NO_THROW(gc::PlainResource(gc::MemoryKind::pinned, gc::Device::host()));
+  EXPECT_THROW(gc::AsyncPoolResource{gc::Device::host()}, gc::InvalidArgument);
+  EXPECT_THROW(gc::PoolResource(gc::default_resource(gc::MemoryKind::host, gc::Device::host()), 16),
+               gc::InvalidArgument);
+}

@@ -1,0 +1,250 @@
+// Streams and events on every device: ordering, cross-stream dependencies, out-of-order
+// completion, errors from enqueued work, timing, and many streams at once.
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/copy.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/event.hpp>
+#include <gpucloud/stream.hpp>
+
+#include <gtest/gtest.h>
+
+#include "device_cases.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace gc = gpucloud;
+using namespace std::chrono_literals;
+
+namespace {
+// Blocks a stream until open() is called: makes "still running" states deterministic.
+class Gate {
+ public:
+  void enqueue_on(gc::StreamView s) {
+    auto f = future_;
+    gc::launch_host_func(s, [f] { f.wait(); });
+  }
+  void open() { promise_.set_value(); }
+
+ private:
+  std::promise<void> promise_;
+  std::shared_future<void> future_ = promise_.get_future().share();
+};
+}  // namespace
+
+class StreamTest : public gc::testing::OnEveryDevice {};
+
+TEST_P(StreamTest, RunsWorkInOrder) {
+  gc::Stream s(device());
+  EXPECT_EQ(s.device(), device());
+  std::vector<int> seen;
+  for (int i = 0; i < 1000; ++i) gc::launch_host_func(s, [&seen, i] { seen.push_back(i); });
+  s.synchronize();
+  ASSERT_EQ(seen.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(seen[i], i);
+  EXPECT_TRUE(s.query());
+}
+
+TEST_P(StreamTest, QueryReportsPendingWork) {
+  gc::Stream s(device());
+  Gate gate;
+  gate.enqueue_on(s);
+  EXPECT_FALSE(s.query());
+  gate.open();
+  s.synchronize();
+  EXPECT_TRUE(s.query());
+}
+
+TEST_P(StreamTest, ErrorSurfacesAtNextSynchronizeAndLaterWorkIsDiscarded) {
+  gc::Stream s(device());
+  std::atomic<int> ran{0};
+  gc::launch_host_func(s, [&] { ++ran; });
+  gc::launch_host_func(s, [] { throw std::runtime_error("batch 7 is corrupt"); });
+  gc::launch_host_func(s, [&] { ran += 100; });  // discarded: depends on failed work
+  gc::Event e(device());
+  e.record(s);  // events still complete, so nobody waiting on them hangs
+  e.synchronize();
+  try {
+    s.synchronize();
+    FAIL() << "the enqueued exception must surface";
+  } catch (const std::runtime_error& err) {
+    EXPECT_STREQ(err.what(), "batch 7 is corrupt");
+  }
+  EXPECT_EQ(ran.load(), 1);
+  // Reported once; the stream is usable again.
+  gc::launch_host_func(s, [&] { ran += 10; });
+  s.synchronize();
+  EXPECT_EQ(ran.load(), 11);
+}
+
+TEST_P(StreamTest, EventOrdersWorkAcrossStreams) {
+  gc::Stream producer(device()), consumer(device());
+  gc::Event ready(device());
+  std::atomic<bool> produced{false};
+  bool seen_by_consumer = false;
+  gc::launch_host_func(producer, [&] {
+    std::this_thread::sleep_for(30ms);
+    produced = true;
+  });
+  ready.record(producer);
+  consumer.wait(ready);
+  gc::launch_host_func(consumer, [&] { seen_by_consumer = produced.load(); });
+  consumer.synchronize();
+  EXPECT_TRUE(seen_by_consumer);
+  producer.synchronize();
+}
+
+TEST_P(StreamTest, StreamsCompleteOutOfOrder) {
+  gc::Stream slow(device()), fast(device());
+  Gate gate;
+  gate.enqueue_on(slow);
+  gc::Event slow_done(device()), fast_done(device());
+  slow_done.record(slow);
+  // Real work on the fast stream (a copy, not a host function: CUDA may serialise host
+  // functions of different streams on one thread, and the slow one is blocked).
+  gc::TypedBuffer<int> in(1000, gc::Device::host(), gc::MemoryKind::pinned);
+  gc::TypedBuffer<int> on_device(1000, device(), gc::MemoryKind::device);
+  gc::TypedBuffer<int> out(1000, gc::Device::host(), gc::MemoryKind::pinned);
+  for (int i = 0; i < 1000; ++i) in[i] = 3 * i + 1;
+  gc::copy(on_device, in, fast);
+  gc::copy(out, on_device, fast);
+  fast_done.record(fast);
+  fast.synchronize();
+  EXPECT_TRUE(fast_done.query());
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(out[i], 3 * i + 1);
+  EXPECT_FALSE(slow_done.query());
+  EXPECT_FALSE(slow.query());
+  gate.open();
+  slow_done.synchronize();
+  EXPECT_TRUE(slow_done.query());
+  slow.synchronize();
+}
+
+TEST_P(StreamTest, EventWaitCapturesTheRecordAtWaitTime) {
+  gc::Stream a(device()), b(device());
+  gc::Event e(device());
+  EXPECT_TRUE(e.query());  // never recorded: complete
+  e.synchronize();
+  b.wait(e);  // waits for nothing
+  b.synchronize();
+  Gate gate;
+  gate.enqueue_on(a);
+  e.record(a);
+  EXPECT_FALSE(e.query());
+  b.wait(e);
+  std::atomic<bool> b_ran{false};
+  gc::launch_host_func(b, [&] { b_ran = true; });
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(b_ran.load());  // b is held back by a's gate
+  gate.open();
+  b.synchronize();
+  EXPECT_TRUE(b_ran.load());
+  a.synchronize();
+}
+
+TEST_P(StreamTest, EventsTimeWork) {
+  gc::Stream s(device());
+  gc::Event start(device()), end(device());
+  start.record(s);
+  gc::launch_host_func(s, [] { std::this_thread::sleep_for(25ms); });
+  end.record(s);
+  end.synchronize();
+  const float ms = gc::elapsed_ms(start, end);
+  EXPECT_GE(ms, 20.0f);  // the event brackets the work it was recorded around
+  EXPECT_LT(ms, 60000.0f);
+}
+
+TEST_P(StreamTest, ElapsedTimeRejectsBadEvents) {
+  gc::Stream s(device());
+  gc::Event recorded(device()), never(device()), untimed(device(), /*timing=*/false);
+  recorded.record(s);
+  untimed.record(s);
+  s.synchronize();
+  EXPECT_THROW((void)gc::elapsed_ms(recorded, never), gc::InvalidArgument);
+  EXPECT_THROW((void)gc::elapsed_ms(untimed, recorded), gc::InvalidArgument);
+  gc::Event pending(device());
+  Gate gate;
+  gate.enqueue_on(s);
+  pending.record(s);
+  EXPECT_THROW((void)gc::elapsed_ms(recorded, pending), gc::Error);
+  gate.open();
+  s.synchronize();
+  EXPECT_GE(gc::elapsed_ms(recorded, pending), 0.0f);
+}
+
+TEST_P(StreamTest, ManyStreamsChainedByEvents) {
+  constexpr int kStreams = 32;
+  std::vector<gc::Stream> streams;
+  std::vector<gc::Event> events;
+  for (int i = 0; i < kStreams; ++i) {
+    streams.emplace_back(device());
+    events.emplace_back(device());
+  }
+  std::vector<int> order;
+  std::mutex m;
+  Gate gate;
+  gate.enqueue_on(streams[0]);
+  for (int i = 0; i < kStreams; ++i) {
+    if (i > 0) streams[i].wait(events[i - 1]);
+    gc::launch_host_func(streams[i], [&, i] {
+      std::lock_guard<std::mutex> lock(m);
+      order.push_back(i);
+    });
+    events[i].record(streams[i]);
+  }
+  gate.open();
+  events.back().synchronize();
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(kStreams));
+  for (int i = 0; i < kStreams; ++i) EXPECT_EQ(order[i], i);
+  for (auto& s : streams) s.synchronize();
+}
+
+TEST_P(StreamTest, MovedStreamKeepsItsWork) {
+  gc::Stream a(device());
+  std::atomic<int> ran{0};
+  gc::launch_host_func(a, [&] { ++ran; });
+  gc::Stream b(std::move(a));
+  gc::launch_host_func(b, [&] { ++ran; });
+  b.synchronize();
+  EXPECT_EQ(ran.load(), 2);
+  gc::Stream c(device());
+  c = std::move(b);
+  c.synchronize();
+  EXPECT_THROW((void)a.device(), gc::InvalidArgument);  // NOLINT(bugprone-use-after-move)
+}
+
+TEST_P(StreamTest, DestructorFinishesEnqueuedWork) {
+  std::atomic<int> ran{0};
+  {
+    gc::Stream s(device());
+    for (int i = 0; i < 50; ++i) gc::launch_host_func(s, [&] { ++ran; });
+  }
+  EXPECT_EQ(ran.load(), 50);
+}
+
+TEST_P(StreamTest, RejectsEmptyHostFunction) {
+  gc::Stream s(device());
+  EXPECT_THROW(gc::launch_host_func(s, nullptr), gc::InvalidArgument);
+}
+
+GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(StreamTest);
+
+TEST(HostStream, SynchronizingFromOwnWorkIsAnErrorNotADeadlock) {
+  gc::Stream s;
+  gc::StreamView v = s;
+  gc::launch_host_func(s, [v] { v.synchronize(); });
+  EXPECT_THROW(s.synchronize(), gc::InvalidArgument);
+}
+
+TEST(HostStream, EventAndStreamOnDifferentDevicesAreRejected) {
+  if (gc::cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA device: " << gc::cuda_unavailable_reason();
+  gc::Stream host_stream;
+  gc::Event cuda_event(gc::Device::cuda(0));
+  EXPECT_THROW(cuda_event.record(host_stream), gc::InvalidArgument);
+  EXPECT_THROW(host_stream.wait(cuda_event), gc::InvalidArgument);
+}
