@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# On a machine with a GPU: configure for the native architecture, build, run every test on both
+# backends, run the CUDA test cases under compute-sanitizer (memcheck, racecheck), run every
+# benchmark that exists, and print one summary table last. Budget: under 8 minutes on 16 cores.
+#
+# A GPU machine without Debian's libgtest-dev can use GoogleTest's sources carried along:
+#   cp -r /usr/src/googletest .deps/googletest   (on a machine that has them; .deps is ignored)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-build/gpu-check}"
+mkdir -p "$out" build
+summary=()
+record() { summary+=("$(printf '| %-34s | %-6s | %6ss | %s |' "$1" "$2" "$3" "$4")"); }
+run_step() {  # run_step NAME LOG CMD...
+  local name=$1 log=$2 t0=$SECONDS
+  shift 2
+  if "$@" >"$log" 2>&1; then record "$name" ok $((SECONDS - t0)) "$(tail -n 1 "$log" | cut -c1-70)"; return 0; fi
+  record "$name" FAIL $((SECONDS - t0)) "see $log: $(tail -n 1 "$log" | cut -c1-60)"
+  return 1
+}
+
+gpu="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
+echo "GPU: ${gpu:-none found}"
+cfg=(-DCMAKE_BUILD_TYPE=Release -DGPUCLOUD_CUDA=ON -DGPUCLOUD_CUDA_ARCHS=native)
+[ -f bench/CMakeLists.txt ] && cfg+=(-DGPUCLOUD_BUILD_BENCH=ON)
+[ -d .deps/googletest ] && cfg+=(-DGPUCLOUD_GTEST_SOURCE_DIR="$PWD/.deps/googletest")
+command -v ninja >/dev/null && cfg+=(-G Ninja)
+rm -rf build/gpu
+if run_step configure "$out/configure.log" cmake -S . -B build/gpu "${cfg[@]}" &&
+  run_step build "$out/build.log" cmake --build build/gpu -j "$(nproc)"; then
+  run_step "ctest (host + cuda)" "$out/ctest.log" ctest --test-dir build/gpu -j 8 --output-on-failure --timeout 300
+  skipped=$(grep -c "Skipped" "$out/ctest.log" || true)
+  record "cuda cases skipped" "$([ "$skipped" = 0 ] && echo ok || echo FAIL)" 0 "$skipped skipped (0 expected on a GPU)"
+  if command -v compute-sanitizer >/dev/null; then
+    for t in test_stream test_memory test_copy_cast; do
+      for tool in memcheck racecheck; do
+        run_step "$tool $t" "$out/$tool-$t.log" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+          "build/gpu/tests/$t" --gtest_filter='*cuda0*:CastBackends.*:HostStream.*'
+      done
+    done
+  else
+    record compute-sanitizer skip 0 "not on PATH"
+  fi
+  for b in build/gpu/bench/bench_*; do
+    [ -x "$b" ] || continue
+    run_step "$(basename "$b")" "$out/$(basename "$b").json.log" "$b" --benchmark_out="$out/$(basename "$b").json" \
+      --benchmark_out_format=json --benchmark_min_time=0.2
+  done
+  run_step devices_demo "$out/devices_demo.log" build/gpu/examples/devices_demo
+fi
+
+echo
+echo "gpu-check summary (${gpu:-no GPU}), ${SECONDS}s in all"
+echo "| step                               | result |  time   | detail |"
+echo "|------------------------------------|--------|---------|--------|"
+printf '%s\n' "${summary[@]}"
+! printf '%s\n' "${summary[@]}" | grep -q "| FAIL "

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what gpucloud needs to build and test on Debian 12 (idempotent; apt only when missing).
+# The CUDA toolkit is not installed here: it is found at /usr/local/cuda when present, and the
+# host-only library builds without it.
+set -euo pipefail
+
+packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: CUDA toolkit $(/usr/local/cuda/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') found"
+else
+  echo "setup: no CUDA toolkit at /usr/local/cuda: building the host backend only"
+fi

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test. This is the README's test command and what CI runs.
+#
+#   scripts/test.sh           all configurations (below)
+#   scripts/test.sh --quick   only the main configuration
+#
+# Configurations, each in its own build directory under build/:
+#   main   CUDA backend when the toolkit is found (every .cu compiled and linked), all tests
+#   host   GPUCLOUD_CUDA=OFF: the library without any CUDA, all tests
+#   asan   host tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   tsan   stream, memory and kernel tests (everything stream-ordered) under ThreadSanitizer
+# GPUCLOUD_CUDA_ARCHS (default 80) narrows the CUDA architectures compiled for tests; real builds
+# keep the library's default list.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+jobs="${GPUCLOUD_JOBS:-2}"
+archs="${GPUCLOUD_CUDA_ARCHS:-80}"
+
+scripts/setup.sh
+
+configure_build_test() {
+  local name=$1 ctest_args=$2
+  shift 2
+  echo
+  echo "=== configuration '$name' ==="
+  cmake -S . -B "build/$name" -DGPUCLOUD_WARNINGS_AS_ERRORS=ON -DGPUCLOUD_CUDA_ARCHS="$archs" "$@" >"build/$name.configure.log" 2>&1 ||
+    { cat "build/$name.configure.log"; return 1; }
+  cmake --build "build/$name" -j "$jobs"
+  (cd "build/$name" && ctest --output-on-failure --no-tests=error -j "$jobs" $ctest_args)
+}
+
+mkdir -p build
+configure_build_test main "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+((quick)) && exit 0
+configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  configure_build_test asan "-LE packaging" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
+  -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  configure_build_test tsan "-L stream|memory|kernels" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
+  -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF
+echo
+echo "all configurations passed: main, host, asan, tsan"
