@@ -4,7 +4,7 @@
 # host-only library builds without it.
 set -euo pipefail
 
-packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip)
+packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
