@@ -6,6 +6,7 @@
 #
 # Configurations, each in its own build directory under build/:
 #   main   CUDA backend when the toolkit is found (every .cu compiled and linked), all tests
+#   python `pip install .` into a virtual environment (build/venv), then the pytest suite
 #   host   GPUCLOUD_CUDA=OFF: the library without any CUDA, all tests
 #   asan   host tests under AddressSanitizer + UndefinedBehaviorSanitizer (not packaging, not
 #          MPI: OpenMPI's initialisation leaks by design)
@@ -33,8 +34,19 @@ configure_build_test() {
   (cd "build/$name" && ctest --output-on-failure --no-tests=error -j "$jobs" $ctest_args)
 }
 
+python_package() {
+  echo
+  echo "=== configuration 'python' ==="
+  [ -x build/venv/bin/python ] || python3 -m venv build/venv
+  export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+  build/venv/bin/python -m pip install -q -r python/requirements-test.txt
+  build/venv/bin/python -m pip install -q . -C cmake.define.GPUCLOUD_CUDA_ARCHS="$archs" -C build-dir=build/python
+  build/venv/bin/python -m pytest -ra python/tests
+}
+
 mkdir -p build
 configure_build_test main "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+python_package
 ((quick)) && exit 0
 configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -44,4 +56,4 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   configure_build_test tsan "-L stream|memory|kernels" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF
 echo
-echo "all configurations passed: main, host, asan, tsan"
+echo "all configurations passed: main, python, host, asan, tsan"

@@ -28,6 +28,7 @@ void deallocate_async(void*, int, StreamImpl*) noexcept {}
 void memcpy_async(void*, const void*, std::size_t, StreamImpl&) { unavailable("copy"); }
 void prefetch(const void*, std::size_t, Device, StreamImpl&) { unavailable("prefetch"); }
 void advise(const void*, std::size_t, MemoryAdvice, Device) { unavailable("advise"); }
+PointerInfo pointer_info(const void*) { return PointerInfo{}; }
 void cast(BufferView, BufferView, StreamImpl&) { unavailable("cast"); }
 void fill(BufferView, double, StreamImpl&) { unavailable("fill"); }
 

@@ -78,6 +78,11 @@ void release_after(std::optional<StreamView> stream, std::function<void()> free_
 
 }  // namespace detail
 
+PointerInfo pointer_info(const void* ptr) {
+  if (ptr == nullptr || cuda_device_count() == 0) return PointerInfo{};
+  return detail::cuda::pointer_info(ptr);
+}
+
 // ---- MemoryResource -------------------------------------------------------------------------
 
 void* MemoryResource::allocate(std::size_t bytes, std::optional<StreamView> stream) {

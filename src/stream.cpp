@@ -54,6 +54,11 @@ void launch_host_func(StreamView stream, std::function<void()> fn) {
   stream.impl()->launch_host_func(std::move(fn), /*always_run=*/false);
 }
 
+void launch_cleanup(StreamView stream, std::function<void()> fn) {
+  GPUCLOUD_EXPECTS(static_cast<bool>(fn), "launch_cleanup", "fn: empty function");
+  stream.impl()->launch_host_func(std::move(fn), /*always_run=*/true);
+}
+
 // ---- Event ----------------------------------------------------------------------------------
 
 Event::Event(Device device, bool timing)

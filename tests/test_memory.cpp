@@ -290,6 +290,20 @@ TEST_P(MemoryTest, ViewsSliceWithinBounds) {
                gc::InvalidArgument);
 }
 
+TEST_P(MemoryTest, PointerInfoFindsWhereMemoryLives) {
+  gc::Buffer d(16, gc::DType::uint8, device(), gc::MemoryKind::device);
+  const auto info = gc::pointer_info(d.data());
+  EXPECT_EQ(info.device, device());
+  EXPECT_EQ(info.kind, device().is_cuda() ? gc::MemoryKind::device : gc::MemoryKind::host);
+  gc::Buffer p(16, gc::DType::uint8, gc::Device::host(), gc::MemoryKind::pinned);
+  EXPECT_EQ(gc::pointer_info(p.data()).kind,
+            gc::cuda_device_count() > 0 ? gc::MemoryKind::pinned : gc::MemoryKind::host);
+  std::vector<int> pageable(4);
+  EXPECT_EQ(gc::pointer_info(pageable.data()).kind, gc::MemoryKind::host);
+  EXPECT_EQ(gc::pointer_info(pageable.data()).device, gc::Device::host());
+  EXPECT_EQ(gc::pointer_info(nullptr).kind, gc::MemoryKind::host);
+}
+
 GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(MemoryTest);
 
 TEST(HostMemory, PinnedAndHostMemoryBelongToTheHost) {

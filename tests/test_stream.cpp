@@ -76,6 +76,11 @@ TEST_P(StreamTest, ErrorSurfacesAtNextSynchronizeAndLaterWorkIsDiscarded) {
     EXPECT_STREQ(err.what(), "batch 7 is corrupt");
   }
   EXPECT_EQ(ran.load(), 1);
+  std::atomic<bool> cleaned{false};
+  gc::launch_cleanup(s, [&] { cleaned = true; });  // cleanups run even after a failure
+  e.record(s);
+  e.synchronize();
+  EXPECT_TRUE(cleaned.load());
   // Reported once; the stream is usable again.
   gc::launch_host_func(s, [&] { ran += 10; });
   s.synchronize();

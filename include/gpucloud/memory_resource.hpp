@@ -22,6 +22,17 @@ enum class MemoryKind {
 /// @brief "host", "pinned", "device" or "managed".
 GPUCLOUD_API const char* memory_kind_name(MemoryKind kind) noexcept;
 
+/// @brief Where a pointer's memory lives, as the CUDA driver sees it.
+struct PointerInfo {
+  Device device = Device::host();      ///< owning device (the host for host and pinned memory)
+  MemoryKind kind = MemoryKind::host;  ///< host (pageable or unknown), pinned, device or managed
+};
+
+/// @brief Device and kind of the memory at @p ptr (cudaPointerGetAttributes); host when unknown.
+///
+/// Lets a wrapper of memory owned elsewhere (a NumPy array, a tensor) build a correct BufferView.
+GPUCLOUD_API PointerInfo pointer_info(const void* ptr);
+
 /// @brief Every allocation is aligned to at least this many bytes.
 inline constexpr std::size_t kAllocationAlignment = 256;
 

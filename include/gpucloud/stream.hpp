@@ -85,4 +85,10 @@ class GPUCLOUD_API Stream {
 /// reported by the stream's next synchronize().
 GPUCLOUD_API void launch_host_func(StreamView stream, std::function<void()> fn);
 
+/// @brief Enqueues a cleanup @p fn that runs once earlier work finished, even if it failed.
+///
+/// For releasing what in-flight work uses (a borrowed array, a staging buffer): unlike
+/// launch_host_func it is not discarded after an error. @p fn must not throw.
+GPUCLOUD_API void launch_cleanup(StreamView stream, std::function<void()> fn);
+
 }  // namespace gpucloud

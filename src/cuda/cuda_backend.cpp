@@ -253,4 +253,30 @@ void advise(const void* p, std::size_t bytes, MemoryAdvice advice, Device target
   GPUCLOUD_CUDA_CHECK(cudaMemAdvise(p, bytes, a, location_of(target)));
 }
 
+PointerInfo pointer_info(const void* p) {
+  cudaPointerAttributes attr{};
+  const cudaError_t status = cudaPointerGetAttributes(&attr, p);
+  PointerInfo info;
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return info;
+  }
+  switch (attr.type) {
+    case cudaMemoryTypeDevice:
+      info.kind = MemoryKind::device;
+      info.device = Device::cuda(attr.device);
+      break;
+    case cudaMemoryTypeManaged:
+      info.kind = MemoryKind::managed;
+      info.device = Device::cuda(attr.device);
+      break;
+    case cudaMemoryTypeHost:
+      info.kind = MemoryKind::pinned;
+      break;
+    default:
+      break;
+  }
+  return info;
+}
+
 }  // namespace gpucloud::detail::cuda

@@ -38,6 +38,9 @@ void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamImpl& str
 void prefetch(const void* p, std::size_t bytes, Device target, StreamImpl& stream);
 void advise(const void* p, std::size_t bytes, MemoryAdvice advice, Device target);
 
+/// cudaPointerGetAttributes; host memory when the pointer is unknown to CUDA.
+PointerInfo pointer_info(const void* p);
+
 /// Kernels (kernels/cast.cu).
 void cast(BufferView dst, BufferView src, StreamImpl& stream);
 void fill(BufferView dst, double value, StreamImpl& stream);

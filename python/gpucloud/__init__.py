@@ -1,0 +1,53 @@
+"""gpucloud: the runtime pieces of multi-GPU data-parallel training.
+
+The same concepts and names as the C++ library: devices, streams and events; buffers of every
+memory kind with RMM-style memory resources; asynchronous copies, casts and fills. Every operation
+accepts gpucloud buffers and, without copying, anything that speaks DLPack or the array
+interfaces (NumPy arrays, PyTorch tensors, CuPy arrays).
+"""
+
+from ._core import (  # noqa: F401
+    AsyncPoolResource,
+    Buffer,
+    BuildInfo,
+    CommunicationError,
+    Device,
+    DeviceError,
+    DeviceKind,
+    DeviceProperties,
+    DType,
+    Error,
+    Event,
+    InvalidArgument,
+    LimitingAdaptor,
+    MemoryAdvice,
+    MemoryInfo,
+    MemoryKind,
+    MemoryResource,
+    MemoryStatistics,
+    OutOfMemory,
+    PlainResource,
+    PoolResource,
+    StatisticsAdaptor,
+    Stream,
+    Unsupported,
+    advise,
+    available_devices,
+    build_info,
+    cast,
+    copy,
+    cuda_device_count,
+    cuda_unavailable_reason,
+    device_properties,
+    dtype,
+    elapsed_ms,
+    fill,
+    launch_host_func,
+    memory_info,
+    prefetch,
+    set_default_resource,
+)
+
+__version__ = build_info().version
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,29 @@
+"""python -m gpucloud: the build configuration and the devices this process sees."""
+
+import gpucloud
+
+
+def main() -> int:
+    info = gpucloud.build_info()
+    print(f"gpucloud {info.version}")
+    if info.cuda:
+        print(f"  CUDA backend: built (runtime {info.cuda_runtime_version}, architectures {info.cuda_architectures})")
+    else:
+        print("  CUDA backend: not built")
+    if gpucloud.cuda_device_count() == 0:
+        print(f"  no CUDA device: {gpucloud.cuda_unavailable_reason()}")
+    print("devices:")
+    for device in gpucloud.available_devices():
+        p = gpucloud.device_properties(device)
+        mem = gpucloud.memory_info(device)
+        cc = f"compute capability {p.compute_capability_major}.{p.compute_capability_minor}, " if device.is_cuda else ""
+        print(
+            f"  {device}: {p.name} [{p.backend}] {cc}"
+            f"{mem.free / 2**30:.1f} of {mem.total / 2**30:.1f} GiB free, {p.multiprocessor_count} "
+            f"{'SMs' if device.is_cuda else 'hardware threads'}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

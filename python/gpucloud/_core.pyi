@@ -1,0 +1,578 @@
+"""
+gpucloud's C++ core: devices, streams, events, buffers, memory resources, copies
+"""
+from __future__ import annotations
+import collections.abc
+import typing
+class Error(RuntimeError):
+    """Base of every gpucloud error."""
+class InvalidArgument(Error, ValueError):
+    """A bad argument; nothing was changed."""
+class OutOfMemory(Error, MemoryError):
+    """An allocation failed; recoverable."""
+class DeviceError(Error):
+    """A device or runtime failure."""
+class CommunicationError(Error):
+    """A collective failed, timed out or a peer died."""
+class Unsupported(Error, NotImplementedError):
+    """Not available in this build or on this device."""
+__all__: list[str] = ['AsyncPoolResource', 'Buffer', 'BuildInfo', 'CommunicationError', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'InvalidArgument', 'LimitingAdaptor', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'advise', 'available_devices', 'build_info', 'cast', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'launch_host_func', 'memory_info', 'prefetch', 'set_default_resource']
+class DType:
+    """
+    Element types.
+    
+    Members:
+    
+      float32
+    
+      float64
+    
+      float16
+    
+      bfloat16
+    
+      int32
+    
+      int64
+    
+      uint8
+    
+      float8_e4m3
+    
+      float8_e5m2
+    """
+    __members__: typing.ClassVar[dict[str, DType]]
+    bfloat16: typing.ClassVar[DType]
+    float16: typing.ClassVar[DType]
+    float32: typing.ClassVar[DType]
+    float64: typing.ClassVar[DType]
+    float8_e4m3: typing.ClassVar[DType]
+    float8_e5m2: typing.ClassVar[DType]
+    int32: typing.ClassVar[DType]
+    int64: typing.ClassVar[DType]
+    uint8: typing.ClassVar[DType]
+    @typing.overload
+    def __eq__(self, other: DType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: DType) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @typing.overload
+    def __str__(self) -> str:
+        ...
+    @typing.overload
+    def __str__(self) -> str:
+        ...
+    @property
+    def itemsize(self) -> int:
+        """
+        Bytes per element.
+        """
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class DeviceKind:
+    """
+    Members:
+    
+      host
+    
+      cuda
+    """
+    __members__: typing.ClassVar[dict[str, DeviceKind]]
+    cuda: typing.ClassVar[DeviceKind]
+    host: typing.ClassVar[DeviceKind]
+    @typing.overload
+    def __eq__(self, other: DeviceKind) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: DeviceKind) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class Device:
+    """
+    The host, or CUDA GPU i.
+    """
+    @staticmethod
+    def cuda(index: typing.SupportsInt | typing.SupportsIndex = 0) -> Device:
+        """
+        CUDA device `index`; raises if it is not there.
+        """
+    @staticmethod
+    def host() -> Device:
+        """
+        The host device; always available.
+        """
+    def __eq__(self, arg0: Device) -> bool:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __init__(self, spec: str = 'host') -> None:
+        """
+        A device from 'host', 'cpu', 'cuda' or 'cuda:N'.
+        """
+    def __repr__(self) -> str:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def index(self) -> int:
+        ...
+    @property
+    def is_cuda(self) -> bool:
+        ...
+    @property
+    def is_host(self) -> bool:
+        ...
+    @property
+    def kind(self) -> DeviceKind:
+        ...
+class DeviceProperties:
+    """
+    What a device is and can do.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def backend(self) -> str:
+        ...
+    @property
+    def compute_capability_major(self) -> int:
+        ...
+    @property
+    def compute_capability_minor(self) -> int:
+        ...
+    @property
+    def concurrent_managed_access(self) -> bool:
+        ...
+    @property
+    def multiprocessor_count(self) -> int:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def total_memory(self) -> int:
+        ...
+class MemoryInfo:
+    """
+    Free and total bytes of a device's memory.
+    """
+    @property
+    def free(self) -> int:
+        ...
+    @property
+    def total(self) -> int:
+        ...
+class BuildInfo:
+    """
+    How the library was built.
+    """
+    @property
+    def cuda(self) -> bool:
+        ...
+    @property
+    def cuda_architectures(self) -> str:
+        ...
+    @property
+    def cuda_runtime_version(self) -> int:
+        ...
+    @property
+    def version(self) -> str:
+        ...
+class Stream:
+    """
+    An in-order asynchronous work queue on one device.
+    """
+    def __init__(self, device: Device = ...) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def query(self) -> bool:
+        """
+        True when all enqueued work has finished.
+        """
+    def synchronize(self) -> None:
+        """
+        Wait for the work enqueued so far; raises the first error that work raised.
+        """
+    def wait(self, event: Event) -> None:
+        """
+        Later work on this stream waits for the event's latest record.
+        """
+    @property
+    def device(self) -> Device:
+        ...
+    @property
+    def native_handle(self) -> int:
+        """
+        The cudaStream_t as an integer (0 on the host).
+        """
+class Event:
+    """
+    A marker recorded on a stream, to order and time work across streams.
+    """
+    def __init__(self, device: Device = ..., timing: bool = True) -> None:
+        ...
+    def query(self) -> bool:
+        """
+        True when the latest record has completed.
+        """
+    def record(self, stream: Stream) -> None:
+        """
+        Capture the work enqueued on `stream` so far.
+        """
+    def synchronize(self) -> None:
+        """
+        Block until the latest record has completed.
+        """
+    @property
+    def device(self) -> Device:
+        ...
+class MemoryKind:
+    """
+    Where the bytes of a buffer live.
+    
+    Members:
+    
+      host
+    
+      pinned
+    
+      device
+    
+      managed
+    """
+    __members__: typing.ClassVar[dict[str, MemoryKind]]
+    device: typing.ClassVar[MemoryKind]
+    host: typing.ClassVar[MemoryKind]
+    managed: typing.ClassVar[MemoryKind]
+    pinned: typing.ClassVar[MemoryKind]
+    @typing.overload
+    def __eq__(self, other: MemoryKind) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: MemoryKind) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @typing.overload
+    def __str__(self) -> str:
+        ...
+    @typing.overload
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class MemoryResource:
+    """
+    Allocates memory of one kind on one device.
+    """
+    @property
+    def device(self) -> Device:
+        ...
+    @property
+    def kind(self) -> MemoryKind:
+        ...
+class PlainResource(MemoryResource):
+    """
+    One system allocation per request.
+    """
+    def __init__(self, kind: typing.Any, device: typing.Any = ...) -> None:
+        ...
+class PoolResource(MemoryResource):
+    """
+    Caching pool with power-of-two size classes and stream-ordered reuse.
+    """
+    def __init__(self, upstream: MemoryResource, max_block_bytes: typing.SupportsInt | typing.SupportsIndex = 1073741824) -> None:
+        ...
+    def release(self) -> None:
+        """
+        Return every cached block upstream.
+        """
+    @property
+    def cached_bytes(self) -> int:
+        ...
+    @property
+    def pool_bytes(self) -> int:
+        ...
+class AsyncPoolResource(MemoryResource):
+    """
+    CUDA's stream-ordered allocator.
+    """
+    def __init__(self, device: Device) -> None:
+        ...
+class MemoryStatistics:
+    @property
+    def current_allocations(self) -> int:
+        ...
+    @property
+    def current_bytes(self) -> int:
+        ...
+    @property
+    def peak_bytes(self) -> int:
+        ...
+    @property
+    def total_allocations(self) -> int:
+        ...
+    @property
+    def total_bytes(self) -> int:
+        ...
+class StatisticsAdaptor(MemoryResource):
+    """
+    Counts bytes and allocations.
+    """
+    def __init__(self, upstream: MemoryResource) -> None:
+        ...
+    def reset_peak(self) -> None:
+        ...
+    def statistics(self) -> MemoryStatistics:
+        ...
+class LimitingAdaptor(MemoryResource):
+    """
+    Fails allocations beyond a byte limit.
+    """
+    def __init__(self, upstream: MemoryResource, limit_bytes: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def allocated_bytes(self) -> int:
+        ...
+    @property
+    def limit_bytes(self) -> int:
+        ...
+class Buffer:
+    """
+    An owning allocation of one dtype, of any memory kind, on one device.
+    """
+    def __dlpack__(self, *, stream: typing.Any = None, max_version: typing.Any = None, dl_device: typing.Any = None, copy: typing.Any = None) -> typing.Any:
+        """
+        A DLPack capsule viewing the buffer (zero-copy); keeps the buffer alive.
+        """
+    def __dlpack_device__(self: Buffer) -> tuple:
+        ...
+    def __init__(self: Buffer, shape: typing.Any, dtype: typing.Any = 'float32', device: typing.Any = ..., kind: typing.Any = ..., stream: Stream = None, mr: typing.Any = None) -> None:
+        ...
+    def __len__(self: Buffer) -> int:
+        ...
+    def __repr__(self: Buffer) -> str:
+        ...
+    @property
+    def __array_interface__(self) -> typing.Any:
+        ...
+    @property
+    def __cuda_array_interface__(self) -> typing.Any:
+        ...
+    @property
+    def data_ptr(self) -> int:
+        ...
+    @property
+    def device(self) -> Device:
+        ...
+    @property
+    def dtype(self) -> DType:
+        ...
+    @property
+    def kind(self) -> MemoryKind:
+        ...
+    @property
+    def nbytes(self) -> int:
+        ...
+    @property
+    def shape(self) -> tuple:
+        ...
+    @property
+    def size(self) -> int:
+        """
+        Number of elements.
+        """
+class MemoryAdvice:
+    """
+    Hints for managed memory.
+    
+    Members:
+    
+      read_mostly
+    
+      unset_read_mostly
+    
+      preferred_location
+    
+      unset_preferred_location
+    
+      accessed_by
+    
+      unset_accessed_by
+    """
+    __members__: typing.ClassVar[dict[str, MemoryAdvice]]
+    accessed_by: typing.ClassVar[MemoryAdvice]
+    preferred_location: typing.ClassVar[MemoryAdvice]
+    read_mostly: typing.ClassVar[MemoryAdvice]
+    unset_accessed_by: typing.ClassVar[MemoryAdvice]
+    unset_preferred_location: typing.ClassVar[MemoryAdvice]
+    unset_read_mostly: typing.ClassVar[MemoryAdvice]
+    @typing.overload
+    def __eq__(self, other: MemoryAdvice) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: MemoryAdvice) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+def advise(buffer: typing.Any, advice: MemoryAdvice, target: typing.Any) -> None:
+    """
+    Apply a cudaMemAdvise hint to managed memory.
+    """
+def available_devices() -> list[Device]:
+    """
+    The host, then every visible CUDA device.
+    """
+def build_info() -> BuildInfo:
+    """
+    The configuration this library was built with.
+    """
+def cast(dst: typing.Any, src: typing.Any, stream: Stream) -> None:
+    """
+    dst = src converted to dst's dtype, in stream order.
+    """
+def copy(dst: typing.Any, src: typing.Any, stream: Stream) -> None:
+    """
+    Copy `src` into `dst` in stream order (any memory kinds; zero-copy views of NumPy/PyTorch/CuPy).
+    """
+def cuda_device_count() -> int:
+    """
+    Visible CUDA devices (0 without a usable driver).
+    """
+def cuda_unavailable_reason() -> str:
+    """
+    Why there is no CUDA device, or ''.
+    """
+def device_properties(device: Device) -> DeviceProperties:
+    """
+    Properties of a device.
+    """
+def dtype(spec: typing.Any) -> DType:
+    """
+    The DType named by a DType, a string ('float32', 'bf16'), a NumPy or a torch dtype.
+    """
+def elapsed_ms(start: Event, end: Event) -> float:
+    """
+    Milliseconds between two completed records of timing events.
+    """
+def fill(dst: typing.Any, value: typing.SupportsFloat | typing.SupportsIndex, stream: Stream) -> None:
+    """
+    Set every element of dst, in stream order.
+    """
+def launch_host_func(stream: Stream, fn: collections.abc.Callable) -> None:
+    """
+    Run `fn()` on the stream once earlier work finished; its exception surfaces at synchronize().
+    """
+def memory_info(device: Device) -> MemoryInfo:
+    """
+    Free and total memory of a device now.
+    """
+def prefetch(buffer: typing.Any, target: typing.Any, stream: Stream) -> None:
+    """
+    Migrate managed memory to `target` in stream order.
+    """
+def set_default_resource(kind: typing.Any, device: typing.Any, mr: typing.Any) -> None:
+    """
+    Make `mr` the resource buffers of `kind` on `device` use by default (None restores the built-in one).
+    """

@@ -1,0 +1,54 @@
+// Shared pieces of the Python bindings (not API).
+#pragma once
+
+#include <gpucloud/gpucloud.hpp>
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace gpucloud::python {
+
+void register_errors(py::module_& m);
+void bind_runtime(py::module_& m);
+void bind_memory(py::module_& m);
+
+/// Python's Stream: its C++ destructor waits for the stream's work, which may need the GIL
+/// (Python host functions, releases of borrowed arrays), so it drops the GIL first.
+struct PyStream {
+  explicit PyStream(Device device) : stream(std::make_unique<Stream>(device)) {}
+  ~PyStream();
+  PyStream(const PyStream&) = delete;
+  PyStream& operator=(const PyStream&) = delete;
+  std::unique_ptr<Stream> stream;
+};
+
+/// Python's Buffer: an owning Buffer plus the shape Python sees. Its memory may be freed in
+/// stream order, and a CUDA free may wait for the device, so its destructor drops the GIL too.
+struct PyBuffer {
+  PyBuffer(Buffer b, std::vector<std::int64_t> s, py::object mr)
+      : buffer(std::move(b)), shape(std::move(s)), resource(std::move(mr)) {}
+  ~PyBuffer();
+  PyBuffer(const PyBuffer&) = delete;
+  PyBuffer& operator=(const PyBuffer&) = delete;
+  Buffer buffer;
+  std::vector<std::int64_t> shape;
+  py::object resource;  ///< the Python memory resource it came from, kept alive
+};
+
+/// Keeps Python objects alive until the work enqueued on @p stream so far has finished, then
+/// releases them (taking the GIL) from whatever thread the stream runs cleanup on.
+void keep_alive_until_done(StreamView stream, std::vector<py::object> objects);
+
+/// A Python object that can be destroyed from any thread: the last release takes the GIL.
+std::shared_ptr<py::object> gil_safe(py::object object);
+
+/// dtype from a DType, a name ("float32", "bf16"), a NumPy dtype or a torch dtype.
+/// @throws TypeError for anything else.
+DType to_dtype(py::handle h);
+
+}  // namespace gpucloud::python

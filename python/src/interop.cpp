@@ -1,0 +1,322 @@
+#include "interop.hpp"
+
+#include <dlpack/dlpack.h>
+#include <pybind11/stl.h>
+
+#include <numeric>
+
+namespace gpucloud::python {
+
+namespace {
+
+[[noreturn]] void fail_type(const char* arg, const std::string& what) {
+  throw py::type_error(std::string(arg) + ": " + what);
+}
+
+std::size_t element_count(const std::vector<std::int64_t>& shape, const char* arg) {
+  std::size_t n = 1;
+  for (auto d : shape) {
+    GPUCLOUD_EXPECTS(d >= 0, "gpucloud", std::string(arg) + ": negative dimension in shape");
+    n *= static_cast<std::size_t>(d);
+  }
+  return n;
+}
+
+// Compact row-major strides (in elements); size-1 dimensions may carry any stride.
+void check_contiguous(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& strides,
+                      const char* arg) {
+  std::int64_t expected = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expected) {
+      std::string s;
+      for (auto v : strides) s += (s.empty() ? "" : ", ") + std::to_string(v);
+      GPUCLOUD_FAIL(InvalidArgument, "gpucloud",
+                    std::string(arg) + ": non-contiguous memory (strides [" + s +
+                        "] in elements); pass a contiguous copy, e.g. numpy.ascontiguousarray(x)");
+    }
+    expected *= shape[i];
+  }
+}
+
+DType dtype_from_typestr(const std::string& t, const char* arg) {
+  if (t.size() < 3 || (t[0] != '<' && t[0] != '|' && t[0] != '=')) fail_type(arg, "unsupported typestr '" + t + "'");
+  const std::string body = t.substr(1);
+  if (body == "f4") return DType::float32;
+  if (body == "f8") return DType::float64;
+  if (body == "f2") return DType::float16;
+  if (body == "i4") return DType::int32;
+  if (body == "i8") return DType::int64;
+  if (body == "u1") return DType::uint8;
+  fail_type(arg, "dtype '" + t + "' is not supported (float32/64/16, int32/64, uint8)");
+}
+
+Borrowed from_array_interface(py::handle obj, const py::dict& ai, bool cuda, const char* arg) {
+  Borrowed b;
+  for (auto d : ai["shape"].cast<py::tuple>()) b.shape.push_back(d.cast<std::int64_t>());
+  const DType dtype = dtype_from_typestr(ai["typestr"].cast<std::string>(), arg);
+  auto data = ai["data"].cast<py::tuple>();
+  const auto ptr = data[0].cast<std::uintptr_t>();
+  b.readonly = data[1].cast<bool>();
+  if (ai.contains("strides") && !ai["strides"].is_none()) {
+    std::vector<std::int64_t> strides;
+    for (auto s : ai["strides"].cast<py::tuple>()) {
+      const auto bytes = s.cast<std::int64_t>();
+      if (bytes % static_cast<std::int64_t>(dtype_size(dtype)) != 0) {
+        GPUCLOUD_FAIL(InvalidArgument, "gpucloud",
+                      std::string(arg) + ": strides are not multiples of the element size");
+      }
+      strides.push_back(bytes / static_cast<std::int64_t>(dtype_size(dtype)));
+    }
+    check_contiguous(b.shape, strides, arg);
+  }
+  if (ai.contains("mask") && !ai["mask"].is_none()) fail_type(arg, "masked arrays are not supported");
+  const std::size_t n = element_count(b.shape, arg);
+  void* p = reinterpret_cast<void*>(ptr);
+  const PointerInfo where = pointer_info(p);
+  if (cuda && where.device.is_host() && cuda_device_count() == 0) {
+    fail_type(arg, "__cuda_array_interface__ memory but no CUDA device is usable");
+  }
+  b.view = BufferView(n == 0 ? nullptr : p, n, dtype, where.kind, where.device);
+  b.owner = py::reinterpret_borrow<py::object>(obj);
+  return b;
+}
+
+DType dtype_from_dl(DLDataType t, const char* arg) {
+  if (t.lanes != 1) fail_type(arg, "vector dtypes (lanes != 1) are not supported");
+  switch (t.code) {
+    case kDLFloat:
+      if (t.bits == 32) return DType::float32;
+      if (t.bits == 64) return DType::float64;
+      if (t.bits == 16) return DType::float16;
+      break;
+    case kDLBfloat:
+      if (t.bits == 16) return DType::bfloat16;
+      break;
+    case kDLInt:
+      if (t.bits == 32) return DType::int32;
+      if (t.bits == 64) return DType::int64;
+      break;
+    case kDLUInt:
+      if (t.bits == 8) return DType::uint8;
+      break;
+    default:
+      break;
+  }
+  fail_type(arg,
+            "DLPack dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits) is not supported");
+}
+
+DLDataType dl_from_dtype(DType t) {
+  switch (t) {
+    case DType::float32:
+      return {kDLFloat, 32, 1};
+    case DType::float64:
+      return {kDLFloat, 64, 1};
+    case DType::float16:
+      return {kDLFloat, 16, 1};
+    case DType::bfloat16:
+      return {kDLBfloat, 16, 1};
+    case DType::int32:
+      return {kDLInt, 32, 1};
+    case DType::int64:
+      return {kDLInt, 64, 1};
+    case DType::uint8:
+      return {kDLUInt, 8, 1};
+    default:
+      break;
+  }
+  throw py::type_error(std::string("dtype: ") + dtype_name(t) + " has no DLPack 0.6 type; view the bytes as uint8");
+}
+
+Borrowed from_dlpack(py::handle obj, const char* arg) {
+  py::object capsule_obj = obj.attr("__dlpack__")();
+  PyObject* cap = capsule_obj.ptr();
+  if (!PyCapsule_IsValid(cap, "dltensor")) fail_type(arg, "__dlpack__ did not return an unconsumed 'dltensor' capsule");
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+  // Consume it: from now on we own the tensor and call its deleter when we are done.
+  PyCapsule_SetName(cap, "used_dltensor");
+  py::capsule owner(managed, [](void* p) {
+    auto* t = static_cast<DLManagedTensor*>(p);
+    if (t->deleter != nullptr) t->deleter(t);
+  });
+  const DLTensor& t = managed->dl_tensor;
+  Borrowed b;
+  b.owner = owner;
+  b.shape.assign(t.shape, t.shape + t.ndim);
+  const DType dtype = dtype_from_dl(t.dtype, arg);
+  if (t.strides != nullptr) check_contiguous(b.shape, std::vector<std::int64_t>(t.strides, t.strides + t.ndim), arg);
+  Device device = Device::host();
+  MemoryKind kind = MemoryKind::host;
+  switch (t.device.device_type) {
+    case kDLCPU:
+      break;
+    case kDLCUDAHost:
+      kind = MemoryKind::pinned;
+      break;
+    case kDLCUDA:
+      device = Device::cuda(t.device.device_id);
+      kind = MemoryKind::device;
+      break;
+    case kDLCUDAManaged:
+      device = Device::cuda(t.device.device_id);
+      kind = MemoryKind::managed;
+      break;
+    default:
+      fail_type(arg, "DLPack device type " + std::to_string(t.device.device_type) + " is not supported");
+  }
+  const std::size_t n = element_count(b.shape, arg);
+  void* p = static_cast<char*>(t.data) + t.byte_offset;
+  b.view = BufferView(n == 0 ? nullptr : p, n, dtype, kind, device);
+  return b;
+}
+
+}  // namespace
+
+Borrowed borrow(py::handle obj, const char* arg) {
+  if (py::isinstance<PyBuffer>(obj)) {
+    auto& pb = obj.cast<PyBuffer&>();
+    Borrowed b;
+    b.view = pb.buffer.view();
+    b.shape = pb.shape;
+    b.owner = py::reinterpret_borrow<py::object>(obj);
+    return b;
+  }
+  if (py::hasattr(obj, "__cuda_array_interface__")) {
+    return from_array_interface(obj, obj.attr("__cuda_array_interface__").cast<py::dict>(), true, arg);
+  }
+  if (py::hasattr(obj, "__array_interface__")) {
+    return from_array_interface(obj, obj.attr("__array_interface__").cast<py::dict>(), false, arg);
+  }
+  if (py::hasattr(obj, "__dlpack__")) return from_dlpack(obj, arg);
+  fail_type(arg,
+            "expected a gpucloud.Buffer or an object with __dlpack__, __array_interface__ or "
+            "__cuda_array_interface__, got " +
+                py::str(py::type::handle_of(obj)).cast<std::string>());
+}
+
+Borrowed borrow_writable(py::handle obj, const char* arg) {
+  Borrowed b = borrow(obj, arg);
+  GPUCLOUD_EXPECTS(!b.readonly, "gpucloud", std::string(arg) + ": read-only memory cannot be written");
+  return b;
+}
+
+std::string typestr(DType t) {
+  switch (t) {
+    case DType::float32:
+      return "<f4";
+    case DType::float64:
+      return "<f8";
+    case DType::float16:
+      return "<f2";
+    case DType::int32:
+      return "<i4";
+    case DType::int64:
+      return "<i8";
+    case DType::uint8:
+      return "|u1";
+    case DType::bfloat16:
+      return "<V2";
+    default:
+      return "|V1";
+  }
+}
+
+namespace {
+// DLPack 1.0's versioned tensor (Debian ships the 0.6 header, whose DLTensor is the same): lets
+// consumers such as NumPy 2 import the buffer as writable.
+struct DLPackVersion {
+  std::uint32_t major;
+  std::uint32_t minor;
+};
+struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensorVersioned* self);
+  std::uint64_t flags;
+  DLTensor dl_tensor;
+};
+
+struct ExportContext {
+  DLManagedTensor tensor{};
+  DLManagedTensorVersioned versioned{};
+  std::vector<std::int64_t> shape;
+  PyObject* owner = nullptr;
+};
+
+void delete_export(DLManagedTensor* t) {
+  auto* ctx = static_cast<ExportContext*>(t->manager_ctx);
+  {
+    py::gil_scoped_acquire acquire;  // consumers may free from any thread
+    Py_XDECREF(ctx->owner);
+  }
+  delete ctx;
+}
+
+void delete_export_versioned(DLManagedTensorVersioned* t) {
+  delete_export(&static_cast<ExportContext*>(t->manager_ctx)->tensor);
+}
+
+void destroy_unconsumed_capsule(PyObject* cap) {
+  if (PyCapsule_IsValid(cap, "dltensor")) {  // never consumed: we still own it
+    auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+    t->deleter(t);
+  }
+}
+
+void destroy_unconsumed_versioned_capsule(PyObject* cap) {
+  if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+    auto* t = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(cap, "dltensor_versioned"));
+    t->deleter(t);
+  }
+}
+}  // namespace
+
+py::tuple dlpack_device(BufferView view) {
+  if (view.device().is_cuda()) {
+    return py::make_tuple(static_cast<int>(view.kind() == MemoryKind::managed ? kDLCUDAManaged : kDLCUDA),
+                          view.device().index());
+  }
+  const bool pinned = view.kind() == MemoryKind::pinned && cuda_device_count() > 0;
+  return py::make_tuple(static_cast<int>(pinned ? kDLCUDAHost : kDLCPU), 0);
+}
+
+py::capsule to_dlpack(BufferView view, const std::vector<std::int64_t>& shape, py::object owner, bool versioned) {
+  auto* ctx = new ExportContext();
+  ctx->shape = shape;
+  ctx->owner = owner.release().ptr();
+  DLTensor& t = ctx->tensor.dl_tensor;
+  t.data = view.data();
+  const auto dev = dlpack_device(view);
+  t.device = DLDevice{static_cast<DLDeviceType>(dev[0].cast<int>()), dev[1].cast<int>()};
+  try {
+    t.dtype = dl_from_dtype(view.dtype());
+  } catch (...) {
+    Py_XDECREF(ctx->owner);
+    delete ctx;
+    throw;
+  }
+  t.ndim = static_cast<int>(ctx->shape.size());
+  t.shape = ctx->shape.data();
+  t.strides = nullptr;  // compact row-major
+  t.byte_offset = 0;
+  ctx->tensor.manager_ctx = ctx;
+  ctx->tensor.deleter = delete_export;
+  PyObject* cap = nullptr;
+  if (versioned) {
+    ctx->versioned.version = DLPackVersion{1, 0};
+    ctx->versioned.manager_ctx = ctx;
+    ctx->versioned.deleter = delete_export_versioned;
+    ctx->versioned.flags = 0;  // writable, not a copy
+    ctx->versioned.dl_tensor = t;
+    cap = PyCapsule_New(&ctx->versioned, "dltensor_versioned", destroy_unconsumed_versioned_capsule);
+  } else {
+    cap = PyCapsule_New(&ctx->tensor, "dltensor", destroy_unconsumed_capsule);
+  }
+  if (cap == nullptr) {
+    delete_export(&ctx->tensor);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(cap);
+}
+
+}  // namespace gpucloud::python

@@ -1,0 +1,275 @@
+// Buffers, memory resources, copies, casts and managed-memory hints.
+#include "interop.hpp"
+
+#include <pybind11/stl.h>
+
+#include <map>
+#include <mutex>
+
+namespace gpucloud::python {
+
+PyBuffer::~PyBuffer() {
+  py::gil_scoped_release release;
+  Buffer gone = std::move(buffer);
+}
+
+namespace {
+
+StreamView view_of(PyStream& s) { return StreamView(*s.stream); }
+
+MemoryKind to_kind(py::handle h) {
+  if (py::isinstance<MemoryKind>(h)) return h.cast<MemoryKind>();
+  const auto name = py::str(h).cast<std::string>();
+  for (auto k : {MemoryKind::host, MemoryKind::pinned, MemoryKind::device, MemoryKind::managed}) {
+    if (name == memory_kind_name(k)) return k;
+  }
+  throw py::type_error("kind: " + py::repr(h).cast<std::string>() + " is not 'host', 'pinned', 'device' or 'managed'");
+}
+
+Device to_device(py::handle h) {
+  if (py::isinstance<Device>(h)) return h.cast<Device>();
+  if (py::isinstance<py::str>(h)) return Device::parse(h.cast<std::string>());
+  throw py::type_error("device: expected a gpucloud.Device or a string like 'cuda:0', got " +
+                       py::repr(h).cast<std::string>());
+}
+
+std::vector<std::int64_t> to_shape(py::handle h) {
+  std::vector<std::int64_t> shape;
+  if (py::isinstance<py::int_>(h)) {
+    shape.push_back(h.cast<std::int64_t>());
+  } else {
+    for (auto d : h.cast<py::sequence>()) shape.push_back(d.cast<std::int64_t>());
+  }
+  for (auto d : shape) GPUCLOUD_EXPECTS(d >= 0, "Buffer", "shape: negative dimension " + std::to_string(d));
+  return shape;
+}
+
+std::size_t count_of(const std::vector<std::int64_t>& shape) {
+  std::size_t n = 1;
+  for (auto d : shape) {
+    const auto u = static_cast<std::size_t>(d);
+    GPUCLOUD_EXPECTS(u == 0 || n <= SIZE_MAX / u, "Buffer", "shape: the element count overflows");
+    n *= u;
+  }
+  return n;
+}
+
+std::string shape_str(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    s += std::to_string(shape[i]) + (shape.size() == 1 ? "," : i + 1 < shape.size() ? ", " : "");
+  return s + ")";
+}
+
+void check_same_shape(const Borrowed& dst, const Borrowed& src, const char* call) {
+  GPUCLOUD_EXPECTS(dst.shape == src.shape, call,
+                   "src: shape " + shape_str(src.shape) + " differs from dst's " + shape_str(dst.shape));
+}
+
+py::object py_buffer_property(py::object self, const char* what) {
+  auto& b = self.cast<PyBuffer&>();
+  if (std::string(what) == "array") {
+    const bool host_readable = b.buffer.device().is_host() || b.buffer.kind() == MemoryKind::managed;
+    if (!host_readable) throw py::attribute_error("__array_interface__: GPU device memory is not host-accessible");
+  } else if (!b.buffer.device().is_cuda()) {
+    throw py::attribute_error("__cuda_array_interface__: the buffer is not in GPU memory");
+  }
+  py::dict d;
+  py::tuple shape(b.shape.size());
+  for (std::size_t i = 0; i < b.shape.size(); ++i) shape[i] = b.shape[i];
+  d["shape"] = shape;
+  d["typestr"] = typestr(b.buffer.dtype());
+  d["data"] = py::make_tuple(reinterpret_cast<std::uintptr_t>(b.buffer.data()), false);
+  d["strides"] = py::none();
+  d["version"] = 3;
+  return d;
+}
+
+// Default resources set from Python stay alive while they are the default.
+std::map<std::pair<int, std::string>, py::object>& default_owners() {
+  static auto* owners = new std::map<std::pair<int, std::string>, py::object>();
+  return *owners;
+}
+
+}  // namespace
+
+void bind_memory(py::module_& m) {
+  py::enum_<MemoryKind>(m, "MemoryKind", "Where the bytes of a buffer live.")
+      .value("host", MemoryKind::host)
+      .value("pinned", MemoryKind::pinned)
+      .value("device", MemoryKind::device)
+      .value("managed", MemoryKind::managed)
+      .def("__str__", [](MemoryKind k) { return std::string(memory_kind_name(k)); });
+
+  py::class_<MemoryResource>(m, "MemoryResource", "Allocates memory of one kind on one device.")
+      .def_property_readonly("kind", &MemoryResource::kind)
+      .def_property_readonly("device", &MemoryResource::device);
+  py::class_<PlainResource, MemoryResource>(m, "PlainResource", "One system allocation per request.")
+      .def(py::init(
+               [](py::handle kind, py::handle device) { return new PlainResource(to_kind(kind), to_device(device)); }),
+           py::arg("kind"), py::arg_v("device", Device::host(), "Device.host()"));
+  py::class_<PoolResource, MemoryResource>(m, "PoolResource",
+                                           "Caching pool with power-of-two size classes and stream-ordered reuse.")
+      .def(py::init<MemoryResource&, std::size_t>(), py::arg("upstream"),
+           py::arg("max_block_bytes") = std::size_t{1} << 30, py::keep_alive<1, 2>())
+      .def("release", &PoolResource::release, "Return every cached block upstream.")
+      .def_property_readonly("pool_bytes", &PoolResource::pool_bytes)
+      .def_property_readonly("cached_bytes", &PoolResource::cached_bytes);
+  py::class_<AsyncPoolResource, MemoryResource>(m, "AsyncPoolResource", "CUDA's stream-ordered allocator.")
+      .def(py::init<Device>(), py::arg("device"));
+  py::class_<MemoryStatistics>(m, "MemoryStatistics")
+      .def_readonly("current_bytes", &MemoryStatistics::current_bytes)
+      .def_readonly("peak_bytes", &MemoryStatistics::peak_bytes)
+      .def_readonly("total_bytes", &MemoryStatistics::total_bytes)
+      .def_readonly("current_allocations", &MemoryStatistics::current_allocations)
+      .def_readonly("total_allocations", &MemoryStatistics::total_allocations);
+  py::class_<StatisticsAdaptor, MemoryResource>(m, "StatisticsAdaptor", "Counts bytes and allocations.")
+      .def(py::init<MemoryResource&>(), py::arg("upstream"), py::keep_alive<1, 2>())
+      .def("statistics", &StatisticsAdaptor::statistics)
+      .def("reset_peak", &StatisticsAdaptor::reset_peak);
+  py::class_<LimitingAdaptor, MemoryResource>(m, "LimitingAdaptor", "Fails allocations beyond a byte limit.")
+      .def(py::init<MemoryResource&, std::size_t>(), py::arg("upstream"), py::arg("limit_bytes"),
+           py::keep_alive<1, 2>())
+      .def_property_readonly("allocated_bytes", &LimitingAdaptor::allocated_bytes)
+      .def_property_readonly("limit_bytes", &LimitingAdaptor::limit_bytes);
+
+  m.def(
+      "set_default_resource",
+      [](py::handle kind, py::handle device, py::object mr) {
+        const MemoryKind k = to_kind(kind);
+        const Device d = to_device(device);
+        MemoryResource* raw = mr.is_none() ? nullptr : mr.cast<MemoryResource*>();
+        set_default_resource(k, d, raw);
+        auto key = std::make_pair(static_cast<int>(k), d.str());
+        if (raw == nullptr) {
+          default_owners().erase(key);
+        } else {
+          default_owners()[key] = mr;
+        }
+      },
+      py::arg("kind"), py::arg("device"), py::arg("mr"),
+      "Make `mr` the resource buffers of `kind` on `device` use by default (None restores the built-in one).");
+
+  py::class_<PyBuffer>(m, "Buffer", "An owning allocation of one dtype, of any memory kind, on one device.")
+      .def(py::init([](py::handle shape, py::handle dtype, py::handle device, py::handle kind, PyStream* stream,
+                       py::object mr) {
+             auto s = to_shape(shape);
+             const std::size_t n = count_of(s);
+             const DType t = to_dtype(dtype);
+             const Device d = to_device(device);
+             const MemoryKind k = to_kind(kind);
+             MemoryResource* raw = mr.is_none() ? nullptr : mr.cast<MemoryResource*>();
+             Buffer b = [&] {
+               py::gil_scoped_release release;
+               return stream != nullptr ? Buffer(n, t, d, k, view_of(*stream), raw) : Buffer(n, t, d, k, raw);
+             }();
+             return std::make_unique<PyBuffer>(std::move(b), std::move(s), mr);
+           }),
+           py::arg("shape"), py::arg("dtype") = "float32", py::arg_v("device", Device::host(), "Device.host()"),
+           py::arg_v("kind", MemoryKind::device, "MemoryKind.device"), py::arg("stream") = nullptr,
+           py::arg("mr") = py::none(), py::keep_alive<1, 6>())
+      .def_property_readonly("shape", [](PyBuffer& b) { return py::tuple(py::cast(b.shape)); })
+      .def_property_readonly("dtype", [](PyBuffer& b) { return b.buffer.dtype(); })
+      .def_property_readonly(
+          "size", [](PyBuffer& b) { return b.buffer.size(); }, "Number of elements.")
+      .def_property_readonly("nbytes", [](PyBuffer& b) { return b.buffer.size_bytes(); })
+      .def_property_readonly("kind", [](PyBuffer& b) { return b.buffer.kind(); })
+      .def_property_readonly("device", [](PyBuffer& b) { return b.buffer.device(); })
+      .def_property_readonly("data_ptr", [](PyBuffer& b) { return reinterpret_cast<std::uintptr_t>(b.buffer.data()); })
+      .def("__len__",
+           [](PyBuffer& b) { return b.shape.empty() ? std::size_t{1} : static_cast<std::size_t>(b.shape[0]); })
+      .def_property_readonly("__array_interface__", [](py::object self) { return py_buffer_property(self, "array"); })
+      .def_property_readonly("__cuda_array_interface__",
+                             [](py::object self) { return py_buffer_property(self, "cuda"); })
+      .def(
+          "__dlpack__",
+          [](py::object self, py::object stream, py::object max_version, py::object dl_device, py::object copy) {
+            (void)stream;  // the buffer's own stream is synchronised below, whatever the consumer's
+            const bool versioned = !max_version.is_none() && max_version.cast<py::tuple>()[0].cast<int>() >= 1;
+            auto& b = self.cast<PyBuffer&>();
+            if (!copy.is_none() && copy.cast<bool>()) {
+              throw py::buffer_error("__dlpack__: copy=True is not supported; use gpucloud.copy into a new buffer");
+            }
+            if (!dl_device.is_none() && !dl_device.equal(dlpack_device(b.buffer.view()))) {
+              throw py::buffer_error("__dlpack__: the buffer is not on the requested device");
+            }
+            if (auto s = b.buffer.stream()) {  // pending stream-ordered work on the buffer finishes first
+              py::gil_scoped_release release;
+              s->synchronize();
+            }
+            return to_dlpack(b.buffer.view(), b.shape, self, versioned);
+          },
+          py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+          py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+          "A DLPack capsule viewing the buffer (zero-copy); keeps the buffer alive.")
+      .def("__dlpack_device__", [](PyBuffer& b) { return dlpack_device(b.buffer.view()); })
+      .def("__repr__", [](PyBuffer& b) {
+        return "gpucloud.Buffer(shape=" + shape_str(b.shape) + ", dtype=" + dtype_name(b.buffer.dtype()) +
+               ", device='" + b.buffer.device().str() + "', kind='" + memory_kind_name(b.buffer.kind()) + "')";
+      });
+
+  m.def(
+      "copy",
+      [](py::handle dst, py::handle src, PyStream& stream) {
+        Borrowed d = borrow_writable(dst, "dst");
+        Borrowed s = borrow(src, "src");
+        check_same_shape(d, s, "copy");
+        {
+          py::gil_scoped_release release;
+          copy(d.view, s.view, view_of(stream));
+        }
+        keep_alive_until_done(view_of(stream), {d.owner, s.owner});
+      },
+      py::arg("dst"), py::arg("src"), py::arg("stream"),
+      "Copy `src` into `dst` in stream order (any memory kinds; zero-copy views of NumPy/PyTorch/CuPy).");
+  m.def(
+      "cast",
+      [](py::handle dst, py::handle src, PyStream& stream) {
+        Borrowed d = borrow_writable(dst, "dst");
+        Borrowed s = borrow(src, "src");
+        check_same_shape(d, s, "cast");
+        {
+          py::gil_scoped_release release;
+          cast(d.view, s.view, view_of(stream));
+        }
+        keep_alive_until_done(view_of(stream), {d.owner, s.owner});
+      },
+      py::arg("dst"), py::arg("src"), py::arg("stream"), "dst = src converted to dst's dtype, in stream order.");
+  m.def(
+      "fill",
+      [](py::handle dst, double value, PyStream& stream) {
+        Borrowed d = borrow_writable(dst, "dst");
+        {
+          py::gil_scoped_release release;
+          fill(d.view, value, view_of(stream));
+        }
+        keep_alive_until_done(view_of(stream), {d.owner});
+      },
+      py::arg("dst"), py::arg("value"), py::arg("stream"), "Set every element of dst, in stream order.");
+
+  py::enum_<MemoryAdvice>(m, "MemoryAdvice", "Hints for managed memory.")
+      .value("read_mostly", MemoryAdvice::read_mostly)
+      .value("unset_read_mostly", MemoryAdvice::unset_read_mostly)
+      .value("preferred_location", MemoryAdvice::preferred_location)
+      .value("unset_preferred_location", MemoryAdvice::unset_preferred_location)
+      .value("accessed_by", MemoryAdvice::accessed_by)
+      .value("unset_accessed_by", MemoryAdvice::unset_accessed_by);
+  m.def(
+      "prefetch",
+      [](py::handle buffer, py::handle target, PyStream& stream) {
+        Borrowed b = borrow(buffer, "buffer");
+        const Device t = to_device(target);
+        py::gil_scoped_release release;
+        prefetch(b.view, t, view_of(stream));
+      },
+      py::arg("buffer"), py::arg("target"), py::arg("stream"), "Migrate managed memory to `target` in stream order.");
+  m.def(
+      "advise",
+      [](py::handle buffer, MemoryAdvice advice, py::handle target) {
+        Borrowed b = borrow(buffer, "buffer");
+        advise(b.view, advice, to_device(target));
+      },
+      py::arg("buffer"), py::arg("advice"), py::arg("target"), "Apply a cudaMemAdvise hint to managed memory.");
+}
+
+}  // namespace gpucloud::python

@@ -1,0 +1,8 @@
+#include "bindings.hpp"
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "gpucloud's C++ core: devices, streams, events, buffers, memory resources, copies";
+  gpucloud::python::register_errors(m);
+  gpucloud::python::bind_runtime(m);
+  gpucloud::python::bind_memory(m);
+}

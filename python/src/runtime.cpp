@@ -1,0 +1,170 @@
+// Devices, dtypes, streams and events.
+#include "bindings.hpp"
+
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+
+namespace gpucloud::python {
+
+namespace {
+StreamView view_of(PyStream& s) { return StreamView(*s.stream); }
+}  // namespace
+
+PyStream::~PyStream() {
+  py::gil_scoped_release release;
+  stream.reset();
+}
+
+std::shared_ptr<py::object> gil_safe(py::object object) {
+  return std::shared_ptr<py::object>(new py::object(std::move(object)), [](py::object* o) {
+    py::gil_scoped_acquire acquire;
+    delete o;
+  });
+}
+
+void keep_alive_until_done(StreamView stream, std::vector<py::object> objects) {
+  if (objects.empty()) return;
+  auto held = gil_safe(py::cast(std::move(objects)));
+  // always_run: the release must happen even if earlier work on the stream failed.
+  launch_cleanup(stream, [held]() mutable { held.reset(); });
+}
+
+DType to_dtype(py::handle h) {
+  if (py::isinstance<DType>(h)) return h.cast<DType>();
+  std::string name;
+  if (py::isinstance<py::str>(h)) {
+    name = h.cast<std::string>();
+  } else if (py::hasattr(h, "name") && py::isinstance<py::str>(h.attr("name"))) {
+    name = h.attr("name").cast<std::string>();  // numpy.dtype
+  } else if (py::isinstance<py::type>(h) && py::hasattr(h, "__name__")) {
+    name = h.attr("__name__").cast<std::string>();  // numpy.float32
+  } else {
+    name = py::str(h).cast<std::string>();  // torch.float32
+    if (name.rfind("torch.", 0) == 0) name = name.substr(6);
+  }
+  try {
+    return dtype_from_name(name);
+  } catch (const InvalidArgument&) {
+    throw py::type_error("dtype: " + py::repr(h).cast<std::string>() + " is not a gpucloud dtype");
+  }
+}
+
+void bind_runtime(py::module_& m) {
+  py::enum_<DType>(m, "DType", "Element types.")
+      .value("float32", DType::float32)
+      .value("float64", DType::float64)
+      .value("float16", DType::float16)
+      .value("bfloat16", DType::bfloat16)
+      .value("int32", DType::int32)
+      .value("int64", DType::int64)
+      .value("uint8", DType::uint8)
+      .value("float8_e4m3", DType::float8_e4m3)
+      .value("float8_e5m2", DType::float8_e5m2)
+      .def_property_readonly(
+          "itemsize", [](DType t) { return dtype_size(t); }, "Bytes per element.")
+      .def("__str__", [](DType t) { return std::string(dtype_name(t)); });
+  m.def(
+      "dtype", [](py::handle h) { return to_dtype(h); }, py::arg("spec"),
+      "The DType named by a DType, a string ('float32', 'bf16'), a NumPy or a torch dtype.");
+
+  py::enum_<DeviceKind>(m, "DeviceKind").value("host", DeviceKind::host).value("cuda", DeviceKind::cuda);
+
+  py::class_<Device>(m, "Device", "The host, or CUDA GPU i.")
+      .def(py::init([](const std::string& text) { return Device::parse(text); }), py::arg("spec") = "host",
+           "A device from 'host', 'cpu', 'cuda' or 'cuda:N'.")
+      .def_static("host", &Device::host, "The host device; always available.")
+      .def_static("cuda", &Device::cuda, py::arg("index") = 0, "CUDA device `index`; raises if it is not there.")
+      .def_property_readonly("kind", &Device::kind)
+      .def_property_readonly("index", &Device::index)
+      .def_property_readonly("is_host", &Device::is_host)
+      .def_property_readonly("is_cuda", &Device::is_cuda)
+      .def("__str__", &Device::str)
+      .def("__repr__", [](Device d) { return "gpucloud.Device('" + d.str() + "')"; })
+      .def("__eq__", [](Device a, Device b) { return a == b; })
+      .def("__hash__", [](Device d) { return std::hash<std::string>()(d.str()); });
+
+  py::class_<DeviceProperties>(m, "DeviceProperties", "What a device is and can do.")
+      .def_readonly("name", &DeviceProperties::name)
+      .def_readonly("compute_capability_major", &DeviceProperties::compute_capability_major)
+      .def_readonly("compute_capability_minor", &DeviceProperties::compute_capability_minor)
+      .def_readonly("total_memory", &DeviceProperties::total_memory)
+      .def_readonly("multiprocessor_count", &DeviceProperties::multiprocessor_count)
+      .def_readonly("concurrent_managed_access", &DeviceProperties::concurrent_managed_access)
+      .def_readonly("backend", &DeviceProperties::backend)
+      .def("__repr__", [](const DeviceProperties& p) {
+        return "DeviceProperties(name='" + p.name + "', backend='" + p.backend +
+               "', compute_capability=" + std::to_string(p.compute_capability_major) + "." +
+               std::to_string(p.compute_capability_minor) + ", total_memory=" + std::to_string(p.total_memory) + ")";
+      });
+  py::class_<MemoryInfo>(m, "MemoryInfo", "Free and total bytes of a device's memory.")
+      .def_readonly("free", &MemoryInfo::free)
+      .def_readonly("total", &MemoryInfo::total);
+  py::class_<BuildInfo>(m, "BuildInfo", "How the library was built.")
+      .def_readonly("version", &BuildInfo::version)
+      .def_readonly("cuda", &BuildInfo::cuda)
+      .def_readonly("cuda_runtime_version", &BuildInfo::cuda_runtime_version)
+      .def_readonly("cuda_architectures", &BuildInfo::cuda_architectures);
+
+  m.def("device_properties", &device_properties, py::arg("device"), "Properties of a device.");
+  m.def("memory_info", &memory_info, py::arg("device"), "Free and total memory of a device now.");
+  m.def("cuda_device_count", &cuda_device_count, "Visible CUDA devices (0 without a usable driver).");
+  m.def("cuda_unavailable_reason", &cuda_unavailable_reason, "Why there is no CUDA device, or ''.");
+  m.def("available_devices", &available_devices, "The host, then every visible CUDA device.");
+  m.def("build_info", &build_info, "The configuration this library was built with.");
+
+  // Both classes first, so each one's signatures can name the other.
+  py::class_<PyStream> stream_class(m, "Stream", "An in-order asynchronous work queue on one device.");
+  py::class_<Event> event_class(m, "Event", "A marker recorded on a stream, to order and time work across streams.");
+  stream_class.def(py::init<Device>(), py::arg_v("device", Device::host(), "Device.host()"))
+      .def_property_readonly("device", [](PyStream& s) { return s.stream->device(); })
+      .def(
+          "synchronize",
+          [](PyStream& s) {
+            py::gil_scoped_release release;
+            s.stream->synchronize();
+          },
+          "Wait for the work enqueued so far; raises the first error that work raised.")
+      .def(
+          "query", [](PyStream& s) { return s.stream->query(); }, "True when all enqueued work has finished.")
+      .def(
+          "wait", [](PyStream& s, const Event& e) { s.stream->wait(e); }, py::arg("event"),
+          "Later work on this stream waits for the event's latest record.")
+      .def_property_readonly(
+          "native_handle", [](PyStream& s) { return reinterpret_cast<std::uintptr_t>(s.stream->native_handle()); },
+          "The cudaStream_t as an integer (0 on the host).")
+      .def("__repr__", [](PyStream& s) { return "gpucloud.Stream(" + s.stream->device().str() + ")"; });
+
+  event_class
+      .def(py::init<Device, bool>(), py::arg_v("device", Device::host(), "Device.host()"), py::arg("timing") = true)
+      .def_property_readonly("device", &Event::device)
+      .def(
+          "record", [](Event& e, PyStream& s) { e.record(view_of(s)); }, py::arg("stream"),
+          "Capture the work enqueued on `stream` so far.")
+      .def("query", &Event::query, "True when the latest record has completed.")
+      .def(
+          "synchronize",
+          [](Event& e) {
+            py::gil_scoped_release release;
+            e.synchronize();
+          },
+          "Block until the latest record has completed.");
+  m.def("elapsed_ms", &elapsed_ms, py::arg("start"), py::arg("end"),
+        "Milliseconds between two completed records of timing events.");
+
+  m.def(
+      "launch_host_func",
+      [](PyStream& s, py::function fn) {
+        auto held = gil_safe(std::move(fn));
+        launch_host_func(view_of(s), [held] {
+          py::gil_scoped_acquire acquire;
+          (*held)();  // a Python exception travels as error_already_set to synchronize()
+        });
+      },
+      py::arg("stream"), py::arg("fn"),
+      "Run `fn()` on the stream once earlier work finished; its exception surfaces at synchronize().");
+}
+
+}  // namespace gpucloud::python

@@ -1,0 +1,107 @@
+import threading
+
+import numpy as np
+import pytest
+
+import gpucloud as gc
+
+
+@pytest.fixture
+def host_stream():
+    s = gc.Stream()
+    yield s
+    s.synchronize()
+
+
+def test_numpy_views_buffers_without_copying(host_stream):
+    b = gc.Buffer((4, 3), "float32")
+    gc.fill(b, 1.5, host_stream)
+    host_stream.synchronize()
+    via_dlpack = np.from_dlpack(b)
+    via_interface = np.asarray(b)
+    assert via_dlpack.ctypes.data == b.data_ptr == via_interface.ctypes.data
+    assert via_dlpack.shape == (4, 3) and via_dlpack.dtype == np.float32
+    via_dlpack[0, 0] = 7.0  # same memory
+    assert via_interface[0, 0] == 7.0
+    assert b.__dlpack_device__() == (1, 0)  # kDLCPU
+
+
+def test_operations_borrow_numpy_memory_without_copying(host_stream):
+    out = np.zeros(1000, np.float64)
+    src = np.arange(1000, dtype=np.float64)
+    gc.copy(out, src, host_stream)  # writes straight into out's memory
+    host_stream.synchronize()
+    np.testing.assert_array_equal(out, src)
+    halves = np.zeros(1000, np.float16)
+    gc.cast(halves, src, host_stream)
+    host_stream.synchronize()
+    np.testing.assert_array_equal(halves, src.astype(np.float16))
+
+
+def test_borrowed_arrays_stay_alive_until_the_stream_is_done(host_stream):
+    gate = threading.Event()
+    gc.launch_host_func(host_stream, gate.wait)
+    b = gc.Buffer(1 << 16, "int32")
+    gc.copy(b, np.arange(1 << 16, dtype=np.int32), host_stream)  # the only reference is the stream's
+    gate.set()
+    host_stream.synchronize()
+    np.testing.assert_array_equal(np.asarray(b), np.arange(1 << 16, dtype=np.int32))
+
+
+def test_bfloat16_rounds_to_nearest_even(host_stream):
+    x = np.array([1.0, 1.00390625, 1.01171875, -3.0e38], np.float32)  # ties and overflow
+    b = gc.Buffer(4, "bf16")
+    back = np.empty(4, np.float32)
+    gc.cast(b, x, host_stream)
+    gc.cast(back, b, host_stream)
+    host_stream.synchronize()
+    np.testing.assert_array_equal(back[:3], np.array([1.0, 1.0, 1.015625], np.float32))
+    assert np.isfinite(back[3]) and abs(back[3] / -3.0e38 - 1) < 2**-8  # finite: bf16 has fp32's range
+    assert np.asarray(b).dtype == np.dtype("V2")  # NumPy has no bfloat16: raw 2-byte elements
+
+
+def test_bad_inputs_raise_the_documented_exceptions(host_stream):
+    b = gc.Buffer(6, "float32")
+    with pytest.raises(TypeError, match="<c8.*not supported"):
+        gc.copy(b, np.zeros(6, np.complex64), host_stream)
+    with pytest.raises(gc.InvalidArgument, match="dtype"):
+        gc.copy(b, np.zeros(6, np.float64), host_stream)
+    with pytest.raises(ValueError, match="shape"):
+        gc.copy(b, np.zeros((2, 3), np.float32), host_stream)
+    wide = np.zeros((6, 2), np.float32)
+    with pytest.raises(gc.InvalidArgument, match="non-contiguous"):
+        gc.copy(b, wide[:, 0], host_stream)
+    frozen = np.zeros(6, np.float32)
+    frozen.setflags(write=False)
+    gc.copy(b, frozen, host_stream)  # reading read-only memory is fine
+    host_stream.synchronize()
+    with pytest.raises(gc.InvalidArgument, match="read-only"):
+        gc.copy(frozen, b, host_stream)
+    with pytest.raises(TypeError, match="expected a gpucloud.Buffer"):
+        gc.copy(b, [1, 2, 3, 4, 5, 6], host_stream)
+    assert host_stream.query()  # nothing was enqueued
+
+
+def test_gpu_memory_on_a_host_stream_is_rejected():
+    if gc.cuda_device_count() == 0:
+        pytest.skip(f"needs a CUDA device: {gc.cuda_unavailable_reason()}")
+    b = gc.Buffer(4, "float32", gc.Device.cuda(0))
+    with pytest.raises(gc.InvalidArgument, match="cuda:0"):
+        gc.copy(b, np.zeros(4, np.float32), gc.Stream())
+    assert b.__cuda_array_interface__["data"][0] == b.data_ptr
+
+
+def test_torch_tensors_are_borrowed_without_copying():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    s = gc.Stream()
+    t = torch.arange(10, dtype=torch.float32)
+    b = gc.Buffer(10, "float32")
+    gc.copy(b, t, s)
+    s.synchronize()
+    back = torch.from_dlpack(b)
+    assert back.data_ptr() == b.data_ptr
+    assert torch.equal(back, t)
+    out = torch.zeros(10, dtype=torch.bfloat16)
+    gc.cast(out, b, s)
+    s.synchronize()
+    assert torch.equal(out, t.to(torch.bfloat16))

@@ -1,0 +1,106 @@
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import gpucloud as gc
+
+
+def test_host_comes_first_and_cuda_absence_is_a_clear_error():
+    devices = gc.available_devices()
+    assert devices[0] == gc.Device.host()
+    assert len(devices) == 1 + gc.cuda_device_count()
+    assert gc.Device("cpu") == gc.Device.host()
+    if gc.cuda_device_count() == 0:
+        reason = gc.cuda_unavailable_reason()
+        assert reason
+        with pytest.raises((gc.DeviceError, gc.Unsupported)) as info:
+            gc.Device.cuda(0)
+        assert isinstance(info.value, gc.Error) and isinstance(info.value, RuntimeError)
+        assert reason in str(info.value) or "without CUDA" in str(info.value)
+    with pytest.raises(gc.InvalidArgument):
+        gc.Device("gpu:0")
+
+
+def test_properties(device):
+    p = gc.device_properties(device)
+    assert p.name and p.total_memory > 0 and p.multiprocessor_count > 0
+    m = gc.memory_info(device)
+    assert 0 <= m.free <= m.total
+    assert str(device) in ("host", "cuda:0")
+
+
+def test_stream_runs_python_work_in_order(stream):
+    seen = []
+    for i in range(200):
+        gc.launch_host_func(stream, lambda i=i: seen.append(i))
+    stream.synchronize()
+    assert seen == list(range(200))
+    assert stream.query()
+
+
+def test_exception_from_enqueued_work_surfaces_at_synchronize(stream):
+    ran = []
+    gc.launch_host_func(stream, lambda: ran.append(1))
+    gc.launch_host_func(stream, lambda: (_ for _ in ()).throw(KeyError("batch 7")))
+    gc.launch_host_func(stream, lambda: ran.append(2))  # discarded: it follows the failure
+    with pytest.raises(KeyError, match="batch 7"):
+        stream.synchronize()
+    assert ran == [1]
+    gc.launch_host_func(stream, lambda: ran.append(3))
+    stream.synchronize()
+    assert ran == [1, 3]
+
+
+def test_events_order_and_time_work_across_streams(device):
+    producer, consumer = gc.Stream(device), gc.Stream(device)
+    ready, start, end = gc.Event(device), gc.Event(device), gc.Event(device)
+    state = {"produced": False, "seen": None}
+
+    def produce():
+        time.sleep(0.03)
+        state["produced"] = True
+
+    start.record(producer)
+    gc.launch_host_func(producer, produce)
+    ready.record(producer)
+    end.record(producer)
+    consumer.wait(ready)
+    gc.launch_host_func(consumer, lambda: state.__setitem__("seen", state["produced"]))
+    consumer.synchronize()
+    assert state["seen"] is True
+    end.synchronize()
+    assert gc.elapsed_ms(start, end) >= 25.0
+    untimed = gc.Event(device, timing=False)
+    untimed.record(producer)
+    producer.synchronize()
+    with pytest.raises(gc.InvalidArgument):
+        gc.elapsed_ms(untimed, end)
+
+
+def test_query_sees_pending_work(stream):
+    gate = threading.Event()
+    gc.launch_host_func(stream, gate.wait)
+    assert not stream.query()
+    gate.set()
+    stream.synchronize()
+    assert stream.query()
+
+
+def test_python_dash_m_prints_configuration_and_devices():
+    out = subprocess.run([sys.executable, "-m", "gpucloud"], check=True, capture_output=True, text=True).stdout
+    assert out.startswith(f"gpucloud {gc.__version__}")
+    assert "devices:" in out and "host:" in out
+
+
+def test_dropping_a_stream_with_python_work_queued_finishes_it_without_deadlock(device):
+    seen = []
+    s = gc.Stream(device)
+    gate = threading.Event()
+    gc.launch_host_func(s, gate.wait)
+    gc.launch_host_func(s, lambda: seen.append("ran"))
+    threading.Timer(0.05, gate.set).start()
+    del s  # the destructor waits for the queue, with the GIL released
+    assert seen == ["ran"]
