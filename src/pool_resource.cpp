@@ -120,11 +120,10 @@ void PoolResource::do_deallocate(void* p, std::size_t bytes, std::optional<Strea
   }
   const bool ordered = stream.has_value();
   detail::release_after(stream, [state, p, c, ordered] {
-    {
-      std::lock_guard<std::mutex> lock(state->mutex);
-      state->push(p, c);
-      if (ordered) --state->pending_returns;
-    }
+    // Notify under the lock: once pending_returns reaches 0 the destructor may free the state.
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->push(p, c);
+    if (ordered) --state->pending_returns;
     state->returned.notify_all();
   });
 }
