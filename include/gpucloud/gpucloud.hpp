@@ -6,6 +6,7 @@
 #include <gpucloud/build_info.hpp>
 #include <gpucloud/cast.hpp>
 #include <gpucloud/copy.hpp>
+#include <gpucloud/copy_pipeline.hpp>
 #include <gpucloud/device.hpp>
 #include <gpucloud/dtype.hpp>
 #include <gpucloud/error.hpp>
@@ -14,5 +15,6 @@
 #include <gpucloud/memory_resource.hpp>
 #include <gpucloud/plain_resource.hpp>
 #include <gpucloud/pool_resource.hpp>
+#include <gpucloud/prefetcher.hpp>
 #include <gpucloud/resource_adaptors.hpp>
 #include <gpucloud/stream.hpp>

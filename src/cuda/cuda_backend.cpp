@@ -82,6 +82,10 @@ class CudaStream final : public StreamImpl {
     if (status != cudaSuccess) delete payload;
     GPUCLOUD_CUDA_CHECK(status);
   }
+  std::exception_ptr take_error() noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(host_error_, nullptr);
+  }
   void* native_handle() noexcept override { return stream_; }
   cudaStream_t stream() const noexcept { return stream_; }
 

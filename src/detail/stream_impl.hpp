@@ -3,6 +3,7 @@
 
 #include <gpucloud/device.hpp>
 
+#include <exception>
 #include <functional>
 
 namespace gpucloud::detail {
@@ -26,6 +27,9 @@ class StreamImpl {
   virtual void wait(EventImpl& event) = 0;
   /// Runs @p fn on the host after earlier work. @p always_run: also after a failure (cleanup).
   virtual void launch_host_func(std::function<void()> fn, bool always_run) = 0;
+  /// Takes (and clears) the error raised by enqueued host work, if any, without waiting or
+  /// calling CUDA: safe inside a host function of another stream.
+  virtual std::exception_ptr take_error() noexcept = 0;
   /// cudaStream_t, or nullptr on the host.
   virtual void* native_handle() noexcept = 0;
 

@@ -59,6 +59,11 @@ void HostStream::synchronize() {
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
+std::exception_ptr HostStream::take_error() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(error_, nullptr);
+}
+
 bool HostStream::query() {
   std::lock_guard<std::mutex> lock(mutex_);
   return queue_.empty() && !busy_;

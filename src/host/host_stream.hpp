@@ -24,6 +24,7 @@ class HostStream final : public StreamImpl {
   bool query() override;
   void wait(EventImpl& event) override;
   void launch_host_func(std::function<void()> fn, bool always_run) override;
+  std::exception_ptr take_error() noexcept override;
   void* native_handle() noexcept override { return nullptr; }
 
  private:
