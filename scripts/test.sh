@@ -45,7 +45,7 @@ python_package() {
 }
 
 mkdir -p build
-configure_build_test main "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+configure_build_test main "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_BUILD_BENCH=ON
 python_package
 ((quick)) && exit 0
 configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo

@@ -8,9 +8,13 @@ interfaces (NumPy arrays, PyTorch tensors, CuPy arrays).
 
 from ._core import (  # noqa: F401
     AsyncPoolResource,
+    Batch,
     Buffer,
     BuildInfo,
+    Chunk,
+    ChunkTimes,
     CommunicationError,
+    CopyPipeline,
     Device,
     DeviceError,
     DeviceKind,
@@ -28,9 +32,11 @@ from ._core import (  # noqa: F401
     OutOfMemory,
     PlainResource,
     PoolResource,
+    Prefetcher,
     StatisticsAdaptor,
     Stream,
     Unsupported,
+    View,
     advise,
     available_devices,
     build_info,
@@ -49,5 +55,14 @@ from ._core import (  # noqa: F401
 )
 
 __version__ = build_info().version
+
+
+def _batches(self, stream):
+    """Yield the prefetcher's batches, each with `stream` already waiting for its copies."""
+    while (batch := self.next(stream)) is not None:
+        yield batch
+
+
+Prefetcher.batches = _batches
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -16,7 +16,7 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
-__all__: list[str] = ['AsyncPoolResource', 'Buffer', 'BuildInfo', 'CommunicationError', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'InvalidArgument', 'LimitingAdaptor', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'advise', 'available_devices', 'build_info', 'cast', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'launch_host_func', 'memory_info', 'prefetch', 'set_default_resource']
+__all__: list[str] = ['AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'InvalidArgument', 'LimitingAdaptor', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'build_info', 'cast', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'launch_host_func', 'memory_info', 'prefetch', 'set_default_resource']
 class DType:
     """
     Element types.
@@ -418,21 +418,64 @@ class Buffer:
     """
     def __dlpack__(self, *, stream: typing.Any = None, max_version: typing.Any = None, dl_device: typing.Any = None, copy: typing.Any = None) -> typing.Any:
         """
-        A DLPack capsule viewing the buffer (zero-copy); keeps the buffer alive.
+        A DLPack capsule viewing the memory (zero-copy); keeps it alive.
         """
-    def __dlpack_device__(self: Buffer) -> tuple:
+    def __dlpack_device__(self) -> tuple:
         ...
     def __init__(self: Buffer, shape: typing.Any, dtype: typing.Any = 'float32', device: typing.Any = ..., kind: typing.Any = ..., stream: Stream = None, mr: typing.Any = None) -> None:
         ...
-    def __len__(self: Buffer) -> int:
+    def __len__(self) -> int:
         ...
     def __repr__(self: Buffer) -> str:
         ...
     @property
-    def __array_interface__(self) -> typing.Any:
+    def __array_interface__(self) -> dict:
         ...
     @property
-    def __cuda_array_interface__(self) -> typing.Any:
+    def __cuda_array_interface__(self) -> dict:
+        ...
+    @property
+    def data_ptr(self) -> int:
+        ...
+    @property
+    def device(self) -> Device:
+        ...
+    @property
+    def dtype(self) -> DType:
+        ...
+    @property
+    def kind(self) -> MemoryKind:
+        ...
+    @property
+    def nbytes(self) -> int:
+        ...
+    @property
+    def shape(self) -> tuple:
+        ...
+    @property
+    def size(self) -> int:
+        """
+        Number of elements.
+        """
+class View:
+    """
+    A non-owning view (a pipeline chunk, a batch's array); keeps its owner alive.
+    """
+    def __dlpack__(self, *, stream: typing.Any = None, max_version: typing.Any = None, dl_device: typing.Any = None, copy: typing.Any = None) -> typing.Any:
+        """
+        A DLPack capsule viewing the memory (zero-copy); keeps it alive.
+        """
+    def __dlpack_device__(self) -> tuple:
+        ...
+    def __len__(self) -> int:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def __array_interface__(self) -> dict:
+        ...
+    @property
+    def __cuda_array_interface__(self) -> dict:
         ...
     @property
     def data_ptr(self) -> int:
@@ -515,6 +558,123 @@ class MemoryAdvice:
         ...
     @property
     def value(self) -> int:
+        ...
+class Chunk:
+    """
+    One chunk handed to a pipeline's compute step.
+    """
+    @property
+    def data(self) -> typing.Any:
+        """
+        The chunk in device memory (a View).
+        """
+    @property
+    def index(self) -> int:
+        """
+        0, 1, 2, ... in order of the data.
+        """
+    @property
+    def offset(self) -> int:
+        """
+        First element of the chunk in the whole array.
+        """
+    @property
+    def stream(self) -> typing.Any:
+        """
+        The stream to enqueue the chunk's work on.
+        """
+class ChunkTimes:
+    """
+    When each stage of a chunk ended, in ms after the call's start.
+    """
+    @property
+    def compute_end(self) -> float:
+        ...
+    @property
+    def copy_in_begin(self) -> float:
+        ...
+    @property
+    def copy_in_end(self) -> float:
+        ...
+    @property
+    def copy_out_end(self) -> float:
+        ...
+    @property
+    def index(self) -> int:
+        ...
+    @property
+    def stream(self) -> int:
+        ...
+class CopyPipeline:
+    """
+    Moves arrays between host and device in chunks over several streams, overlapping copies with the compute step.
+    """
+    def __init__(self, device: typing.Any = ..., *, chunk_bytes: typing.SupportsInt | typing.SupportsIndex = 4194304, depth: typing.SupportsInt | typing.SupportsIndex = 3, record_timeline: bool = False) -> None:
+        ...
+    def download(self, dst: typing.Any, src: typing.Any, stream: Stream) -> None:
+        """
+        Copy device `src` into host `dst` chunk by chunk.
+        """
+    def timeline(self) -> list[ChunkTimes]:
+        """
+        Stage times of every chunk of the last call (record_timeline=True).
+        """
+    def transform(self, dst: typing.Any, src: typing.Any, stream: Stream, step: typing.Any) -> None:
+        """
+        Stream host `src` through device chunks: copy in, `step(chunk)`, copy back into host `dst`.
+        """
+    def upload(self, dst: typing.Any, src: typing.Any, stream: Stream, step: typing.Any = None) -> None:
+        """
+        Copy host `src` into device `dst` chunk by chunk; `step(chunk)` enqueues work on each chunk.
+        """
+    @property
+    def chunk_bytes(self) -> int:
+        ...
+    @property
+    def depth(self) -> int:
+        ...
+    @property
+    def device(self) -> Device:
+        ...
+class Batch:
+    """
+    A batch on the device, handed out by Prefetcher.next().
+    """
+    @property
+    def arrays(self) -> list:
+        """
+        The arrays in device memory (flat Views; reshape on the consumer's side).
+        """
+    @property
+    def index(self) -> int:
+        ...
+    @property
+    def ready(self) -> Event:
+        """
+        The event recorded after the batch's copies.
+        """
+class Prefetcher:
+    """
+    Keeps the next `depth` batches of a source on the device, copied on its own stream.
+    """
+    def __init__(self, source: typing.Any, device: typing.Any = ..., *, depth: typing.SupportsInt | typing.SupportsIndex = 2, kind: typing.Any = ...) -> None:
+        """
+        `source` is an iterable of host arrays or of tuples of host arrays (NumPy, torch CPU, ...).
+        """
+    def batches(self, stream):
+        """
+        Yield the prefetcher's batches, each with `stream` already waiting for its copies.
+        """
+    def next(self, stream: Stream) -> typing.Any:
+        """
+        The next Batch with `stream` already waiting for its copies, or None at the end; re-raises the source's exception.
+        """
+    def stop(self) -> None:
+        """
+        End early: drop the batches not handed out and join the producer thread.
+        """
+    @property
+    def device(self) -> Device:
         ...
 def advise(buffer: typing.Any, advice: MemoryAdvice, target: typing.Any) -> None:
     """

@@ -16,15 +16,27 @@ namespace gpucloud::python {
 void register_errors(py::module_& m);
 void bind_runtime(py::module_& m);
 void bind_memory(py::module_& m);
+void bind_movement(py::module_& m);
 
-/// Python's Stream: its C++ destructor waits for the stream's work, which may need the GIL
+/// Python's Stream: an owned stream, or a borrowed one (a pipeline's internal stream handed to a
+/// compute step). The owned stream's destructor waits for its work, which may need the GIL
 /// (Python host functions, releases of borrowed arrays), so it drops the GIL first.
 struct PyStream {
-  explicit PyStream(Device device) : stream(std::make_unique<Stream>(device)) {}
+  explicit PyStream(Device device) : owned(std::make_unique<Stream>(device)), view(*owned) {}
+  explicit PyStream(StreamView borrowed) : view(borrowed) {}
   ~PyStream();
   PyStream(const PyStream&) = delete;
   PyStream& operator=(const PyStream&) = delete;
-  std::unique_ptr<Stream> stream;
+  std::unique_ptr<Stream> owned;
+  StreamView view;
+};
+
+/// Python's View: a non-owning typed view (a pipeline chunk, a prefetched batch's array) that
+/// keeps its owner alive and speaks the same array protocols as Buffer.
+struct PyView {
+  BufferView view;
+  std::vector<std::int64_t> shape;
+  py::object owner;
 };
 
 /// Python's Buffer: an owning Buffer plus the shape Python sees. Its memory may be freed in
@@ -50,5 +62,11 @@ std::shared_ptr<py::object> gil_safe(py::object object);
 /// dtype from a DType, a name ("float32", "bf16"), a NumPy dtype or a torch dtype.
 /// @throws TypeError for anything else.
 DType to_dtype(py::handle h);
+
+/// MemoryKind from a MemoryKind or its name. @throws TypeError otherwise.
+MemoryKind to_kind(py::handle h);
+
+/// Device from a Device or a string like "cuda:0". @throws TypeError otherwise.
+Device to_device(py::handle h);
 
 }  // namespace gpucloud::python

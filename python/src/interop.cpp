@@ -181,6 +181,10 @@ Borrowed borrow(py::handle obj, const char* arg) {
     b.owner = py::reinterpret_borrow<py::object>(obj);
     return b;
   }
+  if (py::isinstance<PyView>(obj)) {
+    auto& pv = obj.cast<PyView&>();
+    return Borrowed{pv.view, pv.shape, false, py::reinterpret_borrow<py::object>(obj)};
+  }
   if (py::hasattr(obj, "__cuda_array_interface__")) {
     return from_array_interface(obj, obj.attr("__cuda_array_interface__").cast<py::dict>(), true, arg);
   }

@@ -5,6 +5,8 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
+#include <tuple>
 
 namespace gpucloud::python {
 
@@ -12,10 +14,6 @@ PyBuffer::~PyBuffer() {
   py::gil_scoped_release release;
   Buffer gone = std::move(buffer);
 }
-
-namespace {
-
-StreamView view_of(PyStream& s) { return StreamView(*s.stream); }
 
 MemoryKind to_kind(py::handle h) {
   if (py::isinstance<MemoryKind>(h)) return h.cast<MemoryKind>();
@@ -32,6 +30,10 @@ Device to_device(py::handle h) {
   throw py::type_error("device: expected a gpucloud.Device or a string like 'cuda:0', got " +
                        py::repr(h).cast<std::string>());
 }
+
+namespace {
+
+StreamView view_of(PyStream& s) { return s.view; }
 
 std::vector<std::int64_t> to_shape(py::handle h) {
   std::vector<std::int64_t> shape;
@@ -66,23 +68,72 @@ void check_same_shape(const Borrowed& dst, const Borrowed& src, const char* call
                    "src: shape " + shape_str(src.shape) + " differs from dst's " + shape_str(dst.shape));
 }
 
-py::object py_buffer_property(py::object self, const char* what) {
-  auto& b = self.cast<PyBuffer&>();
-  if (std::string(what) == "array") {
-    const bool host_readable = b.buffer.device().is_host() || b.buffer.kind() == MemoryKind::managed;
+py::dict array_interface(BufferView v, const std::vector<std::int64_t>& shape, bool cuda) {
+  if (!cuda) {
+    const bool host_readable = v.device().is_host() || v.kind() == MemoryKind::managed;
     if (!host_readable) throw py::attribute_error("__array_interface__: GPU device memory is not host-accessible");
-  } else if (!b.buffer.device().is_cuda()) {
-    throw py::attribute_error("__cuda_array_interface__: the buffer is not in GPU memory");
+  } else if (!v.device().is_cuda()) {
+    throw py::attribute_error("__cuda_array_interface__: the memory is not on a GPU");
   }
   py::dict d;
-  py::tuple shape(b.shape.size());
-  for (std::size_t i = 0; i < b.shape.size(); ++i) shape[i] = b.shape[i];
-  d["shape"] = shape;
-  d["typestr"] = typestr(b.buffer.dtype());
-  d["data"] = py::make_tuple(reinterpret_cast<std::uintptr_t>(b.buffer.data()), false);
+  d["shape"] = py::tuple(py::cast(shape));
+  d["typestr"] = typestr(v.dtype());
+  d["data"] = py::make_tuple(reinterpret_cast<std::uintptr_t>(v.data()), false);
   d["strides"] = py::none();
   d["version"] = 3;
   return d;
+}
+
+// The array protocols and properties Buffer and View share. Get(self) -> (view, shape, stream).
+template <class T, class Get>
+void add_array_protocols(py::class_<T>& cls, Get get) {
+  cls.def_property_readonly("shape", [get](py::object self) { return py::tuple(py::cast(std::get<1>(get(self)))); })
+      .def_property_readonly("dtype", [get](py::object self) { return std::get<0>(get(self)).dtype(); })
+      .def_property_readonly(
+          "size", [get](py::object self) { return std::get<0>(get(self)).size(); }, "Number of elements.")
+      .def_property_readonly("nbytes", [get](py::object self) { return std::get<0>(get(self)).size_bytes(); })
+      .def_property_readonly("kind", [get](py::object self) { return std::get<0>(get(self)).kind(); })
+      .def_property_readonly("device", [get](py::object self) { return std::get<0>(get(self)).device(); })
+      .def_property_readonly(
+          "data_ptr",
+          [get](py::object self) { return reinterpret_cast<std::uintptr_t>(std::get<0>(get(self)).data()); })
+      .def("__len__",
+           [get](py::object self) {
+             const auto& shape = std::get<1>(get(self));
+             return shape.empty() ? std::size_t{1} : static_cast<std::size_t>(shape[0]);
+           })
+      .def_property_readonly("__array_interface__",
+                             [get](py::object self) {
+                               auto [v, shape, stream] = get(self);
+                               return array_interface(v, shape, false);
+                             })
+      .def_property_readonly("__cuda_array_interface__",
+                             [get](py::object self) {
+                               auto [v, shape, stream] = get(self);
+                               return array_interface(v, shape, true);
+                             })
+      .def(
+          "__dlpack__",
+          [get](py::object self, py::object stream, py::object max_version, py::object dl_device, py::object copy) {
+            (void)stream;  // the memory's own stream is synchronised below, whatever the consumer's
+            auto [v, shape, own_stream] = get(self);
+            const bool versioned = !max_version.is_none() && max_version.cast<py::tuple>()[0].cast<int>() >= 1;
+            if (!copy.is_none() && copy.cast<bool>()) {
+              throw py::buffer_error("__dlpack__: copy=True is not supported; use gpucloud.copy into a new buffer");
+            }
+            if (!dl_device.is_none() && !dl_device.equal(dlpack_device(v))) {
+              throw py::buffer_error("__dlpack__: the memory is not on the requested device");
+            }
+            if (own_stream) {  // pending stream-ordered work on the memory finishes first
+              py::gil_scoped_release release;
+              own_stream->synchronize();
+            }
+            return to_dlpack(v, shape, self, versioned);
+          },
+          py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+          py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+          "A DLPack capsule viewing the memory (zero-copy); keeps it alive.")
+      .def("__dlpack_device__", [get](py::object self) { return dlpack_device(std::get<0>(get(self))); });
 }
 
 // Default resources set from Python stay alive while they are the default.
@@ -150,7 +201,9 @@ void bind_memory(py::module_& m) {
       py::arg("kind"), py::arg("device"), py::arg("mr"),
       "Make `mr` the resource buffers of `kind` on `device` use by default (None restores the built-in one).");
 
-  py::class_<PyBuffer>(m, "Buffer", "An owning allocation of one dtype, of any memory kind, on one device.")
+  py::class_<PyBuffer> buffer_class(m, "Buffer",
+                                    "An owning allocation of one dtype, of any memory kind, on one device.");
+  buffer_class
       .def(py::init([](py::handle shape, py::handle dtype, py::handle device, py::handle kind, PyStream* stream,
                        py::object mr) {
              auto s = to_shape(shape);
@@ -168,45 +221,25 @@ void bind_memory(py::module_& m) {
            py::arg("shape"), py::arg("dtype") = "float32", py::arg_v("device", Device::host(), "Device.host()"),
            py::arg_v("kind", MemoryKind::device, "MemoryKind.device"), py::arg("stream") = nullptr,
            py::arg("mr") = py::none(), py::keep_alive<1, 6>())
-      .def_property_readonly("shape", [](PyBuffer& b) { return py::tuple(py::cast(b.shape)); })
-      .def_property_readonly("dtype", [](PyBuffer& b) { return b.buffer.dtype(); })
-      .def_property_readonly(
-          "size", [](PyBuffer& b) { return b.buffer.size(); }, "Number of elements.")
-      .def_property_readonly("nbytes", [](PyBuffer& b) { return b.buffer.size_bytes(); })
-      .def_property_readonly("kind", [](PyBuffer& b) { return b.buffer.kind(); })
-      .def_property_readonly("device", [](PyBuffer& b) { return b.buffer.device(); })
-      .def_property_readonly("data_ptr", [](PyBuffer& b) { return reinterpret_cast<std::uintptr_t>(b.buffer.data()); })
-      .def("__len__",
-           [](PyBuffer& b) { return b.shape.empty() ? std::size_t{1} : static_cast<std::size_t>(b.shape[0]); })
-      .def_property_readonly("__array_interface__", [](py::object self) { return py_buffer_property(self, "array"); })
-      .def_property_readonly("__cuda_array_interface__",
-                             [](py::object self) { return py_buffer_property(self, "cuda"); })
-      .def(
-          "__dlpack__",
-          [](py::object self, py::object stream, py::object max_version, py::object dl_device, py::object copy) {
-            (void)stream;  // the buffer's own stream is synchronised below, whatever the consumer's
-            const bool versioned = !max_version.is_none() && max_version.cast<py::tuple>()[0].cast<int>() >= 1;
-            auto& b = self.cast<PyBuffer&>();
-            if (!copy.is_none() && copy.cast<bool>()) {
-              throw py::buffer_error("__dlpack__: copy=True is not supported; use gpucloud.copy into a new buffer");
-            }
-            if (!dl_device.is_none() && !dl_device.equal(dlpack_device(b.buffer.view()))) {
-              throw py::buffer_error("__dlpack__: the buffer is not on the requested device");
-            }
-            if (auto s = b.buffer.stream()) {  // pending stream-ordered work on the buffer finishes first
-              py::gil_scoped_release release;
-              s->synchronize();
-            }
-            return to_dlpack(b.buffer.view(), b.shape, self, versioned);
-          },
-          py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
-          py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
-          "A DLPack capsule viewing the buffer (zero-copy); keeps the buffer alive.")
-      .def("__dlpack_device__", [](PyBuffer& b) { return dlpack_device(b.buffer.view()); })
       .def("__repr__", [](PyBuffer& b) {
         return "gpucloud.Buffer(shape=" + shape_str(b.shape) + ", dtype=" + dtype_name(b.buffer.dtype()) +
                ", device='" + b.buffer.device().str() + "', kind='" + memory_kind_name(b.buffer.kind()) + "')";
       });
+  add_array_protocols(buffer_class, [](py::object self) {
+    auto& b = self.cast<PyBuffer&>();
+    return std::make_tuple(b.buffer.view(), b.shape, b.buffer.stream());
+  });
+
+  py::class_<PyView> view_class(m, "View",
+                                "A non-owning view (a pipeline chunk, a batch's array); keeps its owner alive.");
+  view_class.def("__repr__", [](PyView& v) {
+    return "gpucloud.View(shape=" + shape_str(v.shape) + ", dtype=" + dtype_name(v.view.dtype()) + ", device='" +
+           v.view.device().str() + "', kind='" + memory_kind_name(v.view.kind()) + "')";
+  });
+  add_array_protocols(view_class, [](py::object self) {
+    auto& v = self.cast<PyView&>();
+    return std::make_tuple(v.view, v.shape, std::optional<StreamView>());
+  });
 
   m.def(
       "copy",

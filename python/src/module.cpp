@@ -5,4 +5,5 @@ PYBIND11_MODULE(_core, m) {
   gpucloud::python::register_errors(m);
   gpucloud::python::bind_runtime(m);
   gpucloud::python::bind_memory(m);
+  gpucloud::python::bind_movement(m);
 }

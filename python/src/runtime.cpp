@@ -10,12 +10,13 @@
 namespace gpucloud::python {
 
 namespace {
-StreamView view_of(PyStream& s) { return StreamView(*s.stream); }
+StreamView view_of(PyStream& s) { return s.view; }
 }  // namespace
 
 PyStream::~PyStream() {
+  if (!owned) return;
   py::gil_scoped_release release;
-  stream.reset();
+  owned.reset();
 }
 
 std::shared_ptr<py::object> gil_safe(py::object object) {
@@ -119,23 +120,23 @@ void bind_runtime(py::module_& m) {
   py::class_<PyStream> stream_class(m, "Stream", "An in-order asynchronous work queue on one device.");
   py::class_<Event> event_class(m, "Event", "A marker recorded on a stream, to order and time work across streams.");
   stream_class.def(py::init<Device>(), py::arg_v("device", Device::host(), "Device.host()"))
-      .def_property_readonly("device", [](PyStream& s) { return s.stream->device(); })
+      .def_property_readonly("device", [](PyStream& s) { return s.view.device(); })
       .def(
           "synchronize",
           [](PyStream& s) {
             py::gil_scoped_release release;
-            s.stream->synchronize();
+            s.view.synchronize();
           },
           "Wait for the work enqueued so far; raises the first error that work raised.")
       .def(
-          "query", [](PyStream& s) { return s.stream->query(); }, "True when all enqueued work has finished.")
+          "query", [](PyStream& s) { return s.view.query(); }, "True when all enqueued work has finished.")
       .def(
-          "wait", [](PyStream& s, const Event& e) { s.stream->wait(e); }, py::arg("event"),
+          "wait", [](PyStream& s, const Event& e) { s.view.wait(e); }, py::arg("event"),
           "Later work on this stream waits for the event's latest record.")
       .def_property_readonly(
-          "native_handle", [](PyStream& s) { return reinterpret_cast<std::uintptr_t>(s.stream->native_handle()); },
+          "native_handle", [](PyStream& s) { return reinterpret_cast<std::uintptr_t>(s.view.native_handle()); },
           "The cudaStream_t as an integer (0 on the host).")
-      .def("__repr__", [](PyStream& s) { return "gpucloud.Stream(" + s.stream->device().str() + ")"; });
+      .def("__repr__", [](PyStream& s) { return "gpucloud.Stream(" + s.view.device().str() + ")"; });
 
   event_class
       .def(py::init<Device, bool>(), py::arg_v("device", Device::host(), "Device.host()"), py::arg("timing") = true)
