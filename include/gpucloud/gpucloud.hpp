@@ -11,8 +11,10 @@
 #include <gpucloud/dtype.hpp>
 #include <gpucloud/error.hpp>
 #include <gpucloud/event.hpp>
+#include <gpucloud/loss_scaler.hpp>
 #include <gpucloud/managed_memory.hpp>
 #include <gpucloud/memory_resource.hpp>
+#include <gpucloud/optimizers.hpp>
 #include <gpucloud/plain_resource.hpp>
 #include <gpucloud/pool_resource.hpp>
 #include <gpucloud/prefetcher.hpp>

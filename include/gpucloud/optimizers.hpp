@@ -1,0 +1,125 @@
+/// @file optimizers.hpp
+/// @brief Fused multi-tensor optimizers (SGD, Adam, AdamW) with fp32 master weights, and
+///        clipping by global L2 norm; the math is torch.optim's.
+#pragma once
+
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/export.hpp>
+#include <gpucloud/loss_scaler.hpp>
+#include <gpucloud/stream.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+namespace gpucloud {
+
+/// @brief A parameter and its gradient (fp32, fp16 or bf16 each; same number of elements).
+struct ParamGrad {
+  BufferView param;  ///< the model's weights, updated in place
+  BufferView grad;   ///< their gradient
+};
+
+/// @brief torch.optim.SGD's settings.
+struct SgdOptions {
+  float lr = 0.01f;            ///< learning rate (>= 0)
+  float momentum = 0.0f;       ///< momentum factor (>= 0)
+  float dampening = 0.0f;      ///< dampening for momentum
+  float weight_decay = 0.0f;   ///< L2 penalty (>= 0)
+  bool nesterov = false;       ///< Nesterov momentum (needs momentum > 0 and dampening 0)
+  bool master_weights = true;  ///< keep fp32 masters for fp16/bf16 parameters
+};
+
+/// @brief torch.optim.Adam / AdamW's settings.
+struct AdamOptions {
+  float lr = 1e-3f;                     ///< learning rate (>= 0)
+  float beta1 = 0.9f;                   ///< first-moment decay, in [0, 1)
+  float beta2 = 0.999f;                 ///< second-moment decay, in [0, 1)
+  float eps = 1e-8f;                    ///< added to the denominator (>= 0)
+  float weight_decay = 0.0f;            ///< L2 penalty (Adam) or decoupled decay (AdamW), >= 0
+  bool amsgrad = false;                 ///< keep the max of the second moments
+  bool decoupled_weight_decay = false;  ///< true: AdamW
+  bool master_weights = true;           ///< keep fp32 masters for fp16/bf16 parameters
+  /// @brief AdamW's defaults (torch.optim.AdamW: weight_decay 0.01, decoupled).
+  static AdamOptions adamw() {
+    AdamOptions o;
+    o.weight_decay = 1e-2f;
+    o.decoupled_weight_decay = true;
+    return o;
+  }
+};
+
+/// @brief Fused multi-tensor SGD: one pass over all parameters per launch group.
+///
+/// Momentum buffers (and fp32 masters for fp16/bf16 parameters) live on the parameters' device.
+/// With master weights the update is applied to the master in fp32 and the parameter receives
+/// its rounded copy in the same pass. step() with a scaler is skipped on the device when the
+/// scaler's found-inf is set: no parameter, buffer or step count changes.
+class GPUCLOUD_API FusedSGD {
+ public:
+  /// @brief Takes @p params (all on one device), allocates its state, initialised (and freed) in
+  ///        @p stream's order: @p stream must outlive the optimizer.
+  FusedSGD(std::vector<ParamGrad> params, SgdOptions options, StreamView stream);
+  ~FusedSGD();
+  FusedSGD(FusedSGD&&) noexcept;
+  FusedSGD& operator=(FusedSGD&&) noexcept;
+  /// @brief One step; skipped on the device if @p scaler found an overflow. Returns launches.
+  int step(StreamView stream, const LossScaler* scaler = nullptr);
+  /// @brief Changes the learning rate for later steps.
+  void set_lr(float lr);
+  /// @brief Completed (not skipped) steps; synchronises @p stream.
+  std::size_t step_count(StreamView stream) const;
+  /// @brief Momentum buffer of parameter @p i (fp32), empty without momentum.
+  BufferView momentum_buffer(std::size_t i) const;
+  /// @brief fp32 master of parameter @p i, empty when the parameter is fp32 itself.
+  BufferView master(std::size_t i) const;
+  /// @brief The options in force.
+  const SgdOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// @brief Fused multi-tensor Adam / AdamW (AdamOptions::decoupled_weight_decay), amsgrad optional.
+///
+/// Same contract as FusedSGD; the step count and bias corrections are kept on the device.
+class GPUCLOUD_API FusedAdam {
+ public:
+  /// @brief Takes @p params (all on one device), allocates its state, initialised (and freed) in
+  ///        @p stream's order: @p stream must outlive the optimizer.
+  FusedAdam(std::vector<ParamGrad> params, AdamOptions options, StreamView stream);
+  ~FusedAdam();
+  FusedAdam(FusedAdam&&) noexcept;
+  FusedAdam& operator=(FusedAdam&&) noexcept;
+  /// @brief One step; skipped on the device if @p scaler found an overflow. Returns launches.
+  int step(StreamView stream, const LossScaler* scaler = nullptr);
+  /// @brief Changes the learning rate for later steps.
+  void set_lr(float lr);
+  /// @brief Completed (not skipped) steps; synchronises @p stream.
+  std::size_t step_count(StreamView stream) const;
+  /// @brief First moment of parameter @p i (fp32).
+  BufferView exp_avg(std::size_t i) const;
+  /// @brief Second moment of parameter @p i (fp32).
+  BufferView exp_avg_sq(std::size_t i) const;
+  /// @brief Max of second moments (amsgrad), else empty.
+  BufferView max_exp_avg_sq(std::size_t i) const;
+  /// @brief fp32 master of parameter @p i, empty when the parameter is fp32 itself.
+  BufferView master(std::size_t i) const;
+  /// @brief The options in force.
+  const AdamOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// @brief Scales @p grads in place so their global L2 norm is at most @p max_norm
+///        (torch.nn.utils.clip_grad_norm_: coefficient min(max_norm / (norm + 1e-6), 1)).
+/// @return the total norm before clipping: one float32 on the device, ordered on @p stream.
+GPUCLOUD_API Buffer clip_grad_norm(const std::vector<BufferView>& grads, float max_norm, StreamView stream);
+
+/// @brief The global L2 norm of @p tensors (fused), one float32 on the device.
+GPUCLOUD_API Buffer global_norm(const std::vector<BufferView>& tensors, StreamView stream);
+
+}  // namespace gpucloud

@@ -1,0 +1,242 @@
+#include <gpucloud/cast.hpp>
+#include <gpucloud/copy.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/optimizers.hpp>
+
+#include "detail/amp_checks.hpp"
+#include "detail/amp_launch.hpp"
+
+#include <cstring>
+#include <limits>
+
+namespace gpucloud {
+
+namespace {
+using kernels::StepScalars;
+
+// What both optimizers keep: the parameters, their fp32 masters, the step scalars.
+struct Common {
+  std::vector<ParamGrad> params;
+  std::vector<Buffer> masters;  // empty Buffer for fp32 parameters
+  Buffer scalars;               // one StepScalars on the device
+  Device device = Device::host();
+
+  void init(std::vector<ParamGrad> p, bool master_weights, StreamView s, const char* call) {
+    GPUCLOUD_EXPECTS(!p.empty(), call, "params: empty list");
+    device = s.device();
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      const std::string name = "params[" + std::to_string(i) + "]";
+      detail::check_float_tensor(p[i].param, s, call, name + ".param");
+      detail::check_float_tensor(p[i].grad, s, call, name + ".grad");
+      GPUCLOUD_EXPECTS(p[i].param.size() == p[i].grad.size(), call,
+                       name + ".grad: " + std::to_string(p[i].grad.size()) + " elements for a parameter of " +
+                           std::to_string(p[i].param.size()));
+    }
+    params = std::move(p);
+    for (const auto& pg : params) {
+      if (master_weights && pg.param.dtype() != DType::float32) {
+        Buffer m(pg.param.size(), DType::float32, device, MemoryKind::device, s);
+        cast(m, pg.param, s);  // the master starts as the exact widening of the weight
+        masters.push_back(std::move(m));
+      } else {
+        masters.emplace_back();
+      }
+    }
+    scalars = Buffer(sizeof(StepScalars), DType::uint8, device, MemoryKind::device, s);
+    fill(scalars, 0.0, s);
+  }
+
+  StepScalars* device_scalars() const { return static_cast<StepScalars*>(scalars.data()); }
+
+  Buffer fp32_state(std::size_t i, StreamView s) const {
+    Buffer b(params[i].param.size(), DType::float32, device, MemoryKind::device, s);
+    fill(b, 0.0, s);
+    return b;
+  }
+
+  const float* found_inf_of(const LossScaler* scaler, StreamView s, const char* call) const {
+    GPUCLOUD_EXPECTS(s.device() == device, call,
+                     "stream: the parameters are on " + device.str() + ", the stream on " + s.device().str());
+    if (scaler == nullptr) return nullptr;
+    GPUCLOUD_EXPECTS(scaler->device() == device, call,
+                     "scaler: its state is on " + scaler->device().str() + ", the parameters on " + device.str());
+    return static_cast<const float*>(scaler->found_inf().data());
+  }
+
+  std::size_t step_count(StreamView s) const {
+    Buffer host(sizeof(StepScalars), DType::uint8, Device::host(), MemoryKind::pinned);
+    copy(host, scalars, s);
+    s.synchronize();
+    StepScalars v{};
+    std::memcpy(&v, host.data(), sizeof v);
+    return static_cast<std::size_t>(v.step);
+  }
+
+  BufferView checked(const std::vector<Buffer>& v, std::size_t i, const char* call) const {
+    GPUCLOUD_EXPECTS(i < params.size(), call,
+                     "i: " + std::to_string(i) + " is not below " + std::to_string(params.size()));
+    return v.empty() ? BufferView() : v[i].view();
+  }
+};
+
+constexpr double kFloatMax = std::numeric_limits<float>::max();
+}  // namespace
+
+// ---- SGD ------------------------------------------------------------------------------------
+
+struct FusedSGD::Impl {
+  SgdOptions options;
+  Common common;
+  std::vector<Buffer> momentum;
+};
+
+FusedSGD::FusedSGD(std::vector<ParamGrad> params, SgdOptions o, StreamView stream) {
+  detail::check_range(o.lr, 0.0, kFloatMax, false, "FusedSGD", "options.lr");
+  detail::check_range(o.momentum, 0.0, kFloatMax, false, "FusedSGD", "options.momentum");
+  detail::check_range(o.dampening, -kFloatMax, kFloatMax, false, "FusedSGD", "options.dampening");
+  detail::check_range(o.weight_decay, 0.0, kFloatMax, false, "FusedSGD", "options.weight_decay");
+  GPUCLOUD_EXPECTS(!o.nesterov || (o.momentum > 0.0f && o.dampening == 0.0f), "FusedSGD",
+                   "options.nesterov: needs momentum > 0 and dampening 0 (as torch.optim.SGD)");
+  auto impl = std::make_unique<Impl>();
+  impl->options = o;
+  impl->common.init(std::move(params), o.master_weights, stream, "FusedSGD");
+  if (o.momentum != 0.0f) {
+    for (std::size_t i = 0; i < impl->common.params.size(); ++i)
+      impl->momentum.push_back(impl->common.fp32_state(i, stream));
+  }
+  impl_ = std::move(impl);
+}
+
+FusedSGD::~FusedSGD() = default;
+FusedSGD::FusedSGD(FusedSGD&&) noexcept = default;
+FusedSGD& FusedSGD::operator=(FusedSGD&&) noexcept = default;
+
+int FusedSGD::step(StreamView stream, const LossScaler* scaler) {
+  auto& c = impl_->common;
+  const float* found_inf = c.found_inf_of(scaler, stream, "FusedSGD::step");
+  const SgdOptions& o = impl_->options;
+  detail::amp::begin_step(c.device_scalars(), found_inf, o.lr, 0.0, 0.0, stream);
+  detail::amp::Rows4 rows;
+  for (std::size_t i = 0; i < c.params.size(); ++i) {
+    rows.push_back({c.params[i].param, c.params[i].grad,
+                    impl_->momentum.empty() ? BufferView() : impl_->momentum[i].view(), c.masters[i].view()});
+  }
+  const kernels::SgdOp op{found_inf, c.device_scalars(), o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov};
+  return 1 + detail::amp::sgd(rows, op, stream);
+}
+
+void FusedSGD::set_lr(float lr) {
+  detail::check_range(lr, 0.0, kFloatMax, false, "FusedSGD::set_lr", "lr");
+  impl_->options.lr = lr;
+}
+
+std::size_t FusedSGD::step_count(StreamView stream) const { return impl_->common.step_count(stream); }
+BufferView FusedSGD::momentum_buffer(std::size_t i) const {
+  return impl_->common.checked(impl_->momentum, i, "FusedSGD::momentum_buffer");
+}
+BufferView FusedSGD::master(std::size_t i) const {
+  return impl_->common.checked(impl_->common.masters, i, "FusedSGD::master");
+}
+const SgdOptions& FusedSGD::options() const { return impl_->options; }
+
+// ---- Adam / AdamW ---------------------------------------------------------------------------
+
+struct FusedAdam::Impl {
+  AdamOptions options;
+  Common common;
+  std::vector<Buffer> exp_avg, exp_avg_sq, max_exp_avg_sq;
+};
+
+FusedAdam::FusedAdam(std::vector<ParamGrad> params, AdamOptions o, StreamView stream) {
+  detail::check_range(o.lr, 0.0, kFloatMax, false, "FusedAdam", "options.lr");
+  detail::check_range(o.beta1, 0.0, 1.0, false, "FusedAdam", "options.beta1");
+  detail::check_range(o.beta2, 0.0, 1.0, false, "FusedAdam", "options.beta2");
+  GPUCLOUD_EXPECTS(o.beta1 < 1.0f && o.beta2 < 1.0f, "FusedAdam", "options.beta1/beta2: must be below 1");
+  detail::check_range(o.eps, 0.0, kFloatMax, false, "FusedAdam", "options.eps");
+  detail::check_range(o.weight_decay, 0.0, kFloatMax, false, "FusedAdam", "options.weight_decay");
+  auto impl = std::make_unique<Impl>();
+  impl->options = o;
+  impl->common.init(std::move(params), o.master_weights, stream, "FusedAdam");
+  for (std::size_t i = 0; i < impl->common.params.size(); ++i) {
+    impl->exp_avg.push_back(impl->common.fp32_state(i, stream));
+    impl->exp_avg_sq.push_back(impl->common.fp32_state(i, stream));
+    if (o.amsgrad) impl->max_exp_avg_sq.push_back(impl->common.fp32_state(i, stream));
+  }
+  impl_ = std::move(impl);
+}
+
+FusedAdam::~FusedAdam() = default;
+FusedAdam::FusedAdam(FusedAdam&&) noexcept = default;
+FusedAdam& FusedAdam::operator=(FusedAdam&&) noexcept = default;
+
+int FusedAdam::step(StreamView stream, const LossScaler* scaler) {
+  auto& c = impl_->common;
+  const float* found_inf = c.found_inf_of(scaler, stream, "FusedAdam::step");
+  const AdamOptions& o = impl_->options;
+  detail::amp::begin_step(c.device_scalars(), found_inf, o.lr, o.beta1, o.beta2, stream);
+  detail::amp::Rows6 rows;
+  for (std::size_t i = 0; i < c.params.size(); ++i) {
+    rows.push_back({c.params[i].param, c.params[i].grad, impl_->exp_avg[i].view(), impl_->exp_avg_sq[i].view(),
+                    o.amsgrad ? impl_->max_exp_avg_sq[i].view() : BufferView(), c.masters[i].view()});
+  }
+  const kernels::AdamOp op{found_inf,      c.device_scalars(),      o.lr, o.beta1, o.beta2, o.eps,
+                           o.weight_decay, o.decoupled_weight_decay};
+  return 1 + detail::amp::adam(rows, op, stream);
+}
+
+void FusedAdam::set_lr(float lr) {
+  detail::check_range(lr, 0.0, kFloatMax, false, "FusedAdam::set_lr", "lr");
+  impl_->options.lr = lr;
+}
+
+std::size_t FusedAdam::step_count(StreamView stream) const { return impl_->common.step_count(stream); }
+BufferView FusedAdam::exp_avg(std::size_t i) const {
+  return impl_->common.checked(impl_->exp_avg, i, "FusedAdam::exp_avg");
+}
+BufferView FusedAdam::exp_avg_sq(std::size_t i) const {
+  return impl_->common.checked(impl_->exp_avg_sq, i, "FusedAdam::exp_avg_sq");
+}
+BufferView FusedAdam::max_exp_avg_sq(std::size_t i) const {
+  return impl_->common.checked(impl_->max_exp_avg_sq, i, "FusedAdam::max_exp_avg_sq");
+}
+BufferView FusedAdam::master(std::size_t i) const {
+  return impl_->common.checked(impl_->common.masters, i, "FusedAdam::master");
+}
+const AdamOptions& FusedAdam::options() const { return impl_->options; }
+
+// ---- norms ----------------------------------------------------------------------------------
+
+namespace {
+// Sum of squares of @p tensors into partials, then norm (and clip coefficient) on the device.
+Buffer norm_into(const std::vector<BufferView>& tensors, float max_norm, StreamView s, const char* call, Buffer& coef) {
+  detail::amp::Rows1 rows;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    detail::check_float_tensor(tensors[i], s, call, "tensors[" + std::to_string(i) + "]");
+    rows.push_back({tensors[i]});
+  }
+  const std::size_t count = detail::amp::partial_count(rows);
+  Buffer partials(std::max<std::size_t>(count, 1), DType::float32, s.device(), MemoryKind::device, s);
+  Buffer norm(1, DType::float32, s.device(), MemoryKind::device, s);
+  coef = Buffer(1, DType::float32, s.device(), MemoryKind::device, s);
+  detail::amp::sum_squares(rows, partials.data_as<float>(), s);
+  detail::amp::finish_norm(partials.data_as<float>(), count, max_norm, norm.data_as<float>(), coef.data_as<float>(), s);
+  return norm;
+}
+}  // namespace
+
+Buffer global_norm(const std::vector<BufferView>& tensors, StreamView stream) {
+  Buffer coef;
+  return norm_into(tensors, 1.0f, stream, "global_norm", coef);
+}
+
+Buffer clip_grad_norm(const std::vector<BufferView>& grads, float max_norm, StreamView stream) {
+  detail::check_range(max_norm, 0.0, kFloatMax, true, "clip_grad_norm", "max_norm");
+  Buffer coef;
+  Buffer norm = norm_into(grads, max_norm, stream, "clip_grad_norm", coef);
+  detail::amp::Rows1 rows;
+  for (const auto& g : grads) rows.push_back({g});
+  detail::amp::scale_by(rows, coef.data_as<float>(), stream);
+  return norm;
+}
+
+}  // namespace gpucloud

@@ -1,0 +1,518 @@
+// Mixed-precision training on every device: the loss scaler's trajectory (PyTorch's rule step
+// for step), the fused unscale over thousands of mixed-dtype tensors, skipped steps, and the
+// fused SGD / Adam / AdamW against float64 re-implementations of torch.optim's formulas.
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/cast.hpp>
+#include <gpucloud/copy.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/loss_scaler.hpp>
+#include <gpucloud/optimizers.hpp>
+#include <gpucloud/stream.hpp>
+
+#include <gtest/gtest.h>
+
+#include "device_cases.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace gc = gpucloud;
+
+namespace {
+
+template <class T>
+gc::Buffer upload(const std::vector<T>& v, gc::Device d, gc::StreamView s, gc::DType dtype = gc::dtype_of<T>()) {
+  gc::Buffer staging(v.size(), dtype, gc::Device::host(), gc::MemoryKind::pinned);
+  if (!v.empty()) std::memcpy(staging.data(), v.data(), v.size() * sizeof(T));
+  gc::Buffer out(v.size(), dtype, d, gc::MemoryKind::device);
+  gc::copy(out, staging, s);
+  s.synchronize();
+  return out;
+}
+
+template <class T>
+std::vector<T> download(gc::BufferView v, gc::StreamView s) {
+  gc::Buffer staging(v.size(), v.dtype(), gc::Device::host(), gc::MemoryKind::pinned);
+  gc::copy(staging, v, s);
+  s.synchronize();
+  std::vector<T> out(v.size());
+  if (!out.empty()) std::memcpy(out.data(), staging.data(), out.size() * sizeof(T));
+  return out;
+}
+
+// Widened float values of a float32/float16/bfloat16 buffer.
+std::vector<float> as_floats(gc::BufferView v, gc::StreamView s) {
+  gc::Buffer f(v.size(), gc::DType::float32, v.device(), gc::MemoryKind::device);
+  gc::cast(f, v, s);
+  return download<float>(f, s);
+}
+
+void upload_floats(gc::BufferView dst, const std::vector<float>& values, gc::StreamView s) {
+  gc::Buffer f = upload(values, dst.device(), s);
+  gc::cast(dst, f, s);
+  s.synchronize();
+}
+
+// PyTorch GradScaler's rule, written independently of the library.
+struct ReferenceScaler {
+  double scale;
+  int tracker = 0;
+  int hysteresis_left;
+  gc::LossScalerOptions o;
+  explicit ReferenceScaler(gc::LossScalerOptions opts)
+      : scale(opts.init_scale), hysteresis_left(opts.hysteresis), o(opts) {}
+  void update(bool overflow) {
+    if (overflow) {
+      if (hysteresis_left > 1) {
+        --hysteresis_left;
+      } else {
+        scale = std::max(static_cast<double>(static_cast<float>(scale * o.backoff_factor)),
+                         static_cast<double>(o.min_scale));
+        hysteresis_left = o.hysteresis;
+      }
+      tracker = 0;
+    } else if (++tracker == o.growth_interval) {
+      const float grown = static_cast<float>(scale * o.growth_factor);
+      if (std::isfinite(grown)) scale = grown;
+      tracker = 0;
+    }
+  }
+};
+
+}  // namespace
+
+class AmpTest : public gc::testing::OnEveryDevice {};
+
+TEST(LossScalerDefaults, AreGradScalers) {
+  const gc::LossScalerOptions o;
+  EXPECT_EQ(o.init_scale, 65536.0f);
+  EXPECT_EQ(o.growth_factor, 2.0f);
+  EXPECT_EQ(o.backoff_factor, 0.5f);
+  EXPECT_EQ(o.growth_interval, 2000);
+  EXPECT_EQ(o.hysteresis, 1);
+  EXPECT_EQ(o.min_scale, 0.0f);
+  EXPECT_TRUE(o.dynamic);
+}
+
+TEST_P(AmpTest, ScaleTrajectoryFollowsTheRuleStepForStep) {
+  gc::Stream s(device());
+  struct Case {
+    gc::LossScalerOptions options;
+    std::vector<int> overflow;  // 1: a step with an inf gradient
+  };
+  gc::LossScalerOptions grow3;
+  grow3.init_scale = 1024.0f;
+  grow3.growth_interval = 3;
+  gc::LossScalerOptions near_max = grow3;  // growth would overflow fp32: the scale stays
+  near_max.init_scale = std::ldexp(1.0f, 127);
+  near_max.growth_interval = 2;
+  gc::LossScalerOptions hysteretic = grow3;
+  hysteretic.hysteresis = 2;
+  hysteretic.min_scale = 256.0f;
+  const std::vector<int> script = {0, 0, 0, 0, 1, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0};
+  for (const Case& c : {Case{grow3, script}, Case{near_max, script}, Case{hysteretic, script}}) {
+    gc::LossScaler scaler(device(), s, c.options);
+    ReferenceScaler ref(c.options);
+    gc::Buffer grad(100, gc::DType::float16, device());
+    for (std::size_t step = 0; step < c.overflow.size(); ++step) {
+      std::vector<float> g(100, 1.0f);
+      if (c.overflow[step]) g[37] = std::numeric_limits<float>::infinity();
+      upload_floats(grad, g, s);
+      scaler.unscale({grad}, s);
+      EXPECT_EQ(scaler.state(s).found_inf, c.overflow[step] == 1) << "step " << step;
+      scaler.update(s);
+      ref.update(c.overflow[step] == 1);
+      const auto st = scaler.state(s);
+      ASSERT_EQ(st.scale, static_cast<float>(ref.scale)) << "step " << step << " init " << c.options.init_scale;
+      ASSERT_EQ(st.growth_tracker, ref.tracker) << "step " << step;
+      ASSERT_EQ(st.hysteresis_left, ref.hysteresis_left) << "step " << step;
+      EXPECT_FALSE(st.found_inf);  // cleared by update
+    }
+  }
+}
+
+TEST_P(AmpTest, StaticScalerNeverChangesAndStateRoundTrips) {
+  gc::Stream s(device());
+  gc::LossScalerOptions o;
+  o.dynamic = false;
+  o.init_scale = 128.0f;
+  gc::LossScaler scaler(device(), s, o);
+  gc::Buffer grad = upload(std::vector<float>{std::nanf("")}, device(), s);
+  scaler.unscale({grad}, s);
+  scaler.update(s);
+  EXPECT_EQ(scaler.state(s).scale, 128.0f);
+  gc::LossScaler dynamic(device(), s);
+  dynamic.load_state(gc::LossScalerState{512.0f, 17, 1, false}, s);
+  const auto st = dynamic.state(s);
+  EXPECT_EQ(st.scale, 512.0f);
+  EXPECT_EQ(st.growth_tracker, 17);
+  EXPECT_THROW(dynamic.load_state(gc::LossScalerState{-1.0f, 0, 1, false}, s), gc::InvalidArgument);
+  EXPECT_THROW(dynamic.load_state(gc::LossScalerState{1.0f, 5000, 1, false}, s), gc::InvalidArgument);
+  EXPECT_EQ(dynamic.state(s).scale, 512.0f);  // state unchanged by the rejected loads
+  gc::Buffer loss = upload(std::vector<float>{0.75f}, device(), s);
+  dynamic.scale(loss, s);
+  EXPECT_EQ(download<float>(loss, s)[0], 384.0f);
+}
+
+TEST_P(AmpTest, BadScalerOptionsAreTypedErrors) {
+  gc::Stream s(device());
+  auto with = [](auto change) {
+    gc::LossScalerOptions o;
+    change(o);
+    return o;
+  };
+  EXPECT_THROW(gc::LossScaler(device(), s, with([](auto& o) { o.init_scale = 0.0f; })), gc::InvalidArgument);
+  EXPECT_THROW(gc::LossScaler(device(), s, with([](auto& o) { o.growth_factor = 1.0f; })), gc::InvalidArgument);
+  EXPECT_THROW(gc::LossScaler(device(), s, with([](auto& o) { o.backoff_factor = 1.0f; })), gc::InvalidArgument);
+  EXPECT_THROW(gc::LossScaler(device(), s, with([](auto& o) { o.backoff_factor = -0.5f; })), gc::InvalidArgument);
+  EXPECT_THROW(gc::LossScaler(device(), s, with([](auto& o) { o.growth_interval = 0; })), gc::InvalidArgument);
+  EXPECT_THROW(gc::LossScaler(device(), s, with([](auto& o) { o.hysteresis = 0; })), gc::InvalidArgument);
+  gc::LossScaler scaler(device(), s);
+  gc::Buffer ints(4, gc::DType::int32, device());
+  try {
+    scaler.unscale({ints}, s);
+    FAIL();
+  } catch (const gc::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("grads[0]"), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(AmpTest, UnscaleFindsOneNonFiniteValueAnywhereInThousandsOfTensors) {
+  gc::Stream s(device());
+  std::mt19937 rng(5);
+  // Mixed dtypes and sizes: zero-size tensors, sizes that straddle the 65536-element chunks.
+  std::vector<std::size_t> sizes;
+  for (int i = 0; i < 2500; ++i) sizes.push_back(rng() % 97 == 0 ? 0 : rng() % 300);
+  for (std::size_t big : {65535u, 65536u, 65537u, 131073u}) sizes.push_back(big);
+  const gc::DType dtypes[] = {gc::DType::float32, gc::DType::float16, gc::DType::bfloat16};
+  std::vector<gc::Buffer> grads;
+  std::vector<gc::BufferView> views;
+  std::vector<std::vector<float>> values;
+  const float scale = 1024.0f;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    grads.emplace_back(sizes[i], dtypes[i % 3], device());
+    std::vector<float> v(sizes[i]);
+    for (auto& x : v)
+      x = static_cast<float>(static_cast<int>(rng() % 121) - 60) * scale;  // exact in every dtype, < 65504
+    upload_floats(grads.back(), v, s);
+    values.push_back(v);
+    views.push_back(grads.back());
+  }
+  gc::LossScalerOptions o;
+  o.init_scale = scale;
+  gc::LossScaler scaler(device(), s, o);
+  const int launches = scaler.unscale(views, s);
+  EXPECT_GE(launches, static_cast<int>(views.size() / 110));
+  EXPECT_LE(launches, static_cast<int>(views.size() / 50) + 10);
+  EXPECT_FALSE(scaler.state(s).found_inf);
+  // Unscaling by a power of two is exact.
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const auto got = as_floats(views[i], s);
+    for (std::size_t j = 0; j < got.size(); ++j) wrong += got[j] != values[i][j] / scale;
+  }
+  EXPECT_EQ(wrong, 0u);
+  // One inf or NaN hidden at the first element, the last, a bf16 tensor past a launch boundary,
+  // and inside the big chunk-straddling tensors.
+  struct Spot {
+    std::size_t tensor, index;
+    float value;
+  };
+  std::vector<Spot> spots;
+  auto first_nonempty = [&](std::size_t from) {
+    while (sizes[from] == 0) ++from;
+    return from;
+  };
+  spots.push_back({first_nonempty(0), 0, std::numeric_limits<float>::infinity()});
+  spots.push_back({sizes.size() - 1, sizes.back() - 1, std::nanf("")});
+  const std::size_t bf = first_nonempty(1502 - 1502 % 3 + 2);
+  spots.push_back({bf, sizes[bf] / 2, -std::numeric_limits<float>::infinity()});
+  spots.push_back({sizes.size() - 3, 65535, std::nanf("")});
+  for (const Spot& spot : spots) {
+    auto v = as_floats(views[spot.tensor], s);
+    const float saved = v[spot.index];
+    v[spot.index] = spot.value;
+    upload_floats(views[spot.tensor], v, s);
+    scaler.unscale(views, s);
+    EXPECT_TRUE(scaler.state(s).found_inf) << "tensor " << spot.tensor << " index " << spot.index;
+    scaler.update(s);  // backs off and clears found-inf
+    v[spot.index] = saved;
+    upload_floats(views[spot.tensor], v, s);
+    scaler.unscale(views, s);
+    EXPECT_FALSE(scaler.state(s).found_inf);
+  }
+}
+
+namespace {
+// torch.optim reference in float64, one parameter tensor.
+struct RefParam {
+  std::vector<double> p, buf, m, v, vmax;
+};
+
+void ref_sgd(RefParam& r, const std::vector<float>& g, const gc::SgdOptions& o, int step) {
+  for (std::size_t i = 0; i < r.p.size(); ++i) {
+    double d = g[i];
+    if (o.weight_decay != 0) d += o.weight_decay * r.p[i];
+    if (o.momentum != 0) {
+      r.buf[i] = step == 1 ? d : o.momentum * r.buf[i] + (1.0 - o.dampening) * d;
+      d = o.nesterov ? d + o.momentum * r.buf[i] : r.buf[i];
+    }
+    r.p[i] -= o.lr * d;
+  }
+}
+
+void ref_adam(RefParam& r, const std::vector<float>& g, const gc::AdamOptions& o, int step) {
+  const double bc1 = 1 - std::pow(static_cast<double>(o.beta1), step);
+  const double bc2 = 1 - std::pow(static_cast<double>(o.beta2), step);
+  for (std::size_t i = 0; i < r.p.size(); ++i) {
+    double d = g[i];
+    if (o.weight_decay != 0) {
+      if (o.decoupled_weight_decay) {
+        r.p[i] *= 1 - static_cast<double>(o.lr) * o.weight_decay;
+      } else {
+        d += o.weight_decay * r.p[i];
+      }
+    }
+    r.m[i] = o.beta1 * r.m[i] + (1 - static_cast<double>(o.beta1)) * d;
+    r.v[i] = o.beta2 * r.v[i] + (1 - static_cast<double>(o.beta2)) * d * d;
+    double second = r.v[i];
+    if (o.amsgrad) second = r.vmax[i] = std::max(r.vmax[i], r.v[i]);
+    const double denom = std::sqrt(second) / std::sqrt(bc2) + o.eps;
+    r.p[i] -= (o.lr / bc1) * r.m[i] / denom;
+  }
+}
+
+// Runs 100 steps of `opt` on two parameter tensors against the reference; returns the worst
+// error relative to max(1, |ref|).
+template <class Optimizer, class Options, class Ref>
+double run_against_reference(gc::Device d, const Options& o, Ref ref_step, gc::DType param_dtype, bool check_master) {
+  gc::Stream s(d);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::size_t sizes[] = {1000, 70001};
+  std::vector<gc::Buffer> params, grads;
+  std::vector<RefParam> refs;
+  std::vector<gc::ParamGrad> pg;
+  for (std::size_t n : sizes) {
+    std::vector<float> init(n);
+    for (auto& x : init) x = normal(rng);
+    params.emplace_back(n, param_dtype, d);
+    upload_floats(params.back(), init, s);
+    grads.emplace_back(n, gc::DType::float32, d);
+    const auto widened = as_floats(params.back(), s);  // the reference starts where the model does
+    refs.push_back({std::vector<double>(widened.begin(), widened.end()), std::vector<double>(n), std::vector<double>(n),
+                    std::vector<double>(n), std::vector<double>(n)});
+    pg.push_back({params.back(), grads.back()});
+  }
+  Optimizer opt(pg, o, s);
+  for (int step = 1; step <= 100; ++step) {
+    for (std::size_t t = 0; t < params.size(); ++t) {
+      std::vector<float> g(sizes[t]);
+      for (auto& x : g) x = normal(rng);
+      upload_floats(grads[t], g, s);
+      ref_step(refs[t], g, o, step);
+    }
+    opt.step(s);
+  }
+  EXPECT_EQ(opt.step_count(s), 100u);
+  double worst = 0;
+  for (std::size_t t = 0; t < params.size(); ++t) {
+    const auto truth = check_master ? as_floats(opt.master(t), s) : as_floats(params[t], s);
+    for (std::size_t i = 0; i < truth.size(); ++i) {
+      worst = std::max(worst, std::fabs(truth[i] - refs[t].p[i]) / std::max(1.0, std::fabs(refs[t].p[i])));
+    }
+    if (check_master) {  // the model's weights are the master rounded to their dtype
+      gc::Buffer rounded(truth.size(), param_dtype, d);
+      upload_floats(rounded, truth, s);
+      EXPECT_EQ(download<std::uint16_t>(rounded, s), download<std::uint16_t>(params[t], s));
+    }
+  }
+  return worst;
+}
+}  // namespace
+
+TEST_P(AmpTest, FusedSgdMatchesTorchOptimOver100Steps) {
+  gc::SgdOptions o;
+  o.lr = 0.01f;
+  o.momentum = 0.9f;
+  o.dampening = 0.1f;
+  o.weight_decay = 1e-2f;
+  EXPECT_LT((run_against_reference<gc::FusedSGD>(device(), o, ref_sgd, gc::DType::float32, false)), 2e-5);
+  o.dampening = 0.0f;
+  o.nesterov = true;
+  EXPECT_LT((run_against_reference<gc::FusedSGD>(device(), o, ref_sgd, gc::DType::float32, false)), 2e-5);
+  gc::SgdOptions plain;
+  plain.lr = 0.05f;
+  EXPECT_LT((run_against_reference<gc::FusedSGD>(device(), plain, ref_sgd, gc::DType::float32, false)), 2e-5);
+}
+
+TEST_P(AmpTest, FusedAdamAndAdamWMatchTorchOptimOver100Steps) {
+  gc::AdamOptions adam;
+  adam.weight_decay = 1e-2f;
+  EXPECT_LT((run_against_reference<gc::FusedAdam>(device(), adam, ref_adam, gc::DType::float32, false)), 2e-5);
+  gc::AdamOptions adamw = gc::AdamOptions::adamw();
+  adamw.amsgrad = true;
+  EXPECT_LT((run_against_reference<gc::FusedAdam>(device(), adamw, ref_adam, gc::DType::float32, false)), 2e-5);
+}
+
+TEST_P(AmpTest, MasterWeightsTakeTheUpdateInFp32AndRoundIntoTheModel) {
+  gc::AdamOptions adamw = gc::AdamOptions::adamw();
+  for (auto dtype : {gc::DType::float16, gc::DType::bfloat16}) {
+    EXPECT_LT((run_against_reference<gc::FusedAdam>(device(), adamw, ref_adam, dtype, true)), 2e-5);
+  }
+  gc::SgdOptions sgd;
+  sgd.momentum = 0.9f;
+  EXPECT_LT((run_against_reference<gc::FusedSGD>(device(), sgd, ref_sgd, gc::DType::float16, true)), 2e-5);
+}
+
+TEST_P(AmpTest, SkippedStepChangesNothing) {
+  gc::Stream s(device());
+  gc::Buffer w = upload(std::vector<float>(3000, 0.5f), device(), s);
+  gc::Buffer g = upload(std::vector<float>(3000, 0.25f), device(), s, gc::DType::float32);
+  gc::Buffer w16(3000, gc::DType::float16, device());
+  gc::Buffer g16(3000, gc::DType::float16, device());
+  upload_floats(w16, std::vector<float>(3000, 0.5f), s);
+  upload_floats(g16, std::vector<float>(3000, 0.25f), s);
+  gc::AdamOptions o = gc::AdamOptions::adamw();
+  o.amsgrad = true;
+  gc::FusedAdam adam({{w, g}, {w16, g16}}, o, s);
+  gc::LossScaler scaler(device(), s);
+  adam.step(s, &scaler);  // one real step so moments are non-zero
+  scaler.update(s);
+  auto snapshot = [&] {
+    std::vector<std::vector<float>> v;
+    for (gc::BufferView b : {gc::BufferView(w), gc::BufferView(w16), adam.exp_avg(0), adam.exp_avg_sq(1),
+                             adam.max_exp_avg_sq(0), adam.master(1)}) {
+      v.push_back(as_floats(b, s));
+    }
+    return v;
+  };
+  const auto before = snapshot();
+  upload_floats(g16, std::vector<float>(3000, std::numeric_limits<float>::infinity()), s);
+  scaler.unscale({g, g16}, s);
+  adam.step(s, &scaler);  // skipped on the device: no host synchronisation decided it
+  EXPECT_EQ(snapshot(), before);
+  EXPECT_EQ(adam.step_count(s), 1u);
+  scaler.update(s);
+  EXPECT_EQ(scaler.state(s).scale, 32768.0f);
+}
+
+TEST_P(AmpTest, ClipGradNormMatchesTorch) {
+  gc::Stream s(device());
+  std::vector<float> a(70000), b(123);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  double sq = 0;
+  for (auto* v : {&a, &b}) {
+    for (auto& x : *v) {
+      x = normal(rng);
+      sq += double(x) * x;
+    }
+  }
+  gc::Buffer ga = upload(a, device(), s), gb = upload(b, device(), s);
+  const double norm = std::sqrt(sq);
+  gc::Buffer total = gc::clip_grad_norm({ga, gb}, 10.0f, s);
+  EXPECT_NEAR(download<float>(total, s)[0], norm, norm * 1e-5);
+  const double coef = 10.0 / (norm + 1e-6);
+  const auto clipped = download<float>(ga, s);
+  for (std::size_t i = 0; i < a.size(); i += 997)
+    EXPECT_NEAR(clipped[i], a[i] * coef, 1e-6 + std::fabs(a[i] * coef) * 1e-6);
+  EXPECT_NEAR(download<float>(gc::global_norm({ga, gb}, s), s)[0], 10.0, 1e-4);
+  // Already small enough: unchanged (coefficient clamped to 1).
+  gc::clip_grad_norm({ga, gb}, 100.0f, s);
+  EXPECT_EQ(download<float>(ga, s), clipped);
+}
+
+TEST_P(AmpTest, BadOptimizerInputIsATypedErrorAndChangesNothing) {
+  gc::Stream s(device());
+  gc::Buffer w(10, gc::DType::float32, device()), g(10, gc::DType::float32, device()),
+      short_g(9, gc::DType::float32, device());
+  gc::Buffer ints(10, gc::DType::int32, device());
+  EXPECT_THROW(gc::FusedSGD({{w, short_g}}, {}, s), gc::InvalidArgument);
+  EXPECT_THROW(gc::FusedSGD({{ints, g}}, {}, s), gc::InvalidArgument);
+  EXPECT_THROW(gc::FusedSGD({}, {}, s), gc::InvalidArgument);
+  gc::SgdOptions bad_nesterov;
+  bad_nesterov.nesterov = true;
+  EXPECT_THROW(gc::FusedSGD({{w, g}}, bad_nesterov, s), gc::InvalidArgument);
+  gc::AdamOptions bad_beta;
+  bad_beta.beta1 = 1.0f;
+  EXPECT_THROW(gc::FusedAdam({{w, g}}, bad_beta, s), gc::InvalidArgument);
+  gc::AdamOptions bad_lr;
+  bad_lr.lr = -1.0f;
+  EXPECT_THROW(gc::FusedAdam({{w, g}}, bad_lr, s), gc::InvalidArgument);
+  gc::FusedSGD sgd({{w, g}}, {}, s);
+  EXPECT_THROW(sgd.set_lr(std::nanf("")), gc::InvalidArgument);
+  EXPECT_EQ(sgd.options().lr, 0.01f);
+  if (device().is_cuda()) {
+    gc::Buffer host_w(10, gc::DType::float32, gc::Device::host());
+    EXPECT_THROW(gc::FusedSGD({{host_w, g}}, {}, s), gc::InvalidArgument);  // another device
+    gc::Stream host_stream;
+    gc::LossScaler host_scaler(gc::Device::host(), host_stream);
+    EXPECT_THROW(sgd.step(s, &host_scaler), gc::InvalidArgument);
+  }
+}
+
+// A fp16 model whose scaled gradients overflow at the initial scale: the scaler backs off,
+// the overflowing steps are skipped, and it trains to its fp32 twin's loss.
+TEST_P(AmpTest, Fp16ModelTrainsToItsFp32TwinsLossBecauseTheScalerBacksOff) {
+  gc::Stream s(device());
+  // Linear regression: y = X w*, 64 samples, 16 features; gradients are O(10), so at scale 65536
+  // fp16 gradients overflow (65504 is fp16's largest).
+  const int n = 64, k = 16;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> X(n * k), target(k), y(n);
+  for (auto& x : X) x = normal(rng);
+  for (auto& t : target) t = 3.0f * normal(rng);
+  for (int i = 0; i < n; ++i) {
+    y[i] = 0;
+    for (int j = 0; j < k; ++j) y[i] += X[i * k + j] * target[j];
+  }
+  auto loss_and_grad = [&](const std::vector<float>& w, std::vector<float>& grad, float scale) {
+    double loss = 0;
+    std::fill(grad.begin(), grad.end(), 0.0f);
+    for (int i = 0; i < n; ++i) {
+      float r = -y[i];
+      for (int j = 0; j < k; ++j) r += X[i * k + j] * w[j];
+      loss += double(r) * r / n;
+      for (int j = 0; j < k; ++j) grad[j] += 2.0f * r * X[i * k + j] / n * scale;
+    }
+    return loss;
+  };
+  gc::SgdOptions o;
+  o.lr = 0.05f;
+  o.momentum = 0.5f;
+  // fp32 twin.
+  gc::Buffer w32 = upload(std::vector<float>(k, 0.0f), device(), s), g32(k, gc::DType::float32, device());
+  gc::FusedSGD twin({{w32, g32}}, o, s);
+  // fp16 model with fp32 masters and a dynamic scaler.
+  gc::Buffer w16(k, gc::DType::float16, device()), g16(k, gc::DType::float16, device());
+  upload_floats(w16, std::vector<float>(k, 0.0f), s);
+  gc::FusedSGD model({{w16, g16}}, o, s);
+  gc::LossScaler scaler(device(), s);
+  std::vector<float> grad(k);
+  double twin_loss = 0, model_loss = 0;
+  int skipped = 0;
+  for (int step = 0; step < 300; ++step) {
+    twin_loss = loss_and_grad(as_floats(w32, s), grad, 1.0f);
+    upload_floats(g32, grad, s);
+    twin.step(s);
+    const float scale = scaler.state(s).scale;  // read only to emulate a scaled backward here
+    model_loss = loss_and_grad(as_floats(w16, s), grad, scale);
+    upload_floats(g16, grad, s);  // fp16 gradients: inf where scale * grad > 65504
+    scaler.unscale({g16}, s);
+    skipped += scaler.state(s).found_inf ? 1 : 0;
+    model.step(s, &scaler);
+    scaler.update(s);
+  }
+  EXPECT_GT(skipped, 0) << "the initial scale must overflow fp16";
+  EXPECT_LT(scaler.state(s).scale, 65536.0f);
+  EXPECT_LT(twin_loss, 1e-3);
+  EXPECT_LT(model_loss, 1e-2);
+  EXPECT_EQ(model.step_count(s), 300u - static_cast<std::size_t>(skipped));
+}
+
+GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(AmpTest);
