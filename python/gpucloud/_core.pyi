@@ -16,7 +16,7 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
-__all__: list[str] = ['AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'InvalidArgument', 'LimitingAdaptor', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'build_info', 'cast', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'launch_host_func', 'memory_info', 'prefetch', 'set_default_resource']
+__all__: list[str] = ['AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'InvalidArgument', 'LimitingAdaptor', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'build_info', 'cast', 'clip_grad_norm', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'global_norm', 'launch_host_func', 'memory_info', 'prefetch', 'set_default_resource']
 class DType:
     """
     Element types.
@@ -676,6 +676,169 @@ class Prefetcher:
     @property
     def device(self) -> Device:
         ...
+class LossScalerOptions:
+    """
+    The scaler's settings; defaults are PyTorch GradScaler's.
+    """
+    dynamic: bool
+    def __init__(self) -> None:
+        ...
+    @property
+    def backoff_factor(self) -> float:
+        ...
+    @backoff_factor.setter
+    def backoff_factor(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def growth_factor(self) -> float:
+        ...
+    @growth_factor.setter
+    def growth_factor(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def growth_interval(self) -> int:
+        ...
+    @growth_interval.setter
+    def growth_interval(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def hysteresis(self) -> int:
+        ...
+    @hysteresis.setter
+    def hysteresis(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def init_scale(self) -> float:
+        ...
+    @init_scale.setter
+    def init_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def min_scale(self) -> float:
+        ...
+    @min_scale.setter
+    def min_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class LossScalerState:
+    """
+    The scaler's state as the host sees it.
+    """
+    found_inf: bool
+    @typing.overload
+    def __init__(self) -> None:
+        ...
+    @typing.overload
+    def __init__(self, scale: typing.SupportsFloat | typing.SupportsIndex, growth_tracker: typing.SupportsInt | typing.SupportsIndex = 0, hysteresis_left: typing.SupportsInt | typing.SupportsIndex = 1, found_inf: bool = False) -> None:
+        ...
+    @property
+    def growth_tracker(self) -> int:
+        ...
+    @growth_tracker.setter
+    def growth_tracker(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def hysteresis_left(self) -> int:
+        ...
+    @hysteresis_left.setter
+    def hysteresis_left(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale(self) -> float:
+        ...
+    @scale.setter
+    def scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class LossScaler:
+    """
+    Dynamic (or static) loss scaling with its state on the device.
+    """
+    def __init__(self, device: typing.Any, stream: typing.Any, *, init_scale: typing.SupportsFloat | typing.SupportsIndex = 65536.0, growth_factor: typing.SupportsFloat | typing.SupportsIndex = 2.0, backoff_factor: typing.SupportsFloat | typing.SupportsIndex = 0.5, growth_interval: typing.SupportsInt | typing.SupportsIndex = 2000, hysteresis: typing.SupportsInt | typing.SupportsIndex = 1, min_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0, dynamic: bool = True) -> None:
+        ...
+    def load_state(self, state: LossScalerState, stream: Stream) -> None:
+        """
+        Restore a state (a checkpoint's) in stream order.
+        """
+    def scale(self, values: typing.Any, stream: Stream) -> None:
+        """
+        values *= scale in place (the loss before backward).
+        """
+    def state(self, stream: Stream) -> LossScalerState:
+        """
+        Read the state (synchronises the stream).
+        """
+    def unscale(self, grads: collections.abc.Iterable, stream: Stream) -> int:
+        """
+        One fused pass: g /= scale in place, found_inf set on inf/NaN. Returns the number of launches.
+        """
+    def update(self, stream: Stream) -> None:
+        """
+        Apply the update rule and clear found_inf (end of every step).
+        """
+    @property
+    def found_inf(self) -> typing.Any:
+        ...
+    @property
+    def options(self) -> LossScalerOptions:
+        ...
+    @property
+    def scale_value(self) -> typing.Any:
+        ...
+class FusedSGD:
+    """
+    Fused multi-tensor SGD (torch.optim.SGD's math), fp32 masters for fp16/bf16.
+    """
+    def __init__(self, params: collections.abc.Iterable, stream: typing.Any, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.009999999776482582, momentum: typing.SupportsFloat | typing.SupportsIndex = 0.0, dampening: typing.SupportsFloat | typing.SupportsIndex = 0.0, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, nesterov: bool = False, master_weights: bool = True) -> None:
+        ...
+    def master(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        fp32 master of parameter i (empty for fp32 parameters).
+        """
+    def momentum_buffer(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def set_lr(self, lr: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def step(self, stream: Stream, scaler: LossScaler = None) -> int:
+        """
+        One fused step in stream order; skipped on the device when the scaler found an overflow. Returns the number of launches.
+        """
+    def step_count(self, stream: Stream) -> int:
+        """
+        Completed (not skipped) steps; synchronises the stream.
+        """
+    @property
+    def lr(self) -> float:
+        ...
+class FusedAdam:
+    """
+    Fused multi-tensor Adam / AdamW (torch.optim's math), amsgrad optional.
+    """
+    def __init__(self, params: collections.abc.Iterable, stream: typing.Any, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.0010000000474974513, betas: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = (0.8999999761581421, 0.9990000128746033), eps: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, amsgrad: bool = False, decoupled_weight_decay: bool = False, master_weights: bool = True) -> None:
+        """
+        decoupled_weight_decay=True is AdamW.
+        """
+    def exp_avg(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def exp_avg_sq(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def master(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        """
+        fp32 master of parameter i (empty for fp32 parameters).
+        """
+    def max_exp_avg_sq(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def set_lr(self, lr: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def step(self, stream: Stream, scaler: LossScaler = None) -> int:
+        """
+        One fused step in stream order; skipped on the device when the scaler found an overflow. Returns the number of launches.
+        """
+    def step_count(self, stream: Stream) -> int:
+        """
+        Completed (not skipped) steps; synchronises the stream.
+        """
+    @property
+    def lr(self) -> float:
+        ...
 def advise(buffer: typing.Any, advice: MemoryAdvice, target: typing.Any) -> None:
     """
     Apply a cudaMemAdvise hint to managed memory.
@@ -691,6 +854,10 @@ def build_info() -> BuildInfo:
 def cast(dst: typing.Any, src: typing.Any, stream: Stream) -> None:
     """
     dst = src converted to dst's dtype, in stream order.
+    """
+def clip_grad_norm(grads: collections.abc.Iterable, max_norm: typing.SupportsFloat | typing.SupportsIndex, stream: Stream) -> Buffer:
+    """
+    Scale grads so their global L2 norm is at most max_norm; returns the norm before clipping (a 1-element Buffer on the device, in stream order).
     """
 def copy(dst: typing.Any, src: typing.Any, stream: Stream) -> None:
     """
@@ -719,6 +886,10 @@ def elapsed_ms(start: Event, end: Event) -> float:
 def fill(dst: typing.Any, value: typing.SupportsFloat | typing.SupportsIndex, stream: Stream) -> None:
     """
     Set every element of dst, in stream order.
+    """
+def global_norm(tensors: collections.abc.Iterable, stream: Stream) -> Buffer:
+    """
+    The global L2 norm (a 1-element Buffer on the device).
     """
 def launch_host_func(stream: Stream, fn: collections.abc.Callable) -> None:
     """

@@ -6,4 +6,5 @@ PYBIND11_MODULE(_core, m) {
   gpucloud::python::bind_runtime(m);
   gpucloud::python::bind_memory(m);
   gpucloud::python::bind_movement(m);
+  gpucloud::python::bind_amp(m);
 }

@@ -25,3 +25,11 @@ def stream(device):
     s = gc.Stream(device)
     yield s
     s.synchronize()
+
+
+@pytest.fixture
+def host_stream():
+    """A host stream, for tests that hand NumPy (pageable host) arrays to kernels."""
+    s = gc.Stream()
+    yield s
+    s.synchronize()

@@ -6,13 +6,6 @@ import pytest
 import gpucloud as gc
 
 
-@pytest.fixture
-def host_stream():
-    s = gc.Stream()
-    yield s
-    s.synchronize()
-
-
 def test_numpy_views_buffers_without_copying(host_stream):
     b = gc.Buffer((4, 3), "float32")
     gc.fill(b, 1.5, host_stream)

@@ -1,0 +1,283 @@
+// Loss scaling, fused optimizers and gradient clipping.
+#include "interop.hpp"
+
+#include <pybind11/stl.h>
+
+namespace gpucloud::python {
+
+namespace {
+
+// Parameters borrowed from Python objects; the owners stay alive as long as the optimizer.
+struct BorrowedParams {
+  std::vector<ParamGrad> params;
+  std::vector<py::object> owners;
+};
+
+BorrowedParams borrow_params(py::iterable pairs) {
+  BorrowedParams out;
+  std::size_t i = 0;
+  for (auto item : pairs) {
+    auto pair = item.cast<py::sequence>();
+    if (pair.size() != 2) throw py::type_error("params[" + std::to_string(i) + "]: expected a (param, grad) pair");
+    const std::string p = "params[" + std::to_string(i) + "].param", g = "params[" + std::to_string(i) + "].grad";
+    Borrowed param = borrow_writable(pair[0], p.c_str());
+    Borrowed grad = borrow_writable(pair[1], g.c_str());
+    out.params.push_back({param.view, grad.view});
+    out.owners.push_back(param.owner);
+    out.owners.push_back(grad.owner);
+    ++i;
+  }
+  return out;
+}
+
+std::vector<BufferView> borrow_list(py::iterable tensors, const char* name, std::vector<py::object>& owners) {
+  std::vector<BufferView> out;
+  std::size_t i = 0;
+  for (auto t : tensors) {
+    const std::string arg = std::string(name) + "[" + std::to_string(i++) + "]";
+    Borrowed b = borrow_writable(t, arg.c_str());
+    out.push_back(b.view);
+    owners.push_back(b.owner);
+  }
+  return out;
+}
+
+template <class Optimizer>
+struct PyOptimizer {
+  std::unique_ptr<Optimizer> optimizer;
+  std::vector<py::object> owners;  // the parameter and gradient arrays
+  py::object stream;               // the stream the state is ordered on must outlive it
+  ~PyOptimizer() {
+    py::gil_scoped_release release;
+    optimizer.reset();
+  }
+};
+
+struct PyScaler {
+  std::unique_ptr<LossScaler> scaler;
+  py::object stream;
+  ~PyScaler() {
+    py::gil_scoped_release release;
+    scaler.reset();
+  }
+};
+
+py::object view_of_state(BufferView v, py::object owner) {
+  return py::cast(PyView{v, {static_cast<std::int64_t>(v.size())}, owner});
+}
+
+template <class Optimizer>
+void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
+  using Py = PyOptimizer<Optimizer>;
+  cls.def(
+         "step",
+         [](Py& o, PyStream& stream, PyScaler* scaler) {
+           py::gil_scoped_release release;
+           return o.optimizer->step(stream.view, scaler != nullptr ? scaler->scaler.get() : nullptr);
+         },
+         py::arg("stream"), py::arg("scaler") = nullptr,
+         "One fused step in stream order; skipped on the device when the scaler found an overflow. Returns the "
+         "number of launches.")
+      .def(
+          "set_lr", [](Py& o, float lr) { o.optimizer->set_lr(lr); }, py::arg("lr"))
+      .def_property_readonly("lr", [](Py& o) { return o.optimizer->options().lr; })
+      .def(
+          "step_count",
+          [](Py& o, PyStream& stream) {
+            py::gil_scoped_release release;
+            return o.optimizer->step_count(stream.view);
+          },
+          py::arg("stream"), "Completed (not skipped) steps; synchronises the stream.")
+      .def(
+          "master",
+          [](py::object self, std::size_t i) { return view_of_state(self.cast<Py&>().optimizer->master(i), self); },
+          py::arg("i"), "fp32 master of parameter i (empty for fp32 parameters).");
+}
+
+}  // namespace
+
+void bind_amp(py::module_& m) {
+  py::class_<LossScalerOptions>(m, "LossScalerOptions", "The scaler's settings; defaults are PyTorch GradScaler's.")
+      .def(py::init<>())
+      .def_readwrite("init_scale", &LossScalerOptions::init_scale)
+      .def_readwrite("growth_factor", &LossScalerOptions::growth_factor)
+      .def_readwrite("backoff_factor", &LossScalerOptions::backoff_factor)
+      .def_readwrite("growth_interval", &LossScalerOptions::growth_interval)
+      .def_readwrite("hysteresis", &LossScalerOptions::hysteresis)
+      .def_readwrite("min_scale", &LossScalerOptions::min_scale)
+      .def_readwrite("dynamic", &LossScalerOptions::dynamic);
+  py::class_<LossScalerState>(m, "LossScalerState", "The scaler's state as the host sees it.")
+      .def(py::init<>())
+      .def(py::init([](float scale, std::int32_t growth_tracker, std::int32_t hysteresis_left, bool found_inf) {
+             return LossScalerState{scale, growth_tracker, hysteresis_left, found_inf};
+           }),
+           py::arg("scale"), py::arg("growth_tracker") = 0, py::arg("hysteresis_left") = 1,
+           py::arg("found_inf") = false)
+      .def_readwrite("scale", &LossScalerState::scale)
+      .def_readwrite("growth_tracker", &LossScalerState::growth_tracker)
+      .def_readwrite("hysteresis_left", &LossScalerState::hysteresis_left)
+      .def_readwrite("found_inf", &LossScalerState::found_inf);
+
+  py::class_<PyScaler>(m, "LossScaler", "Dynamic (or static) loss scaling with its state on the device.")
+      .def(py::init([](py::handle device, py::object stream, float init_scale, float growth_factor,
+                       float backoff_factor, int growth_interval, int hysteresis, float min_scale, bool dynamic) {
+             LossScalerOptions o{init_scale, growth_factor, backoff_factor, growth_interval,
+                                 hysteresis, min_scale,     dynamic};
+             auto p = std::make_unique<PyScaler>();
+             p->scaler = std::make_unique<LossScaler>(to_device(device), stream.cast<PyStream&>().view, o);
+             p->stream = stream;
+             return p;
+           }),
+           py::arg("device"), py::arg("stream"), py::kw_only(), py::arg("init_scale") = LossScalerOptions{}.init_scale,
+           py::arg("growth_factor") = LossScalerOptions{}.growth_factor,
+           py::arg("backoff_factor") = LossScalerOptions{}.backoff_factor,
+           py::arg("growth_interval") = LossScalerOptions{}.growth_interval,
+           py::arg("hysteresis") = LossScalerOptions{}.hysteresis, py::arg("min_scale") = LossScalerOptions{}.min_scale,
+           py::arg("dynamic") = true)
+      .def(
+          "scale",
+          [](PyScaler& s, py::handle values, PyStream& stream) {
+            Borrowed b = borrow_writable(values, "values");
+            {
+              py::gil_scoped_release release;
+              s.scaler->scale(b.view, stream.view);
+            }
+            keep_alive_until_done(stream.view, {b.owner});
+          },
+          py::arg("values"), py::arg("stream"), "values *= scale in place (the loss before backward).")
+      .def(
+          "unscale",
+          [](PyScaler& s, py::iterable grads, PyStream& stream) {
+            std::vector<py::object> owners;
+            auto views = borrow_list(grads, "grads", owners);
+            int launches = 0;
+            {
+              py::gil_scoped_release release;
+              launches = s.scaler->unscale(views, stream.view);
+            }
+            keep_alive_until_done(stream.view, std::move(owners));
+            return launches;
+          },
+          py::arg("grads"), py::arg("stream"),
+          "One fused pass: g /= scale in place, found_inf set on inf/NaN. Returns the number of launches.")
+      .def(
+          "update",
+          [](PyScaler& s, PyStream& stream) {
+            py::gil_scoped_release release;
+            s.scaler->update(stream.view);
+          },
+          py::arg("stream"), "Apply the update rule and clear found_inf (end of every step).")
+      .def(
+          "state",
+          [](PyScaler& s, PyStream& stream) {
+            py::gil_scoped_release release;
+            return s.scaler->state(stream.view);
+          },
+          py::arg("stream"), "Read the state (synchronises the stream).")
+      .def(
+          "load_state",
+          [](PyScaler& s, const LossScalerState& state, PyStream& stream) {
+            py::gil_scoped_release release;
+            s.scaler->load_state(state, stream.view);
+          },
+          py::arg("state"), py::arg("stream"), "Restore a state (a checkpoint's) in stream order.")
+      .def_property_readonly(
+          "found_inf", [](py::object self) { return view_of_state(self.cast<PyScaler&>().scaler->found_inf(), self); })
+      .def_property_readonly(
+          "scale_value",
+          [](py::object self) { return view_of_state(self.cast<PyScaler&>().scaler->scale_value(), self); })
+      .def_property_readonly("options", [](PyScaler& s) { return s.scaler->options(); });
+
+  using PySgd = PyOptimizer<FusedSGD>;
+  py::class_<PySgd> sgd(m, "FusedSGD", "Fused multi-tensor SGD (torch.optim.SGD's math), fp32 masters for fp16/bf16.");
+  sgd.def(py::init([](py::iterable params, py::object stream, float lr, float momentum, float dampening,
+                      float weight_decay, bool nesterov, bool master_weights) {
+            auto b = borrow_params(params);
+            auto p = std::make_unique<PySgd>();
+            SgdOptions o{lr, momentum, dampening, weight_decay, nesterov, master_weights};
+            p->optimizer = std::make_unique<FusedSGD>(b.params, o, stream.cast<PyStream&>().view);
+            p->owners = std::move(b.owners);
+            p->stream = stream;
+            return p;
+          }),
+          py::arg("params"), py::arg("stream"), py::kw_only(), py::arg("lr") = SgdOptions{}.lr,
+          py::arg("momentum") = 0.0f, py::arg("dampening") = 0.0f, py::arg("weight_decay") = 0.0f,
+          py::arg("nesterov") = false, py::arg("master_weights") = true)
+      .def(
+          "momentum_buffer",
+          [](py::object self, std::size_t i) {
+            return view_of_state(self.cast<PySgd&>().optimizer->momentum_buffer(i), self);
+          },
+          py::arg("i"));
+  bind_common(sgd);
+
+  using PyAdam = PyOptimizer<FusedAdam>;
+  py::class_<PyAdam> adam(m, "FusedAdam", "Fused multi-tensor Adam / AdamW (torch.optim's math), amsgrad optional.");
+  adam.def(py::init([](py::iterable params, py::object stream, float lr, std::pair<float, float> betas, float eps,
+                       float weight_decay, bool amsgrad, bool decoupled_weight_decay, bool master_weights) {
+             auto b = borrow_params(params);
+             auto p = std::make_unique<PyAdam>();
+             AdamOptions o{lr,           betas.first, betas.second,           eps,
+                           weight_decay, amsgrad,     decoupled_weight_decay, master_weights};
+             p->optimizer = std::make_unique<FusedAdam>(b.params, o, stream.cast<PyStream&>().view);
+             p->owners = std::move(b.owners);
+             p->stream = stream;
+             return p;
+           }),
+           py::arg("params"), py::arg("stream"), py::kw_only(), py::arg("lr") = AdamOptions{}.lr,
+           py::arg("betas") = std::make_pair(0.9f, 0.999f), py::arg("eps") = AdamOptions{}.eps,
+           py::arg("weight_decay") = 0.0f, py::arg("amsgrad") = false, py::arg("decoupled_weight_decay") = false,
+           py::arg("master_weights") = true, "decoupled_weight_decay=True is AdamW.")
+      .def(
+          "exp_avg",
+          [](py::object self, std::size_t i) {
+            return view_of_state(self.cast<PyAdam&>().optimizer->exp_avg(i), self);
+          },
+          py::arg("i"))
+      .def(
+          "exp_avg_sq",
+          [](py::object self, std::size_t i) {
+            return view_of_state(self.cast<PyAdam&>().optimizer->exp_avg_sq(i), self);
+          },
+          py::arg("i"))
+      .def(
+          "max_exp_avg_sq",
+          [](py::object self, std::size_t i) {
+            return view_of_state(self.cast<PyAdam&>().optimizer->max_exp_avg_sq(i), self);
+          },
+          py::arg("i"));
+  bind_common(adam);
+
+  m.def(
+      "clip_grad_norm",
+      [](py::iterable grads, float max_norm, PyStream& stream) {
+        std::vector<py::object> owners;
+        auto views = borrow_list(grads, "grads", owners);
+        std::optional<Buffer> norm;
+        {
+          py::gil_scoped_release release;
+          norm = clip_grad_norm(views, max_norm, stream.view);
+        }
+        keep_alive_until_done(stream.view, std::move(owners));
+        return std::make_unique<PyBuffer>(std::move(*norm), std::vector<std::int64_t>{1}, py::none());
+      },
+      py::arg("grads"), py::arg("max_norm"), py::arg("stream"),
+      "Scale grads so their global L2 norm is at most max_norm; returns the norm before clipping (a 1-element "
+      "Buffer on the device, in stream order).");
+  m.def(
+      "global_norm",
+      [](py::iterable tensors, PyStream& stream) {
+        std::vector<py::object> owners;
+        auto views = borrow_list(tensors, "tensors", owners);
+        std::optional<Buffer> norm;
+        {
+          py::gil_scoped_release release;
+          norm = global_norm(views, stream.view);
+        }
+        keep_alive_until_done(stream.view, std::move(owners));
+        return std::make_unique<PyBuffer>(std::move(*norm), std::vector<std::int64_t>{1}, py::none());
+      },
+      py::arg("tensors"), py::arg("stream"), "The global L2 norm (a 1-element Buffer on the device).");
+}
+
+}  // namespace gpucloud::python
