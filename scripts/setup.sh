@@ -6,7 +6,7 @@
 # host-only library builds without it.
 set -euo pipefail
 
-packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip python3-venv python3-dev libopenmpi-dev openmpi-bin libdlpack-dev)
+packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip python3-venv python3-dev libopenmpi-dev openmpi-bin libdlpack-dev libopenblas-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

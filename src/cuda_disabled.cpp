@@ -30,6 +30,7 @@ void memcpy_async(void*, const void*, std::size_t, StreamImpl&) { unavailable("c
 void prefetch(const void*, std::size_t, Device, StreamImpl&) { unavailable("prefetch"); }
 void advise(const void*, std::size_t, MemoryAdvice, Device) { unavailable("advise"); }
 PointerInfo pointer_info(const void*) { return PointerInfo{}; }
+void gemm(BufferView, BufferView, BufferView, const GemmPlan&, StreamImpl&) { unavailable("gemm"); }
 void cast(BufferView, BufferView, StreamImpl&) { unavailable("cast"); }
 void fill(BufferView, double, StreamImpl&) { unavailable("fill"); }
 

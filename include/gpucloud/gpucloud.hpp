@@ -11,6 +11,8 @@
 #include <gpucloud/dtype.hpp>
 #include <gpucloud/error.hpp>
 #include <gpucloud/event.hpp>
+#include <gpucloud/gemm.hpp>
+#include <gpucloud/gpu_specs.hpp>
 #include <gpucloud/loss_scaler.hpp>
 #include <gpucloud/managed_memory.hpp>
 #include <gpucloud/memory_resource.hpp>

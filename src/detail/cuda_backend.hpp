@@ -7,6 +7,7 @@
 #include <gpucloud/managed_memory.hpp>
 #include <gpucloud/memory_resource.hpp>
 
+#include "detail/gemm_plan.hpp"
 #include "detail/stream_impl.hpp"
 
 #include <cstddef>
@@ -40,6 +41,9 @@ void advise(const void* p, std::size_t bytes, MemoryAdvice advice, Device target
 
 /// cudaPointerGetAttributes; host memory when the pointer is unknown to CUDA.
 PointerInfo pointer_info(const void* p);
+
+/// cuBLASLt GEMM (src/cuda/gemm_cublaslt.cpp) of a validated plan.
+void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& plan, StreamImpl& stream);
 
 /// Kernels (kernels/cast.cu).
 void cast(BufferView dst, BufferView src, StreamImpl& stream);

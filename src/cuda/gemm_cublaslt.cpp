@@ -1,0 +1,267 @@
+// The CUDA GEMM: cuBLASLt, row-major through the transpose identity C^T = op(B)^T op(A)^T (no
+// copies), one plan (descriptors, layouts, the heuristic's algorithm) per shape, cached.
+#include <gpucloud/error.hpp>
+#include <gpucloud/pool_resource.hpp>
+
+#include "detail/cuda_backend.hpp"
+#include "detail/cuda_check.hpp"
+#include "detail/library_check.hpp"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace gpucloud::detail::cuda {
+
+namespace {
+
+constexpr std::size_t kMaxWorkspace = std::size_t{32} << 20;
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::float32:
+      return CUDA_R_32F;
+    case DType::float16:
+      return CUDA_R_16F;
+    case DType::bfloat16:
+      return CUDA_R_16BF;
+    case DType::float8_e4m3:
+      return CUDA_R_8F_E4M3;
+    case DType::float8_e5m2:
+      return CUDA_R_8F_E5M2;
+    default:
+      break;
+  }
+  GPUCLOUD_FAIL(InvalidArgument, "gemm", std::string("dtype ") + dtype_name(t) + " has no cuBLASLt type");
+}
+
+cublasLtEpilogue_t lt_epilogue(Epilogue e) {
+  switch (e) {
+    case Epilogue::none:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::bias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::relu:
+      return CUBLASLT_EPILOGUE_RELU;
+    case Epilogue::bias_relu:
+      return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case Epilogue::gelu:
+      return CUBLASLT_EPILOGUE_GELU;
+    case Epilogue::bias_gelu:
+      return CUBLASLT_EPILOGUE_GELU_BIAS;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// One cuBLASLt handle per device, created on first use, destroyed at exit (no-throw).
+class Handles {
+ public:
+  cublasLtHandle_t get(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = handles_.find(device);
+    if (it != handles_.end()) return it->second;
+    DeviceGuard guard(device);
+    cublasLtHandle_t h = nullptr;
+    GPUCLOUD_CUBLAS_CHECK(cublasLtCreate(&h));
+    handles_[device] = h;
+    return h;
+  }
+  ~Handles() {
+    for (auto& [device, h] : handles_) {
+      if (cublasLtDestroy(h) != CUBLAS_STATUS_SUCCESS) std::fprintf(stderr, "gpucloud: cublasLtDestroy failed\n");
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, cublasLtHandle_t> handles_;
+};
+
+Handles& handles() {
+  static Handles h;
+  return h;
+}
+
+// Everything a plan depends on.
+using PlanKey = std::array<std::int64_t, 22>;
+
+PlanKey key_of(int device, DType a, DType b, DType c, const GemmPlan& p) {
+  const GemmArgs& g = p.args;
+  return {device,
+          g.m,
+          g.n,
+          g.k,
+          g.lda,
+          g.ldb,
+          g.ldc,
+          g.batch,
+          g.stride_a,
+          g.stride_b,
+          g.stride_c,
+          static_cast<std::int64_t>(g.trans_a),
+          static_cast<std::int64_t>(g.trans_b),
+          static_cast<std::int64_t>(g.epilogue),
+          static_cast<std::int64_t>(a),
+          static_cast<std::int64_t>(b),
+          static_cast<std::int64_t>(c),
+          p.has_bias ? static_cast<std::int64_t>(g.bias.dtype()) : -1,
+          g.tf32 ? 1 : 0,
+          g.beta != 0.0f ? 1 : 0,
+          0,
+          0};
+}
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;  // cuBLASLt's A (our B), B (our A), C
+  cublasLtMatmulAlgo_t algo{};
+  std::size_t workspace = 0;
+  std::mutex mutex;  // the descriptor's pointer attributes are set per call
+  ~Plan() {
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+void set_batch(cublasLtMatrixLayout_t layout, std::int64_t batch, std::int64_t stride) {
+  if (batch == 1) return;
+  const int count = static_cast<int>(batch);
+  GPUCLOUD_CUBLAS_CHECK(
+      cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+  GPUCLOUD_CUBLAS_CHECK(
+      cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+}
+
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, DType a, DType b, DType c, const GemmPlan& p) {
+  const GemmArgs& g = p.args;
+  auto plan = std::make_unique<Plan>();
+  const cublasComputeType_t compute = g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  GPUCLOUD_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's A is our B.
+  const cublasOperation_t lt_ta = g.trans_b == Transpose::transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t lt_tb = g.trans_a == Transpose::transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  GPUCLOUD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &lt_ta, sizeof lt_ta));
+  GPUCLOUD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &lt_tb, sizeof lt_tb));
+  const cublasLtEpilogue_t epilogue = lt_epilogue(g.epilogue);
+  GPUCLOUD_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  if (p.has_bias) {
+    const cudaDataType_t bias_type = cuda_type(g.bias.dtype());
+    GPUCLOUD_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+  }
+  // Layouts of the storage, column-major: a row-major rows x cols matrix is cols x rows.
+  GPUCLOUD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->la, cuda_type(b), static_cast<std::uint64_t>(p.cols_b),
+                                                   static_cast<std::uint64_t>(p.rows_b), g.ldb));
+  GPUCLOUD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->lb, cuda_type(a), static_cast<std::uint64_t>(p.cols_a),
+                                                   static_cast<std::uint64_t>(p.rows_a), g.lda));
+  GPUCLOUD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->lc, cuda_type(c), static_cast<std::uint64_t>(g.n),
+                                                   static_cast<std::uint64_t>(g.m), g.ldc));
+  set_batch(plan->la, g.batch, g.stride_b);
+  set_batch(plan->lb, g.batch, g.stride_a);
+  set_batch(plan->lc, g.batch, g.stride_c);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  GPUCLOUD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const std::size_t max_ws = kMaxWorkspace;
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = [&] {
+    cublasStatus_t s =
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    return cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->la, plan->lb, plan->lc, plan->lc, pref, 1, &result,
+                                          &found);
+  }();
+  cublasLtMatmulPreferenceDestroy(pref);
+  GPUCLOUD_CUBLAS_CHECK(st);
+  if (found == 0) {
+    GPUCLOUD_FAIL(Unsupported, "gemm", "cuBLASLt has no algorithm for this shape, layout and dtype combination");
+  }
+  plan->algo = result.algo;
+  plan->workspace = result.workspaceSize;
+  return plan;
+}
+
+class PlanCache {
+ public:
+  Plan& get(int device, DType a, DType b, DType c, const GemmPlan& p, cublasLtHandle_t handle) {
+    const PlanKey key = key_of(device, a, b, c, p);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, make_plan(handle, a, b, c, p)).first;
+    return *it->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
+};
+
+PlanCache& plans() {
+  static PlanCache cache;
+  return cache;
+}
+
+}  // namespace
+
+void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& p, StreamImpl& stream) {
+  const GemmArgs& g = p.args;
+  const bool fp8 = a.dtype() == DType::float8_e4m3 || a.dtype() == DType::float8_e5m2;
+  if (fp8 && !(g.trans_a == Transpose::none && g.trans_b == Transpose::transpose)) {
+    GPUCLOUD_FAIL(Unsupported, "gemm",
+                  "fp8 on cuBLASLt needs C = A * B^T (trans_a none, trans_b transpose), its TN layout");
+  }
+  const int device = stream.device().index();
+  DeviceGuard guard(device);
+  const auto native = static_cast<cudaStream_t>(stream.native_handle());
+  cublasLtHandle_t handle = handles().get(device);
+  Plan& plan = plans().get(device, a.dtype(), b.dtype(), c.dtype(), p, handle);
+
+  // Stream-ordered scratch from CUDA's async pool: the workspace, and the fp8 scales.
+  void* workspace = plan.workspace > 0 ? allocate_async(plan.workspace, device, &stream) : nullptr;
+  float* scales = nullptr;
+  if (fp8) {
+    scales = static_cast<float*>(allocate_async(2 * sizeof(float), device, &stream));
+    const float host_scales[2] = {g.scale_b, g.scale_a};  // cuBLASLt's A is our B
+    GPUCLOUD_CUDA_CHECK(cudaMemcpyAsync(scales, host_scales, sizeof host_scales, cudaMemcpyHostToDevice, native));
+  }
+  struct Release {
+    void* workspace;
+    float* scales;
+    int device;
+    StreamImpl* stream;
+    ~Release() {
+      if (workspace) deallocate_async(workspace, device, stream);
+      if (scales) deallocate_async(scales, device, stream);
+    }
+  } release{workspace, scales, device, &stream};
+
+  std::lock_guard<std::mutex> lock(plan.mutex);
+  if (p.has_bias) {
+    const void* bias = g.bias.data();
+    GPUCLOUD_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  }
+  if (fp8) {
+    const float* sa = scales;
+    const float* sb = scales + 1;
+    GPUCLOUD_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+    GPUCLOUD_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+  }
+  GPUCLOUD_CUBLAS_CHECK(cublasLtMatmul(handle, plan.op, &g.alpha, b.data(), plan.la, a.data(), plan.lb, &g.beta,
+                                       c.data(), plan.lc, c.data(), plan.lc, &plan.algo, workspace, plan.workspace,
+                                       native));
+}
+
+}  // namespace gpucloud::detail::cuda

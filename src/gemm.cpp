@@ -1,0 +1,242 @@
+#include <gpucloud/error.hpp>
+#include <gpucloud/gemm.hpp>
+
+#include "detail/access.hpp"
+#include "detail/cuda_backend.hpp"
+#include "detail/gemm_plan.hpp"
+#include "detail/stream_impl.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace gpucloud {
+
+Precision gemm_precision(DType a, bool tf32) {
+  switch (a) {
+    case DType::float32:
+      return tf32 ? Precision::tf32 : Precision::fp32;
+    case DType::float16:
+      return Precision::fp16;
+    case DType::bfloat16:
+      return Precision::bf16;
+    case DType::float8_e4m3:
+    case DType::float8_e5m2:
+      return Precision::fp8;
+    default:
+      break;
+  }
+  GPUCLOUD_FAIL(InvalidArgument, "gemm", std::string("a: dtype ") + dtype_name(a) + " is not a GEMM input type");
+}
+
+bool supports(Device device, Precision precision) {
+  if (device.is_host()) return true;
+  const auto p = device_properties(device);
+  const int sm = p.compute_capability_major * 10 + p.compute_capability_minor;
+  switch (precision) {
+    case Precision::fp32:
+      return true;
+    case Precision::fp16:
+      return sm >= 70;
+    case Precision::tf32:
+    case Precision::bf16:
+      return sm >= 80;
+    case Precision::fp8:
+      return sm >= 89;
+  }
+  return false;
+}
+
+namespace {
+
+constexpr const char* kCall = "gemm";
+
+bool is_fp8(DType t) { return t == DType::float8_e4m3 || t == DType::float8_e5m2; }
+
+bool has_bias(Epilogue e) { return e == Epilogue::bias || e == Epilogue::bias_relu || e == Epilogue::bias_gelu; }
+
+std::int64_t extent(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  return rows == 0 || cols == 0 ? 0 : (rows - 1) * ld + cols;
+}
+
+void check_operand(const char* name, BufferView v, std::int64_t rows, std::int64_t cols, std::int64_t& ld,
+                   std::int64_t& stride, std::int64_t batch) {
+  const std::string arg(name);
+  if (ld == 0) ld = std::max<std::int64_t>(cols, 1);
+  GPUCLOUD_EXPECTS(ld >= std::max<std::int64_t>(cols, 1), kCall,
+                   "ld" + arg + ": " + std::to_string(ld) + " is shorter than a row of " + arg + " (" +
+                       std::to_string(cols) + " elements)");
+  if (stride < 0) stride = rows * ld;
+  const std::int64_t one = extent(rows, cols, ld);
+  const std::int64_t needed = one == 0 ? 0 : (batch - 1) * stride + one;
+  GPUCLOUD_EXPECTS(static_cast<std::int64_t>(v.size()) >= needed, kCall,
+                   arg + ": " + std::to_string(v.size()) + " elements, the shape needs " + std::to_string(needed));
+}
+
+bool overlaps(BufferView x, BufferView y) {
+  if (x.empty() || y.empty()) return false;
+  const auto* x0 = static_cast<const char*>(x.data());
+  const auto* y0 = static_cast<const char*>(y.data());
+  return x0 < y0 + y.size_bytes() && y0 < x0 + x.size_bytes();
+}
+
+detail::GemmPlan validate(BufferView c, BufferView a, BufferView b, const GemmArgs& in, StreamView s) {
+  detail::GemmPlan plan;
+  plan.args = in;
+  GemmArgs& g = plan.args;
+  GPUCLOUD_EXPECTS(g.m >= 0 && g.n >= 0 && g.k >= 0, kCall,
+                   "m/n/k: negative dimension (" + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " +
+                       std::to_string(g.k) + ")");
+  GPUCLOUD_EXPECTS(g.batch >= 1, kCall, "batch: " + std::to_string(g.batch) + " must be at least 1");
+  // dtypes
+  const bool float_pair = a.dtype() == b.dtype() &&
+                          (a.dtype() == DType::float32 || a.dtype() == DType::float16 || a.dtype() == DType::bfloat16);
+  GPUCLOUD_EXPECTS(float_pair || (is_fp8(a.dtype()) && is_fp8(b.dtype())), kCall,
+                   std::string("b: dtype ") + dtype_name(b.dtype()) + " does not pair with a's " +
+                       dtype_name(a.dtype()) + " (both float32, both float16, both bfloat16, or fp8)");
+  GPUCLOUD_EXPECTS(c.dtype() == DType::float32 || c.dtype() == DType::float16 || c.dtype() == DType::bfloat16, kCall,
+                   std::string("c: dtype ") + dtype_name(c.dtype()) + " is not float32, float16 or bfloat16");
+  GPUCLOUD_EXPECTS(a.dtype() != DType::float32 || c.dtype() == DType::float32, kCall,
+                   std::string("c: float32 inputs need a float32 output, not ") + dtype_name(c.dtype()));
+  GPUCLOUD_EXPECTS(!g.tf32 || a.dtype() == DType::float32, kCall, "tf32: only for float32 inputs");
+  GPUCLOUD_EXPECTS(is_fp8(a.dtype()) || (g.scale_a == 1.0f && g.scale_b == 1.0f), kCall,
+                   "scale_a/scale_b: per-tensor scales are for fp8 inputs");
+  // shapes
+  const bool ta = g.trans_a == Transpose::transpose, tb = g.trans_b == Transpose::transpose;
+  plan.rows_a = ta ? g.k : g.m;
+  plan.cols_a = ta ? g.m : g.k;
+  plan.rows_b = tb ? g.n : g.k;
+  plan.cols_b = tb ? g.k : g.n;
+  check_operand("a", a, plan.rows_a, plan.cols_a, g.lda, g.stride_a, g.batch);
+  check_operand("b", b, plan.rows_b, plan.cols_b, g.ldb, g.stride_b, g.batch);
+  check_operand("c", c, g.m, g.n, g.ldc, g.stride_c, g.batch);
+  GPUCLOUD_EXPECTS(g.batch == 1 || g.stride_c >= extent(g.m, g.n, g.ldc), kCall,
+                   "stride_c: " + std::to_string(g.stride_c) + " makes batches of C overlap (one matrix spans " +
+                       std::to_string(extent(g.m, g.n, g.ldc)) + " elements)");
+  GPUCLOUD_EXPECTS(!overlaps(c, a), kCall, "c: aliases a");
+  GPUCLOUD_EXPECTS(!overlaps(c, b), kCall, "c: aliases b");
+  // epilogue
+  plan.has_bias = has_bias(g.epilogue);
+  if (plan.has_bias) {
+    GPUCLOUD_EXPECTS(static_cast<std::int64_t>(g.bias.size()) == g.n, kCall,
+                     "bias: " + std::to_string(g.bias.size()) + " elements, C has " + std::to_string(g.n) + " columns");
+    GPUCLOUD_EXPECTS(g.bias.dtype() == DType::float32 || g.bias.dtype() == c.dtype(), kCall,
+                     std::string("bias: dtype ") + dtype_name(g.bias.dtype()) + " is neither float32 nor c's dtype");
+    detail::check_access(g.bias, s, detail::Access::kernel, kCall, "bias");
+  } else {
+    GPUCLOUD_EXPECTS(g.bias.empty(), kCall, "bias: given, but the epilogue adds none");
+  }
+  // devices
+  detail::check_access(c, s, detail::Access::kernel, kCall, "c");
+  detail::check_access(a, s, detail::Access::kernel, kCall, "a");
+  detail::check_access(b, s, detail::Access::kernel, kCall, "b");
+  plan.precision = gemm_precision(a.dtype(), g.tf32);
+  if (!supports(s.device(), plan.precision)) {
+    GPUCLOUD_FAIL(Unsupported, kCall,
+                  std::string(precision_name(plan.precision)) + " GEMMs need a newer GPU than " +
+                      device_properties(s.device()).name);
+  }
+  return plan;
+}
+
+// ---- the host model -------------------------------------------------------------------------
+
+float tf32_round(float x) {  // cvt.rna.tf32.f32: 10 mantissa bits, ties away from zero
+  std::uint32_t u = detail::float_as_bits(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;
+  u = (u + 0x1000u) & 0xffffe000u;
+  return detail::bits_as_float(u);
+}
+
+float load(const void* p, std::int64_t i, DType t) {
+  switch (t) {
+    case DType::float16:
+      return detail::half_bits_to_float(static_cast<const std::uint16_t*>(p)[i]);
+    case DType::bfloat16:
+      return detail::bfloat16_bits_to_float(static_cast<const std::uint16_t*>(p)[i]);
+    case DType::float8_e4m3:
+      return detail::fp8_bits_to_float(static_cast<const std::uint8_t*>(p)[i], detail::kE4M3());
+    case DType::float8_e5m2:
+      return detail::fp8_bits_to_float(static_cast<const std::uint8_t*>(p)[i], detail::kE5M2());
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+void store(void* p, std::int64_t i, DType t, float v) {
+  switch (t) {
+    case DType::float16:
+      static_cast<std::uint16_t*>(p)[i] = detail::float_to_half_bits(v);
+      break;
+    case DType::bfloat16:
+      static_cast<std::uint16_t*>(p)[i] = detail::float_to_bfloat16_bits(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+  }
+}
+
+float gelu_tanh(float x) {
+  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+}
+
+// One operand of one batch as fp32 (the storage layout kept), rounded as the tensor cores see it.
+const float* as_fp32(const void* base, DType t, std::int64_t offset, std::int64_t count, bool tf32, float scale,
+                     std::vector<float>& scratch) {
+  if (t == DType::float32 && !tf32) return static_cast<const float*>(base) + offset;
+  scratch.resize(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) {
+    float v = load(base, offset + i, t);
+    if (tf32) v = tf32_round(v);
+    scratch[static_cast<std::size_t>(i)] = v * scale;
+  }
+  return scratch.data();
+}
+
+void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan& plan) {
+  const GemmArgs& g = plan.args;
+  std::vector<float> a32, b32, out(static_cast<std::size_t>(g.m * g.n));
+  const std::int64_t ext_a = extent(plan.rows_a, plan.cols_a, g.lda);
+  const std::int64_t ext_b = extent(plan.rows_b, plan.cols_b, g.ldb);
+  const bool fp8 = is_fp8(a.dtype());
+  for (std::int64_t p = 0; p < g.batch; ++p) {
+    if (g.k > 0 && g.m > 0 && g.n > 0) {
+      const float* pa = as_fp32(a.data(), a.dtype(), p * g.stride_a, ext_a, g.tf32, fp8 ? g.scale_a : 1.0f, a32);
+      const float* pb = as_fp32(b.data(), b.dtype(), p * g.stride_b, ext_b, g.tf32, fp8 ? g.scale_b : 1.0f, b32);
+      cblas_sgemm(CblasRowMajor, g.trans_a == Transpose::transpose ? CblasTrans : CblasNoTrans,
+                  g.trans_b == Transpose::transpose ? CblasTrans : CblasNoTrans, static_cast<int>(g.m),
+                  static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, pa, static_cast<int>(g.lda), pb,
+                  static_cast<int>(g.ldb), 0.0f, out.data(), static_cast<int>(g.n));
+    } else {
+      std::fill(out.begin(), out.end(), 0.0f);
+    }
+    for (std::int64_t i = 0; i < g.m; ++i) {
+      for (std::int64_t j = 0; j < g.n; ++j) {
+        const std::int64_t ci = p * g.stride_c + i * g.ldc + j;
+        float v = out[static_cast<std::size_t>(i * g.n + j)];
+        if (g.beta != 0.0f) v += g.beta * load(c.data(), ci, c.dtype());
+        if (plan.has_bias) v += load(g.bias.data(), j, g.bias.dtype());
+        if (g.epilogue == Epilogue::relu || g.epilogue == Epilogue::bias_relu) v = v > 0.0f ? v : 0.0f;
+        if (g.epilogue == Epilogue::gelu || g.epilogue == Epilogue::bias_gelu) v = gelu_tanh(v);
+        store(c.data(), ci, c.dtype(), v);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(BufferView c, BufferView a, BufferView b, const GemmArgs& args, StreamView stream) {
+  const detail::GemmPlan plan = validate(c, a, b, args, stream);
+  if (plan.args.m == 0 || plan.args.n == 0) return;
+  if (stream.device().is_cuda()) {
+    detail::cuda::gemm(c, a, b, plan, *stream.impl());
+    return;
+  }
+  stream.impl()->launch_host_func([c, a, b, plan] { host_gemm(c, a, b, plan); }, /*always_run=*/false);
+}
+
+}  // namespace gpucloud

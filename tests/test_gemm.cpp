@@ -1,0 +1,314 @@
+// GEMM on every device against a float64 reference: random shapes (1, primes, non-multiples of 8,
+// K = 0), every transpose combination, strided batches, every epilogue and precision; outputs
+// poisoned with NaN before each run so unwritten elements fail; bad input rejected up front.
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/cast.hpp>
+#include <gpucloud/copy.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/gemm.hpp>
+#include <gpucloud/gpu_specs.hpp>
+#include <gpucloud/stream.hpp>
+
+#include <gtest/gtest.h>
+
+#include "device_cases.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace gc = gpucloud;
+
+namespace {
+
+struct Precision {
+  gc::DType in;
+  gc::DType out;
+  bool tf32;
+  double tolerance;
+  const char* name;
+};
+
+const Precision kPrecisions[] = {
+    {gc::DType::float32, gc::DType::float32, false, 1e-5, "fp32"},
+    {gc::DType::float32, gc::DType::float32, true, 2e-3, "tf32"},
+    {gc::DType::float16, gc::DType::float32, false, 1e-2, "fp16->fp32"},
+    {gc::DType::float16, gc::DType::float16, false, 1e-2, "fp16->fp16"},
+    {gc::DType::bfloat16, gc::DType::bfloat16, false, 1e-2, "bf16->bf16"},
+    {gc::DType::bfloat16, gc::DType::float32, false, 1e-2, "bf16->fp32"},
+};
+
+// Values in a buffer of any float dtype, through a float32 staging buffer.
+gc::Buffer make(const std::vector<float>& v, gc::DType t, gc::Device d, gc::StreamView s) {
+  gc::Buffer staging(v.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
+  if (!v.empty()) std::memcpy(staging.data(), v.data(), v.size() * 4);
+  gc::Buffer f(v.size(), gc::DType::float32, d, gc::MemoryKind::device);
+  gc::copy(f, staging, s);
+  gc::Buffer out(v.size(), t, d, gc::MemoryKind::device);
+  gc::cast(out, f, s);
+  s.synchronize();
+  return out;
+}
+
+std::vector<float> read(gc::BufferView v, gc::StreamView s) {
+  gc::Buffer f(v.size(), gc::DType::float32, v.device(), gc::MemoryKind::device);
+  gc::cast(f, v, s);
+  gc::Buffer staging(v.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
+  gc::copy(staging, f, s);
+  s.synchronize();
+  const float* p = staging.data_as<float>();
+  return std::vector<float>(p, p + v.size());
+}
+
+double gelu(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+
+struct Problem {
+  gc::GemmArgs args;
+  std::vector<float> a, b, c0, bias;  // as generated (C's previous value, bias)
+};
+
+// Float64 reference of the whole (batched) product, from @p a and @p b (which may be the
+// inputs rounded to their dtype), and relative Frobenius error of @p got against it.
+double relative_error(const Problem& p, const std::vector<float>& a, const std::vector<float>& b,
+                      const std::vector<float>& got) {
+  const auto& g = p.args;
+  double diff = 0, norm = 0;
+  for (std::int64_t q = 0; q < g.batch; ++q) {
+    for (std::int64_t i = 0; i < g.m; ++i) {
+      for (std::int64_t j = 0; j < g.n; ++j) {
+        double acc = 0;
+        for (std::int64_t l = 0; l < g.k; ++l) {
+          const double av =
+              g.trans_a == gc::Transpose::none ? a[q * g.stride_a + i * g.lda + l] : a[q * g.stride_a + l * g.lda + i];
+          const double bv =
+              g.trans_b == gc::Transpose::none ? b[q * g.stride_b + l * g.ldb + j] : b[q * g.stride_b + j * g.ldb + l];
+          acc += av * bv;
+        }
+        const std::int64_t ci = q * g.stride_c + i * g.ldc + j;
+        double v = g.alpha * acc + (g.beta != 0 ? g.beta * p.c0[ci] : 0.0);
+        if (!p.bias.empty()) v += p.bias[j];
+        if (g.epilogue == gc::Epilogue::relu || g.epilogue == gc::Epilogue::bias_relu) v = std::max(v, 0.0);
+        if (g.epilogue == gc::Epilogue::gelu || g.epilogue == gc::Epilogue::bias_gelu) v = gelu(v);
+        if (std::isnan(got[ci])) return INFINITY;  // an unwritten (poisoned) or NaN element never passes
+        diff += (got[ci] - v) * (got[ci] - v);
+        norm += v * v;
+      }
+    }
+  }
+  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
+Problem random_problem(std::mt19937& rng, std::int64_t m, std::int64_t n, std::int64_t k, gc::Transpose ta,
+                       gc::Transpose tb, std::int64_t batch, gc::Epilogue epilogue, float beta) {
+  Problem p;
+  auto& g = p.args;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.batch = batch;
+  g.alpha = 0.75f;
+  g.beta = beta;
+  g.epilogue = epilogue;
+  const std::int64_t rows_a = ta == gc::Transpose::none ? m : k, cols_a = ta == gc::Transpose::none ? k : m;
+  const std::int64_t rows_b = tb == gc::Transpose::none ? k : n, cols_b = tb == gc::Transpose::none ? n : k;
+  g.lda = cols_a + (rng() % 2) * 3;  // sometimes padded rows
+  g.ldb = cols_b + (rng() % 2) * 5;
+  g.ldc = n + (rng() % 2) * 2;
+  g.stride_a = rows_a * g.lda + 7;
+  g.stride_b = rows_b * g.ldb;
+  g.stride_c = m * g.ldc + 3;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto fill = [&](std::vector<float>& v, std::size_t count) {
+    v.resize(count);
+    for (auto& x : v) x = normal(rng);
+  };
+  fill(p.a, static_cast<std::size_t>(std::max<std::int64_t>(1, batch * g.stride_a)));
+  fill(p.b, static_cast<std::size_t>(std::max<std::int64_t>(1, batch * g.stride_b)));
+  fill(p.c0, static_cast<std::size_t>(batch * g.stride_c));
+  if (epilogue == gc::Epilogue::bias || epilogue == gc::Epilogue::bias_relu || epilogue == gc::Epilogue::bias_gelu) {
+    fill(p.bias, static_cast<std::size_t>(n));
+  }
+  return p;
+}
+
+// Runs @p p in @p prec on @p d; returns C as float.
+std::vector<float> run(const Problem& p, const Precision& prec, gc::Device d, gc::StreamView s, float scale_a = 1,
+                       float scale_b = 1, gc::DType in_override = gc::DType::uint8) {
+  const gc::DType in = in_override == gc::DType::uint8 ? prec.in : in_override;
+  gc::Buffer a = make(p.a, in, d, s), b = make(p.b, in, d, s);
+  gc::Buffer c = make(p.c0, prec.out, d, s);
+  if (p.args.beta == 0.0f) gc::fill(c, std::nan(""), s);  // poison: C must not be read, every element written
+  gc::Buffer bias;
+  gc::GemmArgs args = p.args;
+  args.tf32 = prec.tf32;
+  args.scale_a = scale_a;
+  args.scale_b = scale_b;
+  if (!p.bias.empty()) {
+    bias = make(p.bias, gc::DType::float32, d, s);
+    args.bias = bias;
+  }
+  gc::gemm(c, a, b, args, s);
+  return read(c, s);
+}
+
+}  // namespace
+
+class GemmTest : public gc::testing::OnEveryDevice {};
+
+TEST_P(GemmTest, RandomShapesEveryOpAndPrecisionMeetTheTolerances) {
+  gc::Stream s(device());
+  std::mt19937 rng(17);
+  const std::int64_t dims[] = {1, 2, 7, 13, 31, 64, 97};
+  int runs = 0;
+  for (const Precision& prec : kPrecisions) {
+    if (!gc::supports(device(), gc::gemm_precision(prec.in, prec.tf32))) continue;
+    for (auto ta : {gc::Transpose::none, gc::Transpose::transpose}) {
+      for (auto tb : {gc::Transpose::none, gc::Transpose::transpose}) {
+        const std::int64_t m = dims[rng() % 7], n = dims[rng() % 7], k = dims[rng() % 7];
+        const std::int64_t batch = 1 + rng() % 3;
+        const Problem p = random_problem(rng, m, n, k, ta, tb, batch, gc::Epilogue::none, rng() % 2 ? 0.5f : 0.0f);
+        const auto got = run(p, prec, device(), s);
+        EXPECT_LT(relative_error(p, p.a, p.b, got), prec.tolerance)
+            << prec.name << " m=" << m << " n=" << n << " k=" << k << " batch=" << batch << " ta=" << int(ta)
+            << " tb=" << int(tb);
+        ++runs;
+      }
+    }
+  }
+  EXPECT_GE(runs, 4);
+}
+
+TEST_P(GemmTest, EpiloguesBiasReluGelu) {
+  gc::Stream s(device());
+  std::mt19937 rng(23);
+  for (auto e :
+       {gc::Epilogue::bias, gc::Epilogue::relu, gc::Epilogue::bias_relu, gc::Epilogue::gelu, gc::Epilogue::bias_gelu}) {
+    for (const Precision& prec : {kPrecisions[0], kPrecisions[3]}) {
+      const Problem p = random_problem(rng, 33, 17, 40, gc::Transpose::none, gc::Transpose::transpose, 2, e, 0.0f);
+      const auto got = run(p, prec, device(), s);
+      EXPECT_LT(relative_error(p, p.a, p.b, got), prec.tolerance) << prec.name << " epilogue " << int(e);
+    }
+  }
+}
+
+TEST_P(GemmTest, KZeroStillAppliesBeta) {
+  gc::Stream s(device());
+  std::mt19937 rng(29);
+  Problem p = random_problem(rng, 5, 9, 0, gc::Transpose::none, gc::Transpose::none, 2, gc::Epilogue::none, 2.0f);
+  const auto got = run(p, kPrecisions[0], device(), s);
+  EXPECT_LT(relative_error(p, p.a, p.b, got), 1e-6);
+}
+
+TEST_P(GemmTest, Fp8WithPerTensorScales) {
+  gc::Stream s(device());
+  if (!gc::supports(device(), gc::Precision::fp8))
+    GTEST_SKIP() << "fp8 needs sm_89+: " << gc::device_properties(device()).name;
+  std::mt19937 rng(31);
+  const Problem p =
+      random_problem(rng, 24, 40, 64, gc::Transpose::none, gc::Transpose::transpose, 1, gc::Epilogue::none, 0.0f);
+  for (auto in : {gc::DType::float8_e4m3, gc::DType::float8_e5m2}) {
+    const Precision out{in, gc::DType::bfloat16, false, 1e-2, "fp8->bf16"};
+    const auto got = run(p, out, device(), s, 0.5f, 2.0f, in);
+    // Reference on the inputs as fp8 holds them, dequantised by the scales.
+    auto dequantised = [&](const std::vector<float>& v, float scale) {
+      std::vector<float> r = read(make(v, in, gc::Device::host(), gc::Stream().view()), gc::Stream().view());
+      for (auto& x : r) x *= scale;
+      return r;
+    };
+    EXPECT_LT(relative_error(p, dequantised(p.a, 0.5f), dequantised(p.b, 2.0f), got), 1e-2) << gc::dtype_name(in);
+  }
+}
+
+TEST_P(GemmTest, BadInputIsRejectedNamingTheArgument) {
+  gc::Stream s(device());
+  auto buf = [&](std::size_t n, gc::DType t = gc::DType::float32) { return gc::Buffer(n, t, device()); };
+  gc::Buffer a = buf(6 * 4), b = buf(4 * 5), c = buf(6 * 5);
+  gc::GemmArgs g;
+  g.m = 6;
+  g.n = 5;
+  g.k = 4;
+  auto message = [&](gc::BufferView cc, gc::BufferView aa, gc::BufferView bb, const gc::GemmArgs& args) {
+    try {
+      gc::gemm(cc, aa, bb, args, s);
+    } catch (const gc::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(c, a, b, g), "no error");
+  s.synchronize();
+  gc::GemmArgs inner = g;
+  inner.k = 5;  // A holds 6 x 4: the inner dimensions disagree
+  EXPECT_NE(message(c, a, b, inner).find("a: 24 elements, the shape needs 30"), std::string::npos);
+  gc::GemmArgs short_ld = g;
+  short_ld.lda = 3;
+  EXPECT_NE(message(c, a, b, short_ld).find("lda: 3 is shorter than a row of a"), std::string::npos);
+  gc::GemmArgs overlap = g;
+  overlap.batch = 2;
+  overlap.stride_a = 0;
+  overlap.stride_b = 0;
+  overlap.stride_c = 10;
+  gc::Buffer c2 = buf(100);
+  EXPECT_NE(message(c2, a, b, overlap).find("stride_c: 10 makes batches of C overlap"), std::string::npos);
+  gc::Buffer shared = buf(64);  // A in [0, 24), C in [20, 50): the output would overwrite the input
+  EXPECT_NE(
+      message(gc::BufferView(shared).slice(20, 30), gc::BufferView(shared).slice(0, 24), b, g).find("c: aliases a"),
+      std::string::npos);
+  EXPECT_NE(message(c, buf(24, gc::DType::float16), b, g).find("does not pair"), std::string::npos);
+  EXPECT_NE(message(buf(30, gc::DType::float16), a, b, g).find("float32 inputs need a float32 output"),
+            std::string::npos);
+  gc::GemmArgs bad_bias = g;
+  bad_bias.epilogue = gc::Epilogue::bias;
+  gc::Buffer bias4 = buf(4);
+  bad_bias.bias = bias4;
+  EXPECT_NE(message(c, a, b, bad_bias).find("bias: 4 elements"), std::string::npos);
+  gc::GemmArgs neg = g;
+  neg.m = -1;
+  EXPECT_NE(message(c, a, b, neg).find("negative"), std::string::npos);
+  if (device().is_cuda()) {
+    gc::Buffer host_a(24, gc::DType::float32, gc::Device::host(), gc::MemoryKind::host);
+    EXPECT_NE(message(c, host_a, b, g).find("a:"), std::string::npos);
+  }
+  EXPECT_TRUE(s.query());  // nothing enqueued
+}
+
+GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(GemmTest);
+
+TEST(GemmBackends, CudaAgreesWithTheHostModel) {
+  if (gc::cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA device: " << gc::cuda_unavailable_reason();
+  gc::Stream hs, cs(gc::Device::cuda(0));
+  std::mt19937 rng(41);
+  for (const Precision& prec : kPrecisions) {
+    if (!gc::supports(gc::Device::cuda(0), gc::gemm_precision(prec.in, prec.tf32))) continue;
+    const Problem p = random_problem(rng, 64, 48, 80, gc::Transpose::transpose, gc::Transpose::none, 2,
+                                     gc::Epilogue::bias_relu, 0.25f);
+    const auto host = run(p, prec, gc::Device::host(), hs);
+    const auto gpu = run(p, prec, gc::Device::cuda(0), cs);
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < host.size(); ++i) {
+      diff += (host[i] - gpu[i]) * (host[i] - gpu[i]);
+      norm += host[i] * host[i];
+    }
+    EXPECT_LT(std::sqrt(diff / norm), prec.tolerance) << prec.name;
+  }
+}
+
+TEST(GpuSpecs, TableAndLookup) {
+  EXPECT_EQ(gc::gpu_specs().size(), 9u);
+  const auto h100 = gc::find_gpu_spec("NVIDIA H100 80GB HBM3");
+  ASSERT_TRUE(h100.has_value());
+  EXPECT_EQ(h100->name, "H100 SXM");
+  EXPECT_EQ(gc::peak_tflops(*h100, gc::Precision::bf16), 989);
+  EXPECT_EQ(gc::peak_tflops(*h100, gc::Precision::fp8), 1979);
+  EXPECT_EQ(gc::find_gpu_spec("NVIDIA A100-SXM4-80GB")->memory_bw_gbs, 2039);
+  EXPECT_EQ(gc::find_gpu_spec("NVIDIA A10")->name, "A10");
+  EXPECT_EQ(gc::find_gpu_spec("NVIDIA H200")->memory_gb, 141);
+  EXPECT_TRUE(gc::find_gpu_spec("Tesla V100-SXM2-32GB")->needs_cuda12);
+  EXPECT_EQ(gc::peak_tflops(*gc::find_gpu_spec("Tesla T4"), gc::Precision::bf16), 0);
+  EXPECT_FALSE(gc::find_gpu_spec("AMD EPYC").has_value());
+  EXPECT_TRUE(gc::supports(gc::Device::host(), gc::Precision::fp8));
+}
