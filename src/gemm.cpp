@@ -196,32 +196,49 @@ const float* as_fp32(const void* base, DType t, std::int64_t offset, std::int64_
   return scratch.data();
 }
 
+// The epilogue on one stored value of C (v already holds alpha AB + beta C).
+float finish(float v, const detail::GemmPlan& plan, std::int64_t column) {
+  const GemmArgs& g = plan.args;
+  if (plan.has_bias) v += load(g.bias.data(), column, g.bias.dtype());
+  if (g.epilogue == Epilogue::relu || g.epilogue == Epilogue::bias_relu) v = v > 0.0f ? v : 0.0f;
+  if (g.epilogue == Epilogue::gelu || g.epilogue == Epilogue::bias_gelu) v = gelu_tanh(v);
+  return v;
+}
+
 void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan& plan) {
   const GemmArgs& g = plan.args;
-  std::vector<float> a32, b32, out(static_cast<std::size_t>(g.m * g.n));
+  const bool fp32_out = c.dtype() == DType::float32;
+  std::vector<float> a32, b32, out;
+  if (!fp32_out) out.resize(static_cast<std::size_t>(g.m * g.n));
   const std::int64_t ext_a = extent(plan.rows_a, plan.cols_a, g.lda);
   const std::int64_t ext_b = extent(plan.rows_b, plan.cols_b, g.ldb);
   const bool fp8 = is_fp8(a.dtype());
+  const auto ta = g.trans_a == Transpose::transpose ? CblasTrans : CblasNoTrans;
+  const auto tb = g.trans_b == Transpose::transpose ? CblasTrans : CblasNoTrans;
   for (std::int64_t p = 0; p < g.batch; ++p) {
-    if (g.k > 0 && g.m > 0 && g.n > 0) {
-      const float* pa = as_fp32(a.data(), a.dtype(), p * g.stride_a, ext_a, g.tf32, fp8 ? g.scale_a : 1.0f, a32);
-      const float* pb = as_fp32(b.data(), b.dtype(), p * g.stride_b, ext_b, g.tf32, fp8 ? g.scale_b : 1.0f, b32);
-      cblas_sgemm(CblasRowMajor, g.trans_a == Transpose::transpose ? CblasTrans : CblasNoTrans,
-                  g.trans_b == Transpose::transpose ? CblasTrans : CblasNoTrans, static_cast<int>(g.m),
-                  static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, pa, static_cast<int>(g.lda), pb,
-                  static_cast<int>(g.ldb), 0.0f, out.data(), static_cast<int>(g.n));
-    } else {
-      std::fill(out.begin(), out.end(), 0.0f);
+    const float* pa = as_fp32(a.data(), a.dtype(), p * g.stride_a, ext_a, g.tf32, fp8 ? g.scale_a : 1.0f, a32);
+    const float* pb = as_fp32(b.data(), b.dtype(), p * g.stride_b, ext_b, g.tf32, fp8 ? g.scale_b : 1.0f, b32);
+    if (fp32_out) {
+      // Straight into C: OpenBLAS applies alpha and beta (and reads no C when beta is 0).
+      float* pc = c.data_as<float>() + p * g.stride_c;
+      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha,
+                  pa, static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), g.beta, pc, static_cast<int>(g.ldc));
+      if (g.epilogue != Epilogue::none) {
+        for (std::int64_t i = 0; i < g.m; ++i) {
+          for (std::int64_t j = 0; j < g.n; ++j) pc[i * g.ldc + j] = finish(pc[i * g.ldc + j], plan, j);
+        }
+      }
+      continue;
     }
+    // Narrow output: accumulate in fp32, add beta C and the epilogue, round once.
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, pa,
+                static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), 0.0f, out.data(), static_cast<int>(g.n));
     for (std::int64_t i = 0; i < g.m; ++i) {
       for (std::int64_t j = 0; j < g.n; ++j) {
         const std::int64_t ci = p * g.stride_c + i * g.ldc + j;
         float v = out[static_cast<std::size_t>(i * g.n + j)];
         if (g.beta != 0.0f) v += g.beta * load(c.data(), ci, c.dtype());
-        if (plan.has_bias) v += load(g.bias.data(), j, g.bias.dtype());
-        if (g.epilogue == Epilogue::relu || g.epilogue == Epilogue::bias_relu) v = v > 0.0f ? v : 0.0f;
-        if (g.epilogue == Epilogue::gelu || g.epilogue == Epilogue::bias_gelu) v = gelu_tanh(v);
-        store(c.data(), ci, c.dtype(), v);
+        store(c.data(), ci, c.dtype(), finish(v, plan, j));
       }
     }
   }

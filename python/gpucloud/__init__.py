@@ -24,6 +24,7 @@ from ._core import (  # noqa: F401
     Event,
     FusedAdam,
     FusedSGD,
+    GpuSpec,
     InvalidArgument,
     LimitingAdaptor,
     LossScaler,
@@ -37,6 +38,7 @@ from ._core import (  # noqa: F401
     OutOfMemory,
     PlainResource,
     PoolResource,
+    Precision,
     Prefetcher,
     StatisticsAdaptor,
     Stream,
@@ -54,11 +56,16 @@ from ._core import (  # noqa: F401
     dtype,
     elapsed_ms,
     fill,
+    find_gpu_spec,
+    gemm,
     global_norm,
+    gpu_specs,
     launch_host_func,
     memory_info,
+    peak_tflops,
     prefetch,
     set_default_resource,
+    supports,
 )
 
 __version__ = build_info().version

@@ -16,7 +16,7 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
-__all__: list[str] = ['AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'InvalidArgument', 'LimitingAdaptor', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'build_info', 'cast', 'clip_grad_norm', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'global_norm', 'launch_host_func', 'memory_info', 'prefetch', 'set_default_resource']
+__all__: list[str] = ['AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'InvalidArgument', 'LimitingAdaptor', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'build_info', 'cast', 'clip_grad_norm', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'memory_info', 'peak_tflops', 'prefetch', 'set_default_resource', 'supports']
 class DType:
     """
     Element types.
@@ -839,6 +839,107 @@ class FusedAdam:
     @property
     def lr(self) -> float:
         ...
+class Precision:
+    """
+    The arithmetic of a GEMM.
+    
+    Members:
+    
+      fp32
+    
+      tf32
+    
+      fp16
+    
+      bf16
+    
+      fp8
+    """
+    __members__: typing.ClassVar[dict[str, Precision]]
+    bf16: typing.ClassVar[Precision]
+    fp16: typing.ClassVar[Precision]
+    fp32: typing.ClassVar[Precision]
+    fp8: typing.ClassVar[Precision]
+    tf32: typing.ClassVar[Precision]
+    @typing.overload
+    def __eq__(self, other: Precision) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: Precision) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class GpuSpec:
+    """
+    One row of the GPU spec table (dense rates).
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def bf16_tflops(self) -> float:
+        ...
+    @property
+    def fp16_tflops(self) -> float:
+        ...
+    @property
+    def fp32_tflops(self) -> float:
+        ...
+    @property
+    def fp8_tflops(self) -> float:
+        ...
+    @property
+    def memory_bw_gbs(self) -> float:
+        ...
+    @property
+    def memory_gb(self) -> float:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def needs_cuda12(self) -> bool:
+        ...
+    @property
+    def nvlink_gbs(self) -> float:
+        ...
+    @property
+    def pcie_gen(self) -> int:
+        ...
+    @property
+    def sm(self) -> int:
+        ...
+    @property
+    def tdp_watts(self) -> float:
+        ...
+    @property
+    def tf32_tflops(self) -> float:
+        ...
 def advise(buffer: typing.Any, advice: MemoryAdvice, target: typing.Any) -> None:
     """
     Apply a cudaMemAdvise hint to managed memory.
@@ -887,9 +988,21 @@ def fill(dst: typing.Any, value: typing.SupportsFloat | typing.SupportsIndex, st
     """
     Set every element of dst, in stream order.
     """
+def find_gpu_spec(device_name: str) -> GpuSpec | None:
+    """
+    The row matching a device name, or None.
+    """
+def gemm(c: typing.Any, a: typing.Any, b: typing.Any, stream: Stream, *, trans_a: bool = False, trans_b: bool = False, alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0, epilogue: str = 'none', bias: typing.Any = None, tf32: bool = False, scale_a: typing.SupportsFloat | typing.SupportsIndex = 1.0, scale_b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+    """
+    c = epilogue(alpha op(a) op(b) + beta c [+ bias]) in stream order; shapes from the arrays (2-D, or 3-D batches; a 2-D a or b serves every batch).
+    """
 def global_norm(tensors: collections.abc.Iterable, stream: Stream) -> Buffer:
     """
     The global L2 norm (a 1-element Buffer on the device).
+    """
+def gpu_specs() -> list[GpuSpec]:
+    """
+    The spec table: V100, T4, A100 40/80GB, A10, L4, RTX 4090, H100, H200.
     """
 def launch_host_func(stream: Stream, fn: collections.abc.Callable) -> None:
     """
@@ -899,6 +1012,10 @@ def memory_info(device: Device) -> MemoryInfo:
     """
     Free and total memory of a device now.
     """
+def peak_tflops(spec: GpuSpec, precision: Precision) -> float:
+    """
+    Dense peak TFLOP/s in a precision.
+    """
 def prefetch(buffer: typing.Any, target: typing.Any, stream: Stream) -> None:
     """
     Migrate managed memory to `target` in stream order.
@@ -906,4 +1023,8 @@ def prefetch(buffer: typing.Any, target: typing.Any, stream: Stream) -> None:
 def set_default_resource(kind: typing.Any, device: typing.Any, mr: typing.Any) -> None:
     """
     Make `mr` the resource buffers of `kind` on `device` use by default (None restores the built-in one).
+    """
+def supports(device: typing.Any, precision: Precision) -> bool:
+    """
+    Whether the device runs GEMMs in this precision.
     """

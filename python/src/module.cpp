@@ -7,4 +7,5 @@ PYBIND11_MODULE(_core, m) {
   gpucloud::python::bind_memory(m);
   gpucloud::python::bind_movement(m);
   gpucloud::python::bind_amp(m);
+  gpucloud::python::bind_gemm(m);
 }

@@ -1,0 +1,112 @@
+// GEMM throughput: TFLOP/s = 2 M N K batch / time for square and transformer-shaped products in
+// each precision, as a percentage of the device's spec-sheet peak (GPU_SPECS.md) on a GPU, and,
+// on the host, as a ratio to a direct OpenBLAS sgemm on the same buffers in the same run
+// (target >= 0.95: the wrapper must cost nothing).
+#include <gpucloud/gpucloud.hpp>
+
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <chrono>
+#include <string>
+
+namespace gc = gpucloud;
+
+namespace {
+
+struct PrecisionCase {
+  gc::DType in, out;
+  bool tf32;
+};
+const PrecisionCase kCases[] = {
+    {gc::DType::float32, gc::DType::float32, false},      {gc::DType::float32, gc::DType::float32, true},
+    {gc::DType::float16, gc::DType::float16, false},      {gc::DType::bfloat16, gc::DType::bfloat16, false},
+    {gc::DType::float8_e4m3, gc::DType::bfloat16, false},
+};
+
+gc::Device device_of(int index) { return index == 0 ? gc::Device::host() : gc::Device::cuda(0); }
+
+// Event-timed milliseconds of work() on s (after one warm-up).
+template <class Work>
+double time_ms(gc::Stream& s, Work work) {
+  gc::Event a(s.device()), b(s.device());
+  work();
+  s.synchronize();
+  a.record(s);
+  work();
+  b.record(s);
+  b.synchronize();
+  return gc::elapsed_ms(a, b);
+}
+
+// args: device, precision case, m, n, k, batch
+void BM_Gemm(benchmark::State& state) {
+  const gc::Device d = device_of(static_cast<int>(state.range(0)));
+  const PrecisionCase& pc = kCases[state.range(1)];
+  const gc::Precision precision = gc::gemm_precision(pc.in, pc.tf32);
+  if (!gc::supports(d, precision)) {
+    state.SkipWithError((std::string(gc::precision_name(precision)) + " unsupported on " + d.str()).c_str());
+    return;
+  }
+  gc::GemmArgs g;
+  g.m = state.range(2);
+  g.n = state.range(3);
+  g.k = state.range(4);
+  g.batch = state.range(5);
+  g.tf32 = pc.tf32;
+  g.trans_b = gc::Transpose::transpose;  // C = A B^T: a linear layer, and fp8's layout
+  gc::Stream s(d);
+  gc::Buffer a(static_cast<std::size_t>(g.m * g.k * g.batch), pc.in, d),
+      b(static_cast<std::size_t>(g.n * g.k * g.batch), pc.in, d);
+  gc::Buffer c(static_cast<std::size_t>(g.m * g.n * g.batch), pc.out, d);
+  gc::fill(a, 0.5, s);
+  gc::fill(b, 0.25, s);
+  double ms = 0;
+  for (auto _ : state) {
+    ms = time_ms(s, [&] { gc::gemm(c, a, b, g, s); });
+    state.SetIterationTime(ms / 1e3);
+  }
+  const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
+                       static_cast<double>(g.batch);
+  state.counters["TFLOPs"] = flops / (ms * 1e-3) / 1e12;
+  if (d.is_cuda()) {
+    if (auto spec = gc::find_gpu_spec(gc::device_properties(d).name)) {
+      const double peak = gc::peak_tflops(*spec, precision);
+      if (peak > 0) state.counters["pct_of_peak"] = 100.0 * flops / (ms * 1e-3) / 1e12 / peak;
+    }
+  } else if (pc.in == gc::DType::float32 && !pc.tf32 && g.batch == 1) {
+    // The same product through OpenBLAS directly, on the same buffers, timed the same way.
+    const double direct_ms = time_ms(s, [&] {
+      gc::launch_host_func(s, [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(g.m), static_cast<int>(g.n),
+                    static_cast<int>(g.k), 1.0f, a.data_as<float>(), static_cast<int>(g.k), b.data_as<float>(),
+                    static_cast<int>(g.k), 0.0f, c.data_as<float>(), static_cast<int>(g.n));
+      });
+    });
+    state.counters["ratio_vs_openblas"] = direct_ms / ms;
+  }
+  state.SetLabel(d.str() + " " + gc::precision_name(precision) + " -> " + gc::dtype_name(pc.out));
+}
+
+void args(benchmark::internal::Benchmark* b) {
+  const bool gpu = gc::cuda_device_count() > 0;
+  for (int p = 0; p < 5; ++p) {
+    b->Args({0, p, 512, 512, 512, 1});
+    b->Args({0, p, 1024, 1024, 1024, 1});
+    b->Args({0, p, 128, 128, 64, 16});  // attention-like: batch of small products
+  }
+  if (gpu) {
+    for (int p = 0; p < 5; ++p) {
+      b->Args({1, p, 4096, 4096, 4096, 1});
+      b->Args({1, p, 8192, 8192, 8192, 1});
+      b->Args({1, p, 8192, 3072, 1024, 1});  // a transformer MLP projection
+      b->Args({1, p, 2048, 2048, 128, 64});  // attention scores, 64 heads
+    }
+  }
+  b->ArgNames({"device", "precision", "m", "n", "k", "batch"})->UseManualTime()->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+BENCHMARK(BM_Gemm)->Apply(args);
+BENCHMARK_MAIN();

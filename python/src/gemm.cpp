@@ -1,0 +1,112 @@
+// GEMM and the spec table; shapes come from the arrays (2-D, or 3-D for batches).
+#include "interop.hpp"
+
+#include <pybind11/stl.h>
+
+namespace gpucloud::python {
+
+namespace {
+
+Epilogue to_epilogue(const std::string& name) {
+  if (name == "none") return Epilogue::none;
+  if (name == "bias") return Epilogue::bias;
+  if (name == "relu") return Epilogue::relu;
+  if (name == "bias_relu") return Epilogue::bias_relu;
+  if (name == "gelu") return Epilogue::gelu;
+  if (name == "bias_gelu") return Epilogue::bias_gelu;
+  GPUCLOUD_FAIL(InvalidArgument, "gemm",
+                "epilogue: '" + name + "' is not none, bias, relu, bias_relu, gelu or bias_gelu");
+}
+
+// (batch, rows, cols) of a 2-D or 3-D array.
+std::array<std::int64_t, 3> matrix_shape(const Borrowed& b, const char* arg) {
+  if (b.shape.size() == 2) return {1, b.shape[0], b.shape[1]};
+  if (b.shape.size() == 3) return {b.shape[0], b.shape[1], b.shape[2]};
+  GPUCLOUD_FAIL(InvalidArgument, "gemm",
+                std::string(arg) + ": a 2-D matrix or a 3-D batch of matrices, got " + std::to_string(b.shape.size()) +
+                    " dimensions");
+}
+
+}  // namespace
+
+void bind_gemm(py::module_& m) {
+  py::enum_<Precision>(m, "Precision", "The arithmetic of a GEMM.")
+      .value("fp32", Precision::fp32)
+      .value("tf32", Precision::tf32)
+      .value("fp16", Precision::fp16)
+      .value("bf16", Precision::bf16)
+      .value("fp8", Precision::fp8);
+  py::class_<GpuSpec>(m, "GpuSpec", "One row of the GPU spec table (dense rates).")
+      .def_readonly("name", &GpuSpec::name)
+      .def_readonly("sm", &GpuSpec::sm)
+      .def_readonly("fp16_tflops", &GpuSpec::fp16_tflops)
+      .def_readonly("bf16_tflops", &GpuSpec::bf16_tflops)
+      .def_readonly("tf32_tflops", &GpuSpec::tf32_tflops)
+      .def_readonly("fp32_tflops", &GpuSpec::fp32_tflops)
+      .def_readonly("fp8_tflops", &GpuSpec::fp8_tflops)
+      .def_readonly("memory_gb", &GpuSpec::memory_gb)
+      .def_readonly("memory_bw_gbs", &GpuSpec::memory_bw_gbs)
+      .def_readonly("nvlink_gbs", &GpuSpec::nvlink_gbs)
+      .def_readonly("pcie_gen", &GpuSpec::pcie_gen)
+      .def_readonly("tdp_watts", &GpuSpec::tdp_watts)
+      .def_readonly("needs_cuda12", &GpuSpec::needs_cuda12)
+      .def("__repr__", [](const GpuSpec& s) { return "GpuSpec('" + s.name + "')"; });
+  m.def("gpu_specs", &gpu_specs, "The spec table: V100, T4, A100 40/80GB, A10, L4, RTX 4090, H100, H200.");
+  m.def("find_gpu_spec", &find_gpu_spec, py::arg("device_name"), "The row matching a device name, or None.");
+  m.def("peak_tflops", &peak_tflops, py::arg("spec"), py::arg("precision"), "Dense peak TFLOP/s in a precision.");
+  m.def(
+      "supports", [](py::handle device, Precision p) { return supports(to_device(device), p); }, py::arg("device"),
+      py::arg("precision"), "Whether the device runs GEMMs in this precision.");
+
+  m.def(
+      "gemm",
+      [](py::handle c, py::handle a, py::handle b, PyStream& stream, bool trans_a, bool trans_b, float alpha,
+         float beta, const std::string& epilogue, py::object bias, bool tf32, float scale_a, float scale_b) {
+        Borrowed bc = borrow_writable(c, "c"), ba = borrow(a, "a"), bb = borrow(b, "b");
+        const auto sc = matrix_shape(bc, "c"), sa = matrix_shape(ba, "a"), sb = matrix_shape(bb, "b");
+        GemmArgs g;
+        g.m = sc[1];
+        g.n = sc[2];
+        g.k = trans_a ? sa[1] : sa[2];
+        g.trans_a = trans_a ? Transpose::transpose : Transpose::none;
+        g.trans_b = trans_b ? Transpose::transpose : Transpose::none;
+        const std::int64_t a_rows = trans_a ? g.k : g.m, b_rows = trans_b ? g.n : g.k, b_cols = trans_b ? g.k : g.n;
+        GPUCLOUD_EXPECTS(sa[1] == a_rows, "gemm",
+                         "a: " + std::to_string(sa[1]) + " rows, op(a) must have c's " + std::to_string(g.m));
+        GPUCLOUD_EXPECTS(sb[1] == b_rows && sb[2] == b_cols, "gemm",
+                         "b: shape (" + std::to_string(sb[1]) + ", " + std::to_string(sb[2]) + ") does not give a " +
+                             std::to_string(g.k) + " x " + std::to_string(g.n) + " op(b)");
+        g.batch = sc[0];
+        for (auto [s, name] : {std::pair{sa, "a"}, std::pair{sb, "b"}}) {
+          GPUCLOUD_EXPECTS(s[0] == g.batch || s[0] == 1, "gemm",
+                           std::string(name) + ": batch " + std::to_string(s[0]) + " is neither c's " +
+                               std::to_string(g.batch) + " nor 1");
+        }
+        g.stride_a = sa[0] == 1 && g.batch > 1 ? 0 : -1;  // a single matrix serves every batch
+        g.stride_b = sb[0] == 1 && g.batch > 1 ? 0 : -1;
+        g.alpha = alpha;
+        g.beta = beta;
+        g.epilogue = to_epilogue(epilogue);
+        g.tf32 = tf32;
+        g.scale_a = scale_a;
+        g.scale_b = scale_b;
+        std::vector<py::object> owners{bc.owner, ba.owner, bb.owner};
+        if (!bias.is_none()) {
+          Borrowed bb2 = borrow(bias, "bias");
+          g.bias = bb2.view;
+          owners.push_back(bb2.owner);
+        }
+        {
+          py::gil_scoped_release release;
+          gemm(bc.view, ba.view, bb.view, g, stream.view);
+        }
+        keep_alive_until_done(stream.view, std::move(owners));
+      },
+      py::arg("c"), py::arg("a"), py::arg("b"), py::arg("stream"), py::kw_only(), py::arg("trans_a") = false,
+      py::arg("trans_b") = false, py::arg("alpha") = 1.0f, py::arg("beta") = 0.0f, py::arg("epilogue") = "none",
+      py::arg("bias") = py::none(), py::arg("tf32") = false, py::arg("scale_a") = 1.0f, py::arg("scale_b") = 1.0f,
+      "c = epilogue(alpha op(a) op(b) + beta c [+ bias]) in stream order; shapes from the arrays (2-D, or 3-D "
+      "batches; a 2-D a or b serves every batch).");
+}
+
+}  // namespace gpucloud::python
