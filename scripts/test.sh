@@ -53,7 +53,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  configure_build_test tsan "-L stream|memory|kernels|movement|amp" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
+  configure_build_test tsan "-L stream|memory|kernels|movement|amp|gemm" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF
 echo
 echo "all configurations passed: main, python, host, asan, tsan"
