@@ -5,6 +5,7 @@
 #include <gpucloud/buffer.hpp>
 #include <gpucloud/build_info.hpp>
 #include <gpucloud/cast.hpp>
+#include <gpucloud/communicator.hpp>
 #include <gpucloud/copy.hpp>
 #include <gpucloud/copy_pipeline.hpp>
 #include <gpucloud/device.hpp>

@@ -1,0 +1,92 @@
+/// @file communicator.hpp
+/// @brief Communicators and stream-ordered collectives (MPI for host buffers; NCCL to come),
+///        with Horovod's hierarchical all-reduce.
+#pragma once
+
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/export.hpp>
+#include <gpucloud/stream.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace gpucloud {
+
+/// @brief How values are combined.
+enum class ReduceOp { sum, average, max, min };
+
+/// @brief Where this process sits in the job, as the launcher told it.
+struct LaunchInfo {
+  int rank = 0;          ///< global rank
+  int size = 1;          ///< number of processes
+  int local_rank = 0;    ///< rank within the node
+  int local_size = 1;    ///< processes on the node
+  std::string launcher;  ///< "mpirun", "srun", "torchrun" or "none"
+};
+
+/// @brief Reads OMPI_COMM_WORLD_* (mpirun), PMI_* / SLURM_* (srun), RANK / WORLD_SIZE / LOCAL_RANK
+///        (torchrun); GPUCLOUD_LOCAL_SIZE overrides the node size, so several "nodes" can be
+///        simulated on one machine. A process started alone is rank 0 of 1.
+/// @throws InvalidArgument for inconsistent variables (a rank outside the size, a local size that
+///         does not divide the size).
+GPUCLOUD_API LaunchInfo launch_info_from_environment();
+
+/// @brief A group of processes and the collectives between them.
+///
+/// Every operation is stream-ordered: it runs when the stream reaches it, and the stream's later
+/// work sees its result. On the MPI backend the stream is a host stream and the buffers host
+/// memory. A collective that does not complete within timeout() (GPUCLOUD_COMM_TIMEOUT seconds,
+/// default 600, like PyTorch's NCCL default) raises CommunicationError naming the operation, the
+/// rank and the time waited, at the stream's synchronisation; the communicator is then broken
+/// (every later operation raises too), as after an NCCL abort.
+class GPUCLOUD_API Communicator {
+ public:
+  /// @brief All processes of the MPI job (MPI_Init_thread with MPI_THREAD_MULTIPLE if nobody has
+  ///        initialised MPI yet; it is then finalised at exit). Nodes come from a shared-memory
+  ///        split, or from GPUCLOUD_LOCAL_SIZE. Sub-communicators are built here, once.
+  /// @throws Unsupported when built without MPI, CommunicationError when MPI fails.
+  static Communicator mpi_world();
+
+  ~Communicator();
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const noexcept;        ///< @brief This process's rank.
+  int size() const noexcept;        ///< @brief Number of processes.
+  int local_rank() const noexcept;  ///< @brief Rank within the node.
+  int local_size() const noexcept;  ///< @brief Processes per node.
+  int node() const noexcept;        ///< @brief Index of this process's node.
+  int nodes() const noexcept;       ///< @brief Number of nodes.
+  /// @brief How long a collective may take before it is a CommunicationError.
+  std::chrono::milliseconds timeout() const noexcept;
+  /// @brief Changes the timeout for later operations.
+  void set_timeout(std::chrono::milliseconds timeout);
+
+  /// @brief recv = op over all ranks of send (in place when they are the same memory).
+  ///        dtypes: float32/64, float16, bfloat16 (accumulated in fp32 pairwise), int32/64.
+  void all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream);
+  /// @brief The same result through the node hierarchy (Horovod): reduce-scatter inside each node,
+  ///        all-reduce of each shard across nodes, all-gather inside each node. Any count.
+  void hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream);
+  /// @brief recv (count) = op over ranks of send's (size * count) slice number rank().
+  void reduce_scatter(BufferView send, BufferView recv, ReduceOp op, StreamView stream);
+  /// @brief recv (size * count) = every rank's send (count), in rank order.
+  void all_gather(BufferView send, BufferView recv, StreamView stream);
+  /// @brief buffer = root's buffer on every rank.
+  void broadcast(BufferView buffer, int root, StreamView stream);
+  /// @brief Returns (on the stream) once every rank has reached it.
+  void barrier(StreamView stream);
+
+  /// @brief True after a timeout or a failed collective; every later operation raises.
+  bool broken() const noexcept;
+
+ private:
+  struct Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpucloud

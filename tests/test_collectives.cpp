@@ -1,0 +1,232 @@
+// Collectives across MPI ranks (CTest starts this under mpirun with 2, 4 and 8 ranks, with
+// GPUCLOUD_LOCAL_SIZE simulating several nodes). Inputs are built so every exact answer is known
+// on every rank whatever the reduction order (nccl-tests' verifiable inputs); a #wrong count is
+// reported rather than one bit.
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/communicator.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/stream.hpp>
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace gc = gpucloud;
+
+namespace {
+
+gc::Communicator& world() {
+  static gc::Communicator c = gc::Communicator::mpi_world();
+  return c;
+}
+
+// Rank r's element i: small integers, exact in every dtype and in any order of summation.
+double value(int r, std::size_t i) { return static_cast<double>((r + 1) * static_cast<int>(1 + i % 7)); }
+
+template <class F>
+void for_each_dtype(F f) {
+  for (auto t : {gc::DType::float32, gc::DType::float64, gc::DType::float16, gc::DType::bfloat16, gc::DType::int32,
+                 gc::DType::int64}) {
+    f(t);
+  }
+}
+
+void store(gc::Buffer& b, std::size_t i, double v) {
+  switch (b.dtype()) {
+    case gc::DType::float32:
+      b.data_as<float>()[i] = static_cast<float>(v);
+      break;
+    case gc::DType::float64:
+      b.data_as<double>()[i] = v;
+      break;
+    case gc::DType::float16:
+      b.data_as<gc::Half>()[i] = gc::Half(static_cast<float>(v));
+      break;
+    case gc::DType::bfloat16:
+      b.data_as<gc::BFloat16>()[i] = gc::BFloat16(static_cast<float>(v));
+      break;
+    case gc::DType::int32:
+      b.data_as<std::int32_t>()[i] = static_cast<std::int32_t>(v);
+      break;
+    default:
+      b.data_as<std::int64_t>()[i] = static_cast<std::int64_t>(v);
+      break;
+  }
+}
+
+double load(const gc::Buffer& b, std::size_t i) {
+  switch (b.dtype()) {
+    case gc::DType::float32:
+      return b.data_as<float>()[i];
+    case gc::DType::float64:
+      return b.data_as<double>()[i];
+    case gc::DType::float16:
+      return static_cast<float>(b.data_as<gc::Half>()[i]);
+    case gc::DType::bfloat16:
+      return static_cast<float>(b.data_as<gc::BFloat16>()[i]);
+    case gc::DType::int32:
+      return b.data_as<std::int32_t>()[i];
+    default:
+      return static_cast<double>(b.data_as<std::int64_t>()[i]);
+  }
+}
+
+double expected(gc::ReduceOp op, int size, std::size_t i) {
+  double acc = op == gc::ReduceOp::min ? 1e300 : op == gc::ReduceOp::max ? -1e300 : 0;
+  for (int r = 0; r < size; ++r) {
+    const double v = value(r, i);
+    acc = op == gc::ReduceOp::max ? std::max(acc, v) : op == gc::ReduceOp::min ? std::min(acc, v) : acc + v;
+  }
+  return op == gc::ReduceOp::average ? acc / size : acc;
+}
+
+gc::Buffer inputs(gc::DType t, std::size_t n, int rank) {
+  gc::Buffer b(n, t);
+  for (std::size_t i = 0; i < n; ++i) store(b, i, value(rank, i));
+  return b;
+}
+
+const std::size_t kCounts[] = {0, 1, 5, 1001, (1u << 16) + 3};
+
+}  // namespace
+
+TEST(Collectives, RanksAndNodesComeFromTheLauncher) {
+  auto& c = world();
+  int mpi_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
+  EXPECT_EQ(c.size(), mpi_size);
+  const gc::LaunchInfo info = gc::launch_info_from_environment();
+  EXPECT_EQ(info.rank, c.rank());
+  EXPECT_EQ(info.size, c.size());
+  EXPECT_EQ(info.launcher, "mpirun");
+  if (const char* forced = std::getenv("GPUCLOUD_LOCAL_SIZE")) {
+    EXPECT_EQ(c.local_size(), std::atoi(forced));
+    EXPECT_EQ(c.nodes(), c.size() / c.local_size());
+    EXPECT_EQ(c.local_rank(), c.rank() % c.local_size());
+    EXPECT_EQ(c.node(), c.rank() / c.local_size());
+  }
+  EXPECT_EQ(c.local_size() * c.nodes(), c.size());
+}
+
+TEST(Collectives, AllReduceEveryOpDtypeAndCountInAndOutOfPlace) {
+  auto& c = world();
+  gc::Stream s;
+  std::size_t wrong = 0;
+  for_each_dtype([&](gc::DType t) {
+    for (auto op : {gc::ReduceOp::sum, gc::ReduceOp::average, gc::ReduceOp::max, gc::ReduceOp::min}) {
+      if (op == gc::ReduceOp::average && !gc::is_floating(t)) continue;
+      for (std::size_t n : kCounts) {
+        gc::Buffer send = inputs(t, n, c.rank()), recv(n, t);
+        c.all_reduce(send, recv, op, s);
+        c.all_reduce(send, send, op, s);  // in place
+        s.synchronize();
+        for (std::size_t i = 0; i < n; ++i) {
+          const double want = expected(op, c.size(), i);
+          const double tol = t == gc::DType::float16 || t == gc::DType::bfloat16 ? std::abs(want) * 1e-2 : 1e-9;
+          wrong += std::abs(load(recv, i) - want) > tol;
+          wrong += std::abs(load(send, i) - want) > tol;
+        }
+      }
+    }
+  });
+  EXPECT_EQ(wrong, 0u);
+}
+
+TEST(Collectives, HierarchicalEqualsFlatBitForBitOnIntegers) {
+  auto& c = world();
+  gc::Stream s;
+  std::size_t wrong = 0;
+  for_each_dtype([&](gc::DType t) {
+    for (std::size_t n : kCounts) {  // counts that do not divide by the local size included
+      gc::Buffer send = inputs(t, n, c.rank()), flat(n, t), hier(n, t);
+      c.all_reduce(send, flat, gc::ReduceOp::sum, s);
+      c.hierarchical_all_reduce(send, hier, gc::ReduceOp::sum, s);
+      s.synchronize();
+      if (!gc::is_floating(t) || t == gc::DType::float32 || t == gc::DType::float64) {
+        wrong += n > 0 && std::memcmp(flat.data(), hier.data(), flat.size_bytes()) != 0;
+      } else {
+        for (std::size_t i = 0; i < n; ++i)
+          wrong += std::abs(load(flat, i) - load(hier, i)) > std::abs(load(flat, i)) * 1e-2;
+      }
+    }
+  });
+  EXPECT_EQ(wrong, 0u);
+  gc::Buffer send = inputs(gc::DType::float32, 1001, c.rank());
+  c.hierarchical_all_reduce(send, send, gc::ReduceOp::average, s);  // in place
+  s.synchronize();
+  for (std::size_t i = 0; i < 1001; ++i)
+    ASSERT_FLOAT_EQ(send.data_as<float>()[i], static_cast<float>(expected(gc::ReduceOp::average, c.size(), i)));
+}
+
+TEST(Collectives, ReduceScatterAllGatherBroadcastBarrier) {
+  auto& c = world();
+  gc::Stream s;
+  const std::size_t per = 1003;
+  gc::Buffer send = inputs(gc::DType::int64, per * static_cast<std::size_t>(c.size()), c.rank());
+  gc::Buffer shard(per, gc::DType::int64);
+  c.reduce_scatter(send, shard, gc::ReduceOp::sum, s);
+  gc::Buffer mine = inputs(gc::DType::float32, per, c.rank());
+  gc::Buffer gathered(per * static_cast<std::size_t>(c.size()), gc::DType::float32);
+  c.all_gather(mine, gathered, s);
+  gc::Buffer bcast = inputs(gc::DType::int32, 77, c.rank());
+  c.broadcast(bcast, c.size() - 1, s);
+  c.barrier(s);
+  s.synchronize();
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < per; ++i) {
+    wrong += load(shard, i) != expected(gc::ReduceOp::sum, c.size(), static_cast<std::size_t>(c.rank()) * per + i);
+  }
+  for (int r = 0; r < c.size(); ++r) {
+    for (std::size_t i = 0; i < per; ++i) wrong += load(gathered, static_cast<std::size_t>(r) * per + i) != value(r, i);
+  }
+  for (std::size_t i = 0; i < 77; ++i) wrong += load(bcast, i) != value(c.size() - 1, i);
+  EXPECT_EQ(wrong, 0u);
+}
+
+TEST(Collectives, BadInputAndMismatchedCountsAreErrorsNotCorruption) {
+  auto& c = world();
+  gc::Stream s;
+  gc::Buffer ints = inputs(gc::DType::int32, 8, c.rank());
+  EXPECT_THROW(c.all_reduce(ints, ints, gc::ReduceOp::average, s), gc::InvalidArgument);
+  gc::Buffer shorter(7, gc::DType::int32);
+  EXPECT_THROW(c.all_reduce(ints, shorter, gc::ReduceOp::sum, s), gc::InvalidArgument);
+  EXPECT_THROW(c.broadcast(ints, c.size(), s), gc::InvalidArgument);
+  EXPECT_THROW(c.all_gather(ints, ints, s), gc::InvalidArgument);
+  // Rank 0 sends 10 elements, the others 11: every rank gets an error, nobody's data changes.
+  const std::size_t n = c.rank() == 0 ? 10 : 11;
+  gc::Buffer data = inputs(gc::DType::float32, n, c.rank());
+  c.all_reduce(data, data, gc::ReduceOp::sum, s);
+  try {
+    s.synchronize();
+    if (c.size() > 1) ADD_FAILURE() << "mismatched counts must be an error";
+  } catch (const gc::CommunicationError& e) {
+    EXPECT_NE(std::string(e.what()).find("disagree"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(c.rank())), std::string::npos) << e.what();
+  }
+  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(load(data, i), value(c.rank(), i));
+  EXPECT_FALSE(c.broken());
+  gc::Buffer ok = inputs(gc::DType::float32, 10, c.rank());  // the communicator still works
+  c.all_reduce(ok, ok, gc::ReduceOp::sum, s);
+  s.synchronize();
+  EXPECT_EQ(load(ok, 3), expected(gc::ReduceOp::sum, c.size(), 3));
+}
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  (void)world();  // initialises MPI (MPI_THREAD_MULTIPLE) before the tests
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {  // one rank prints the report; every rank's failures still fail the job
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int failed = RUN_ALL_TESTS();
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0) std::printf("collectives on %d ranks: %s\n", world().size(), any ? "FAILED" : "passed");
+  return any;
+}

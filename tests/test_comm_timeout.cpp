@@ -1,0 +1,49 @@
+// A rank that never joins: the others get a CommunicationError within the timeout instead of
+// hanging, and the communicator is broken afterwards. The job cannot finalise MPI cleanly with
+// a collective left pending, so every rank leaves with _Exit and CTest reads the report.
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/communicator.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/stream.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+namespace gc = gpucloud;
+
+int main() {
+  gc::Communicator c = gc::Communicator::mpi_world();
+  if (c.rank() != 0) {  // never joins
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  c.set_timeout(std::chrono::milliseconds(1000));
+  gc::Stream s;
+  gc::Buffer data(16, gc::DType::float32);
+  const auto start = std::chrono::steady_clock::now();
+  c.all_reduce(data, data, gc::ReduceOp::sum, s);
+  bool ok = false;
+  try {
+    s.synchronize();
+    std::printf("FAILED: the all-reduce completed without the other ranks\n");
+  } catch (const gc::CommunicationError& e) {
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    const std::string what = e.what();
+    ok = ms >= 900 && ms < 3500 && what.find("rank 0") != std::string::npos &&
+         what.find("waited") != std::string::npos && c.broken();
+    std::printf("rank 0: CommunicationError after %lld ms: %s\n", static_cast<long long>(ms), e.what());
+    try {
+      c.barrier(s);
+      ok = false;
+    } catch (const gc::CommunicationError&) {  // broken: later operations fail at once
+    }
+  }
+  std::printf(ok ? "TIMEOUT TEST PASSED\n" : "TIMEOUT TEST FAILED\n");
+  std::fflush(stdout);
+  std::_Exit(ok ? 0 : 1);
+}
