@@ -5,6 +5,7 @@
 #include <gpucloud/buffer.hpp>
 #include <gpucloud/communicator.hpp>
 #include <gpucloud/error.hpp>
+#include <gpucloud/grad_buckets.hpp>
 #include <gpucloud/stream.hpp>
 
 #include <gtest/gtest.h>
@@ -213,6 +214,70 @@ TEST(Collectives, BadInputAndMismatchedCountsAreErrorsNotCorruption) {
   c.all_reduce(ok, ok, gc::ReduceOp::sum, s);
   s.synchronize();
   EXPECT_EQ(load(ok, 3), expected(gc::ReduceOp::sum, c.size(), 3));
+}
+
+TEST(GradBuckets, DeliverTheSameAverageAsOneBigAllReduceInAnyReadyOrder) {
+  auto& c = world();
+  gc::Stream compute;
+  // Mixed sizes, a dtype change, one gradient bigger than the cap.
+  const std::vector<std::pair<std::size_t, gc::DType>> shapes = {
+      {300, gc::DType::float32}, {5000, gc::DType::float32}, {17, gc::DType::float32}, {70000, gc::DType::float32},
+      {64, gc::DType::float16},  {1000, gc::DType::float16}, {3, gc::DType::float32},  {2500, gc::DType::float32}};
+  for (bool hierarchical : {false, true}) {
+    for (bool compress : {false, true}) {
+      std::vector<gc::Buffer> grads;
+      std::vector<gc::BufferView> views;
+      for (std::size_t g = 0; g < shapes.size(); ++g) {
+        grads.push_back(inputs(shapes[g].second, shapes[g].first, c.rank() + static_cast<int>(g)));
+        views.push_back(grads.back());
+      }
+      gc::BucketOptions o;
+      o.first_bucket_bytes = 2048;
+      o.bucket_bytes = 32 << 10;
+      o.hierarchical = hierarchical;
+      if (compress) o.wire_dtype = gc::DType::bfloat16;
+      gc::GradBucketer bucketer(c, views, o);
+      EXPECT_GE(bucketer.bucket_count(), 4u);
+      // Each rank marks its gradients ready in its own order.
+      std::vector<std::size_t> order(shapes.size());
+      for (std::size_t i = 0; i < order.size(); ++i)
+        order[i] = (i * (3 + 2 * static_cast<std::size_t>(c.rank())) + 1) % order.size();
+      std::vector<bool> seen(order.size());
+      std::size_t next = 0;
+      for (std::size_t k = 0; k < order.size(); ++k) {  // make it a permutation
+        while (seen[order[k]]) order[k] = (order[k] + 1) % order.size();
+        seen[order[k]] = true;
+        ++next;
+      }
+      for (std::size_t i : order) {
+        const std::size_t before = bucketer.launched();
+        bucketer.mark_ready(i, compute);
+        // A bucket is launched the moment it and all earlier buckets are ready.
+        EXPECT_GE(bucketer.launched(), before);
+      }
+      EXPECT_EQ(bucketer.launched(), bucketer.bucket_count());
+      bucketer.wait(compute);
+      compute.synchronize();
+      std::size_t wrong = 0;
+      for (std::size_t g = 0; g < shapes.size(); ++g) {
+        for (std::size_t i = 0; i < shapes[g].first; ++i) {
+          double want = 0;
+          for (int r = 0; r < c.size(); ++r) want += value(r + static_cast<int>(g), i);
+          want /= c.size();
+          const bool narrow = compress || shapes[g].second != gc::DType::float32;
+          wrong += std::abs(load(grads[g], i) - want) > (narrow ? 1e-2 * std::abs(want) : 1e-6 * std::abs(want));
+        }
+      }
+      EXPECT_EQ(wrong, 0u) << "hierarchical " << hierarchical << " compress " << compress;
+      EXPECT_THROW(bucketer.wait(compute), gc::InvalidArgument);  // nothing marked in the new step
+      bucketer.mark_ready(0, compute);
+      EXPECT_THROW(bucketer.mark_ready(0, compute), gc::InvalidArgument);
+      EXPECT_THROW(bucketer.mark_ready(99, compute), gc::InvalidArgument);
+      for (std::size_t i = 1; i < shapes.size(); ++i) bucketer.mark_ready(i, compute);  // finish the step
+      bucketer.wait(compute);
+      compute.synchronize();
+    }
+  }
 }
 
 int main(int argc, char** argv) {

@@ -14,6 +14,7 @@
 #include <gpucloud/event.hpp>
 #include <gpucloud/gemm.hpp>
 #include <gpucloud/gpu_specs.hpp>
+#include <gpucloud/grad_buckets.hpp>
 #include <gpucloud/loss_scaler.hpp>
 #include <gpucloud/managed_memory.hpp>
 #include <gpucloud/memory_resource.hpp>
