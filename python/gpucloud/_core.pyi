@@ -3,6 +3,7 @@ gpucloud's C++ core: devices, streams, events, buffers, memory resources, copies
 """
 from __future__ import annotations
 import collections.abc
+import datetime
 import typing
 class Error(RuntimeError):
     """Base of every gpucloud error."""
@@ -16,7 +17,7 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
-__all__: list[str] = ['AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'InvalidArgument', 'LimitingAdaptor', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'build_info', 'cast', 'clip_grad_norm', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'memory_info', 'peak_tflops', 'prefetch', 'set_default_resource', 'supports']
+__all__: list[str] = ['AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'Communicator', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'build_info', 'cast', 'clip_grad_norm', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'peak_tflops', 'prefetch', 'set_default_resource', 'supports']
 class DType:
     """
     Element types.
@@ -940,6 +941,90 @@ class GpuSpec:
     @property
     def tf32_tflops(self) -> float:
         ...
+class LaunchInfo:
+    """
+    Where this process sits in the job, as the launcher told it.
+    """
+    @property
+    def launcher(self) -> str:
+        ...
+    @property
+    def local_rank(self) -> int:
+        ...
+    @property
+    def local_size(self) -> int:
+        ...
+    @property
+    def rank(self) -> int:
+        ...
+    @property
+    def size(self) -> int:
+        ...
+class Communicator:
+    """
+    A group of processes and stream-ordered collectives between them.
+    """
+    @staticmethod
+    def mpi_world() -> Communicator:
+        """
+        All processes of the MPI job (mpirun); nodes from shared memory or GPUCLOUD_LOCAL_SIZE.
+        """
+    def all_gather(self, send: typing.Any, recv: typing.Any, stream: Stream) -> None:
+        ...
+    def all_reduce(self, send: typing.Any, recv: typing.Any, stream: Stream, *, op: str = 'sum', hierarchical: bool = False) -> None:
+        """
+        recv = op over ranks of send (in place when they are the same array).
+        """
+    def barrier(self, stream: Stream) -> None:
+        ...
+    def broadcast(self, buffer: typing.Any, root: typing.SupportsInt | typing.SupportsIndex, stream: Stream) -> None:
+        ...
+    def reduce_scatter(self, send: typing.Any, recv: typing.Any, stream: Stream, *, op: str = 'sum') -> None:
+        ...
+    @property
+    def broken(self) -> bool:
+        ...
+    @property
+    def local_rank(self) -> int:
+        ...
+    @property
+    def local_size(self) -> int:
+        ...
+    @property
+    def node(self) -> int:
+        ...
+    @property
+    def nodes(self) -> int:
+        ...
+    @property
+    def rank(self) -> int:
+        ...
+    @property
+    def size(self) -> int:
+        ...
+    @property
+    def timeout(self) -> datetime.timedelta:
+        """
+        How long a collective may take.
+        """
+    @timeout.setter
+    def timeout(self, arg1: datetime.timedelta) -> None:
+        ...
+class GradBucketer:
+    """
+    DDP-style gradient buckets all-reduced (averaged) as they become ready.
+    """
+    def __init__(self, comm: typing.Any, grads: collections.abc.Iterable, *, bucket_bytes: typing.SupportsInt | typing.SupportsIndex = 26214400, first_bucket_bytes: typing.SupportsInt | typing.SupportsIndex = 1048576, hierarchical: bool = False, wire_dtype: typing.Any = None) -> None:
+        ...
+    def bucket_of(self, index: typing.SupportsInt | typing.SupportsIndex) -> int:
+        ...
+    def mark_ready(self, index: typing.SupportsInt | typing.SupportsIndex, stream: Stream) -> None:
+        ...
+    def wait(self, stream: Stream) -> None:
+        ...
+    @property
+    def bucket_count(self) -> int:
+        ...
 def advise(buffer: typing.Any, advice: MemoryAdvice, target: typing.Any) -> None:
     """
     Apply a cudaMemAdvise hint to managed memory.
@@ -1007,6 +1092,10 @@ def gpu_specs() -> list[GpuSpec]:
 def launch_host_func(stream: Stream, fn: collections.abc.Callable) -> None:
     """
     Run `fn()` on the stream once earlier work finished; its exception surfaces at synchronize().
+    """
+def launch_info_from_environment() -> LaunchInfo:
+    """
+    Rank, size and node from mpirun / srun / torchrun variables (GPUCLOUD_LOCAL_SIZE overrides the node size).
     """
 def memory_info(device: Device) -> MemoryInfo:
     """

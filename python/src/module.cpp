@@ -8,4 +8,5 @@ PYBIND11_MODULE(_core, m) {
   gpucloud::python::bind_movement(m);
   gpucloud::python::bind_amp(m);
   gpucloud::python::bind_gemm(m);
+  gpucloud::python::bind_collectives(m);
 }

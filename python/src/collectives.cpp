@@ -1,0 +1,155 @@
+// Communicators, collectives and gradient buckets.
+#include "interop.hpp"
+
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+
+namespace gpucloud::python {
+
+namespace {
+
+ReduceOp to_op(const std::string& name) {
+  if (name == "sum") return ReduceOp::sum;
+  if (name == "average" || name == "avg" || name == "mean") return ReduceOp::average;
+  if (name == "max") return ReduceOp::max;
+  if (name == "min") return ReduceOp::min;
+  GPUCLOUD_FAIL(InvalidArgument, "Communicator", "op: '" + name + "' is not sum, average, max or min");
+}
+
+struct PyBucketer {
+  std::unique_ptr<GradBucketer> bucketer;
+  std::vector<py::object> owners;  // the gradient arrays and the communicator
+  ~PyBucketer() {
+    py::gil_scoped_release release;
+    bucketer.reset();
+  }
+};
+
+// Runs a collective on borrowed arrays, the GIL dropped, the arrays kept until the stream is done.
+template <class F>
+void collective(PyStream& stream, std::vector<Borrowed> arrays, F f) {
+  std::vector<py::object> owners;
+  for (auto& b : arrays) owners.push_back(b.owner);
+  {
+    py::gil_scoped_release release;
+    f();
+  }
+  keep_alive_until_done(stream.view, std::move(owners));
+}
+
+}  // namespace
+
+void bind_collectives(py::module_& m) {
+  py::class_<LaunchInfo>(m, "LaunchInfo", "Where this process sits in the job, as the launcher told it.")
+      .def_readonly("rank", &LaunchInfo::rank)
+      .def_readonly("size", &LaunchInfo::size)
+      .def_readonly("local_rank", &LaunchInfo::local_rank)
+      .def_readonly("local_size", &LaunchInfo::local_size)
+      .def_readonly("launcher", &LaunchInfo::launcher);
+  m.def("launch_info_from_environment", &launch_info_from_environment,
+        "Rank, size and node from mpirun / srun / torchrun variables (GPUCLOUD_LOCAL_SIZE overrides the node size).");
+
+  py::class_<Communicator>(m, "Communicator", "A group of processes and stream-ordered collectives between them.")
+      .def_static(
+          "mpi_world",
+          [] {
+            py::gil_scoped_release release;
+            return Communicator::mpi_world();
+          },
+          "All processes of the MPI job (mpirun); nodes from shared memory or GPUCLOUD_LOCAL_SIZE.")
+      .def_property_readonly("rank", &Communicator::rank)
+      .def_property_readonly("size", &Communicator::size)
+      .def_property_readonly("local_rank", &Communicator::local_rank)
+      .def_property_readonly("local_size", &Communicator::local_size)
+      .def_property_readonly("node", &Communicator::node)
+      .def_property_readonly("nodes", &Communicator::nodes)
+      .def_property_readonly("broken", &Communicator::broken)
+      .def_property("timeout", &Communicator::timeout, &Communicator::set_timeout, "How long a collective may take.")
+      .def(
+          "all_reduce",
+          [](Communicator& c, py::handle send, py::handle recv, PyStream& stream, const std::string& op,
+             bool hierarchical) {
+            Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
+            collective(stream, {s, r}, [&] {
+              if (hierarchical) {
+                c.hierarchical_all_reduce(s.view, r.view, to_op(op), stream.view);
+              } else {
+                c.all_reduce(s.view, r.view, to_op(op), stream.view);
+              }
+            });
+          },
+          py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum",
+          py::arg("hierarchical") = false, "recv = op over ranks of send (in place when they are the same array).")
+      .def(
+          "reduce_scatter",
+          [](Communicator& c, py::handle send, py::handle recv, PyStream& stream, const std::string& op) {
+            Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
+            collective(stream, {s, r}, [&] { c.reduce_scatter(s.view, r.view, to_op(op), stream.view); });
+          },
+          py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum")
+      .def(
+          "all_gather",
+          [](Communicator& c, py::handle send, py::handle recv, PyStream& stream) {
+            Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
+            collective(stream, {s, r}, [&] { c.all_gather(s.view, r.view, stream.view); });
+          },
+          py::arg("send"), py::arg("recv"), py::arg("stream"))
+      .def(
+          "broadcast",
+          [](Communicator& c, py::handle buffer, int root, PyStream& stream) {
+            Borrowed b = borrow_writable(buffer, "buffer");
+            collective(stream, {b}, [&] { c.broadcast(b.view, root, stream.view); });
+          },
+          py::arg("buffer"), py::arg("root"), py::arg("stream"))
+      .def(
+          "barrier",
+          [](Communicator& c, PyStream& stream) {
+            py::gil_scoped_release release;
+            c.barrier(stream.view);
+          },
+          py::arg("stream"));
+
+  py::class_<PyBucketer>(m, "GradBucketer", "DDP-style gradient buckets all-reduced (averaged) as they become ready.")
+      .def(py::init([](py::object comm, py::iterable grads, std::size_t bucket_bytes, std::size_t first_bucket_bytes,
+                       bool hierarchical, py::object wire_dtype) {
+             auto p = std::make_unique<PyBucketer>();
+             std::vector<BufferView> views;
+             std::size_t i = 0;
+             for (auto g : grads) {
+               const std::string arg = "grads[" + std::to_string(i++) + "]";
+               Borrowed b = borrow_writable(g, arg.c_str());
+               views.push_back(b.view);
+               p->owners.push_back(b.owner);
+             }
+             p->owners.push_back(comm);
+             BucketOptions o;
+             o.bucket_bytes = bucket_bytes;
+             o.first_bucket_bytes = first_bucket_bytes;
+             o.hierarchical = hierarchical;
+             if (!wire_dtype.is_none()) o.wire_dtype = to_dtype(wire_dtype);
+             p->bucketer = std::make_unique<GradBucketer>(comm.cast<Communicator&>(), views, o);
+             return p;
+           }),
+           py::arg("comm"), py::arg("grads"), py::kw_only(), py::arg("bucket_bytes") = BucketOptions{}.bucket_bytes,
+           py::arg("first_bucket_bytes") = BucketOptions{}.first_bucket_bytes, py::arg("hierarchical") = false,
+           py::arg("wire_dtype") = py::none())
+      .def(
+          "mark_ready",
+          [](PyBucketer& b, std::size_t index, PyStream& stream) {
+            py::gil_scoped_release release;
+            b.bucketer->mark_ready(index, stream.view);
+          },
+          py::arg("index"), py::arg("stream"))
+      .def(
+          "wait",
+          [](PyBucketer& b, PyStream& stream) {
+            py::gil_scoped_release release;
+            b.bucketer->wait(stream.view);
+          },
+          py::arg("stream"))
+      .def_property_readonly("bucket_count", [](PyBucketer& b) { return b.bucketer->bucket_count(); })
+      .def(
+          "bucket_of", [](PyBucketer& b, std::size_t i) { return b.bucketer->bucket_of(i); }, py::arg("index"));
+}
+
+}  // namespace gpucloud::python

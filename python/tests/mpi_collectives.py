@@ -1,0 +1,42 @@
+"""Run under mpirun by test_mpi.py: collectives and gradient buckets from Python, on NumPy arrays."""
+import sys
+
+import numpy as np
+
+import gpucloud as gc
+
+
+def main():
+    comm = gc.Communicator.mpi_world()
+    s = gc.Stream()
+    r, n = comm.rank, comm.size
+    x = np.arange(1001, dtype=np.float32) * (r + 1)
+    want = np.arange(1001, dtype=np.float32) * (n * (n + 1) / 2)
+    flat, hier = np.empty_like(x), np.empty_like(x)
+    comm.all_reduce(x, flat, s)
+    comm.all_reduce(x, hier, s, hierarchical=True)
+    ints = np.full(7, r + 1, np.int64)
+    comm.all_reduce(ints, ints, s, op="max")
+    gathered = np.empty(3 * n, np.int32)
+    comm.all_gather(np.full(3, r, np.int32), gathered, s)
+    s.synchronize()
+    assert np.array_equal(flat, want) and np.array_equal(hier, want), (flat[:4], hier[:4])
+    assert (ints == n).all()
+    assert np.array_equal(gathered, np.repeat(np.arange(n, dtype=np.int32), 3))
+    grads = [np.full(k, float(r + i), np.float32) for i, k in enumerate((10, 5000, 300, 70000))]
+    bucketer = gc.GradBucketer(comm, grads, first_bucket_bytes=1024, bucket_bytes=16384)
+    for i in reversed(range(len(grads))):
+        bucketer.mark_ready(i, s)
+    bucketer.wait(s)
+    s.synchronize()
+    for i, g in enumerate(grads):
+        assert np.allclose(g, np.mean([q + i for q in range(n)])), (i, g[:3])
+    with np.testing.assert_raises(gc.InvalidArgument):
+        comm.all_reduce(ints, ints, s, op="average")
+    if r == 0:
+        print(f"python collectives on {n} ranks ({comm.nodes} nodes): ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
