@@ -4,6 +4,7 @@
 
 #include "detail/amp_launch.hpp"
 #include "detail/cuda_backend.hpp"
+#include "detail/nn_ops_launch.hpp"
 
 namespace gpucloud::detail::cuda {
 namespace {
@@ -44,5 +45,9 @@ void amp_sgd(const kernels::TensorListMeta<4>&, const kernels::SgdOp&, StreamImp
 void amp_adam(const kernels::TensorListMeta<6>&, const kernels::AdamOp&, StreamImpl&) {
   unavailable("FusedAdam::step");
 }
+
+void nn_mse(const kernels::MseBody&, kernels::Grid, float*, StreamImpl&) { unavailable("mse_loss"); }
+void nn_relu_backward(const kernels::ReluBackwardBody&, kernels::Grid, StreamImpl&) { unavailable("relu_backward"); }
+void nn_bias_grad(const kernels::BiasGradBody&, kernels::Grid, StreamImpl&) { unavailable("bias_grad"); }
 
 }  // namespace gpucloud::detail::cuda

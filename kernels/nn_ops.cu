@@ -1,0 +1,48 @@
+// CUDA launchers of the training-step ops: the bodies of nn_ops.hpp.
+#include "body_kernel.cuh"
+#include "nn_ops.hpp"
+
+#include "detail/cuda_check.hpp"
+#include "detail/nn_ops_launch.hpp"
+#include "detail/stream_impl.hpp"
+
+#include <cuda_runtime_api.h>
+
+namespace gpucloud::detail::cuda {
+
+namespace {
+using namespace kernels;
+
+template <class Fn>
+__global__ void single(Fn fn) {
+  fn();
+}
+
+struct FinishMse {
+  const float* partials;
+  std::int64_t count, n;
+  float* loss;
+  __device__ void operator()() const { finish_mse(partials, count, n, loss); }
+};
+
+template <class Body>
+void launch(const Body& body, Grid grid, StreamImpl& s) {
+  DeviceGuard guard(s.device().index());
+  run_body<<<grid.blocks, grid.threads, 0, static_cast<cudaStream_t>(s.native_handle())>>>(body, grid);
+  GPUCLOUD_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
+void nn_mse(const MseBody& body, Grid grid, float* loss, StreamImpl& s) {
+  launch(body, grid, s);
+  DeviceGuard guard(s.device().index());
+  single<<<1, 1, 0, static_cast<cudaStream_t>(s.native_handle())>>>(
+      FinishMse{body.partials, static_cast<std::int64_t>(grid_size(grid)), body.n, loss});
+  GPUCLOUD_CUDA_CHECK(cudaGetLastError());
+}
+
+void nn_relu_backward(const ReluBackwardBody& body, Grid grid, StreamImpl& s) { launch(body, grid, s); }
+
+void nn_bias_grad(const BiasGradBody& body, Grid grid, StreamImpl& s) { launch(body, grid, s); }
+
+}  // namespace gpucloud::detail::cuda

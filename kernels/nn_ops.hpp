@@ -1,0 +1,70 @@
+// Bodies of the training-step ops (host loops and CUDA kernels share them).
+#pragma once
+
+#include "launch.hpp"
+#include "multi_tensor.hpp"
+
+#include <cstdint>
+
+namespace gpucloud::kernels {
+
+/// grad[i] = 2 (pred - target) / n * scale; partial squared errors per thread into partials.
+struct MseBody {
+  const void* pred;
+  const void* target;
+  void* grad;
+  std::uint8_t pred_t, target_t, grad_t;
+  std::int64_t n;
+  const float* scale;  // the loss scale on the device, or nullptr
+  float* partials;     // one per thread of the grid
+  GPUCLOUD_HD void operator()(ThreadIndex t, Grid g) const {
+    const float s = scale != nullptr ? *scale : 1.0f;
+    float sum = 0.0f;
+    const std::size_t gi = global_index(t, g);
+    for (std::size_t i = gi; i < static_cast<std::size_t>(n); i += grid_size(g)) {
+      const float d =
+          load(pred, static_cast<std::int64_t>(i), pred_t) - load(target, static_cast<std::int64_t>(i), target_t);
+      sum += d * d;
+      store(grad, static_cast<std::int64_t>(i), grad_t, 2.0f * d / static_cast<float>(n) * s);
+    }
+    partials[gi] = sum;
+  }
+};
+
+/// loss = sum(partials) / n (one thread).
+GPUCLOUD_HD inline void finish_mse(const float* partials, std::int64_t count, std::int64_t n, float* loss) {
+  double total = 0.0;
+  for (std::int64_t i = 0; i < count; ++i) total += partials[i];
+  *loss = static_cast<float>(total / static_cast<double>(n));
+}
+
+/// grad *= (activation > 0).
+struct ReluBackwardBody {
+  void* grad;
+  const void* act;
+  std::uint8_t grad_t, act_t;
+  std::int64_t n;
+  GPUCLOUD_HD void operator()(ThreadIndex t, Grid g) const {
+    for (std::size_t i = global_index(t, g); i < static_cast<std::size_t>(n); i += grid_size(g)) {
+      if (!(load(act, static_cast<std::int64_t>(i), act_t) > 0.0f))
+        store(grad, static_cast<std::int64_t>(i), grad_t, 0.0f);
+    }
+  }
+};
+
+/// out[j] = sum_i grad[i * cols + j]: one thread per column, rows summed in order.
+struct BiasGradBody {
+  const void* grad;
+  void* out;
+  std::uint8_t grad_t, out_t;
+  std::int64_t rows, cols;
+  GPUCLOUD_HD void operator()(ThreadIndex t, Grid g) const {
+    for (std::size_t j = global_index(t, g); j < static_cast<std::size_t>(cols); j += grid_size(g)) {
+      float sum = 0.0f;
+      for (std::int64_t i = 0; i < rows; ++i) sum += load(grad, i * cols + static_cast<std::int64_t>(j), grad_t);
+      store(out, static_cast<std::int64_t>(j), out_t, sum);
+    }
+  }
+};
+
+}  // namespace gpucloud::kernels

@@ -1,0 +1,87 @@
+#include <gpucloud/error.hpp>
+#include <gpucloud/nn_ops.hpp>
+
+#include "detail/amp_checks.hpp"
+#include "detail/nn_ops_launch.hpp"
+
+namespace gpucloud {
+
+namespace {
+using namespace kernels;
+
+std::uint8_t type_code(BufferView v) {
+  return v.dtype() == DType::float16 ? kF16 : v.dtype() == DType::bfloat16 ? kBF16 : kF32;
+}
+
+template <class Body>
+void run(StreamView s, const Body& body, Grid grid) {
+  s.impl()->launch_host_func([body, grid] { host_launch(grid, body); }, /*always_run=*/false);
+}
+}  // namespace
+
+void mse_loss(BufferView pred, BufferView target, BufferView loss, BufferView grad, StreamView stream,
+              const LossScaler* scaler) {
+  constexpr const char* call = "mse_loss";
+  detail::check_float_tensor(pred, stream, call, "pred");
+  detail::check_float_tensor(target, stream, call, "target");
+  detail::check_float_tensor(grad, stream, call, "grad");
+  GPUCLOUD_EXPECTS(loss.dtype() == DType::float32 && loss.size() == 1, call, "loss: must be one float32");
+  detail::check_access(loss, stream, detail::Access::kernel, call, "loss");
+  GPUCLOUD_EXPECTS(pred.size() == target.size() && pred.size() == grad.size() && !pred.empty(), call,
+                   "target/grad: need pred's " + std::to_string(pred.size()) + " elements (and at least one)");
+  GPUCLOUD_EXPECTS(scaler == nullptr || scaler->device() == stream.device(), call, "scaler: on another device");
+  const Grid grid = elementwise_grid(pred.size(), 64);
+  auto partials =
+      std::make_shared<Buffer>(grid_size(grid), DType::float32, stream.device(), MemoryKind::device, stream);
+  const MseBody body{pred.data(),
+                     target.data(),
+                     grad.data(),
+                     type_code(pred),
+                     type_code(target),
+                     type_code(grad),
+                     static_cast<std::int64_t>(pred.size()),
+                     scaler != nullptr ? static_cast<const float*>(scaler->scale_value().data()) : nullptr,
+                     partials->data_as<float>()};
+  float* out = loss.data_as<float>();
+  if (stream.device().is_cuda()) {
+    detail::cuda::nn_mse(body, grid, out, *stream.impl());
+  } else {
+    stream.impl()->launch_host_func(
+        [body, grid, out] {
+          host_launch(grid, body);
+          finish_mse(body.partials, static_cast<std::int64_t>(grid_size(grid)), body.n, out);
+        },
+        false);
+  }
+}
+
+void relu_backward(BufferView grad, BufferView activation, StreamView stream) {
+  constexpr const char* call = "relu_backward";
+  detail::check_float_tensor(grad, stream, call, "grad");
+  detail::check_float_tensor(activation, stream, call, "activation");
+  GPUCLOUD_EXPECTS(grad.size() == activation.size(), call,
+                   "activation: needs grad's " + std::to_string(grad.size()) + " elements");
+  if (grad.empty()) return;
+  const Grid grid = elementwise_grid(grad.size());
+  const ReluBackwardBody body{grad.data(), activation.data(), type_code(grad), type_code(activation),
+                              static_cast<std::int64_t>(grad.size())};
+  if (stream.device().is_cuda()) return detail::cuda::nn_relu_backward(body, grid, *stream.impl());
+  run(stream, body, grid);
+}
+
+void bias_grad(BufferView grad, std::int64_t rows, std::int64_t cols, BufferView out, StreamView stream) {
+  constexpr const char* call = "bias_grad";
+  detail::check_float_tensor(grad, stream, call, "grad");
+  detail::check_float_tensor(out, stream, call, "bias_grad");
+  GPUCLOUD_EXPECTS(
+      rows >= 0 && cols >= 0 && static_cast<std::int64_t>(grad.size()) == rows * cols, call,
+      "grad: " + std::to_string(grad.size()) + " elements, not rows * cols = " + std::to_string(rows * cols));
+  GPUCLOUD_EXPECTS(static_cast<std::int64_t>(out.size()) == cols, call, "bias_grad: needs cols elements");
+  if (cols == 0) return;
+  const Grid grid = elementwise_grid(static_cast<std::size_t>(cols));
+  const BiasGradBody body{grad.data(), out.data(), type_code(grad), type_code(out), rows, cols};
+  if (stream.device().is_cuda()) return detail::cuda::nn_bias_grad(body, grid, *stream.impl());
+  run(stream, body, grid);
+}
+
+}  // namespace gpucloud

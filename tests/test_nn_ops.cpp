@@ -1,0 +1,80 @@
+// The training-step ops on every device, against direct computations.
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/cast.hpp>
+#include <gpucloud/copy.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/loss_scaler.hpp>
+#include <gpucloud/nn_ops.hpp>
+
+#include <gtest/gtest.h>
+
+#include "device_cases.hpp"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace gc = gpucloud;
+
+namespace {
+gc::Buffer make(const std::vector<float>& v, gc::DType t, gc::Device d, gc::StreamView s) {
+  gc::Buffer staging(v.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
+  std::memcpy(staging.data(), v.data(), v.size() * 4);
+  gc::Buffer f(v.size(), gc::DType::float32, d), out(v.size(), t, d);
+  gc::copy(f, staging, s);
+  gc::cast(out, f, s);
+  s.synchronize();
+  return out;
+}
+std::vector<float> read(gc::BufferView v, gc::StreamView s) {
+  gc::Buffer f(v.size(), gc::DType::float32, v.device()),
+      staging(v.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
+  gc::cast(f, v, s);
+  gc::copy(staging, f, s);
+  s.synchronize();
+  return std::vector<float>(staging.data_as<float>(), staging.data_as<float>() + v.size());
+}
+}  // namespace
+
+class NnOpsTest : public gc::testing::OnEveryDevice {};
+
+TEST_P(NnOpsTest, MseLossAndScaledGradient) {
+  gc::Stream s(device());
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  const std::size_t n = 3001;
+  std::vector<float> p(n), t(n);
+  for (auto& x : p) x = normal(rng);
+  for (auto& x : t) x = normal(rng);
+  gc::Buffer pred = make(p, gc::DType::float32, device(), s), target = make(t, gc::DType::float32, device(), s);
+  gc::Buffer loss(1, gc::DType::float32, device()), grad(n, gc::DType::float32, device());
+  gc::LossScalerOptions o;
+  o.init_scale = 8.0f;
+  gc::LossScaler scaler(device(), s, o);
+  gc::mse_loss(pred, target, loss, grad, s, &scaler);
+  double want = 0;
+  for (std::size_t i = 0; i < n; ++i) want += double(p[i] - t[i]) * (p[i] - t[i]);
+  want /= n;
+  EXPECT_NEAR(read(loss, s)[0], want, want * 1e-5);
+  const auto g = read(grad, s);
+  for (std::size_t i = 0; i < n; i += 97) EXPECT_FLOAT_EQ(g[i], 2.0f * (p[i] - t[i]) / n * 8.0f);
+  gc::Buffer g16(n, gc::DType::float16, device());
+  gc::LossScaler huge(device(), s);  // 65536: the fp16 gradient overflows where |2 d / n| * 65536 > 65504
+  gc::mse_loss(pred, target, loss, g16, s, &huge);
+  EXPECT_THROW(gc::mse_loss(pred, target, loss, gc::Buffer(3, gc::DType::float32, device()), s), gc::InvalidArgument);
+}
+
+TEST_P(NnOpsTest, ReluBackwardAndBiasGrad) {
+  gc::Stream s(device());
+  const std::vector<float> act = {0.0f, 1.5f, -2.0f, 3.0f, 0.25f, 0.0f};
+  const std::vector<float> g = {1, 2, 3, 4, 5, 6};
+  gc::Buffer a = make(act, gc::DType::float16, device(), s), grad = make(g, gc::DType::float16, device(), s);
+  gc::relu_backward(grad, a, s);
+  EXPECT_EQ(read(grad, s), (std::vector<float>{0, 2, 0, 4, 5, 0}));
+  gc::Buffer bias(3, gc::DType::float32, device());
+  gc::bias_grad(grad, 2, 3, bias, s);  // rows [0 2 0], [4 5 0]
+  EXPECT_EQ(read(bias, s), (std::vector<float>{4, 7, 0}));
+  EXPECT_THROW(gc::bias_grad(grad, 4, 3, bias, s), gc::InvalidArgument);
+}
+
+GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(NnOpsTest);
