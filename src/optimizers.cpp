@@ -72,6 +72,15 @@ struct Common {
     return static_cast<std::size_t>(v.step);
   }
 
+  void load_step_count(std::size_t steps, StreamView s) {
+    GPUCLOUD_EXPECTS(s.device() == device, "load_step_count", "stream: on another device than the parameters");
+    auto staging = std::make_shared<Buffer>(sizeof(StepScalars), DType::uint8, Device::host(), MemoryKind::pinned);
+    const StepScalars v{static_cast<float>(steps), 0.0f, 1.0f, 0.0f};
+    std::memcpy(staging->data(), &v, sizeof v);
+    copy(scalars, staging->view(), s);
+    launch_cleanup(s, [staging]() mutable { staging.reset(); });
+  }
+
   BufferView checked(const std::vector<Buffer>& v, std::size_t i, const char* call) const {
     GPUCLOUD_EXPECTS(i < params.size(), call,
                      "i: " + std::to_string(i) + " is not below " + std::to_string(params.size()));
@@ -131,6 +140,7 @@ void FusedSGD::set_lr(float lr) {
 }
 
 std::size_t FusedSGD::step_count(StreamView stream) const { return impl_->common.step_count(stream); }
+void FusedSGD::load_step_count(std::size_t steps, StreamView stream) { impl_->common.load_step_count(steps, stream); }
 BufferView FusedSGD::momentum_buffer(std::size_t i) const {
   return impl_->common.checked(impl_->momentum, i, "FusedSGD::momentum_buffer");
 }
@@ -190,6 +200,7 @@ void FusedAdam::set_lr(float lr) {
 }
 
 std::size_t FusedAdam::step_count(StreamView stream) const { return impl_->common.step_count(stream); }
+void FusedAdam::load_step_count(std::size_t steps, StreamView stream) { impl_->common.load_step_count(steps, stream); }
 BufferView FusedAdam::exp_avg(std::size_t i) const {
   return impl_->common.checked(impl_->exp_avg, i, "FusedAdam::exp_avg");
 }

@@ -69,6 +69,8 @@ class GPUCLOUD_API FusedSGD {
   void set_lr(float lr);
   /// @brief Completed (not skipped) steps; synchronises @p stream.
   std::size_t step_count(StreamView stream) const;
+  /// @brief Sets the step count (restoring a checkpoint), in @p stream's order.
+  void load_step_count(std::size_t steps, StreamView stream);
   /// @brief Momentum buffer of parameter @p i (fp32), empty without momentum.
   BufferView momentum_buffer(std::size_t i) const;
   /// @brief fp32 master of parameter @p i, empty when the parameter is fp32 itself.
@@ -98,6 +100,8 @@ class GPUCLOUD_API FusedAdam {
   void set_lr(float lr);
   /// @brief Completed (not skipped) steps; synchronises @p stream.
   std::size_t step_count(StreamView stream) const;
+  /// @brief Sets the step count (restoring a checkpoint), in @p stream's order.
+  void load_step_count(std::size_t steps, StreamView stream);
   /// @brief First moment of parameter @p i (fp32).
   BufferView exp_avg(std::size_t i) const;
   /// @brief Second moment of parameter @p i (fp32).

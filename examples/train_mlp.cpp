@@ -1,0 +1,445 @@
+// Data-parallel mixed-precision training of a multi-layer perceptron, with every piece of gpucloud
+// in its real role: batches streamed by the Prefetcher, forward and backward through the GEMM
+// with bias/ReLU epilogues, the MSE loss with a loss-scaled gradient, dynamic loss scaling with
+// skipped steps logged, fp32 master weights and fused AdamW, gradients averaged across ranks by
+// buckets (hierarchical when there is more than one node), a checkpoint every N steps that a
+// restarted run resumes from with the same trajectory.
+//
+// The task: regression onto a fixed random teacher network y = w3 . tanh(W2 tanh(W1 x)); the data
+// of step s, sample i is a pure function of (seed, s, i), so any number of ranks sees the same
+// global batch and a resumed run the same data.
+//
+//   train_mlp [--steps N] [--batch B] [--dtype fp16|bf16|fp32] [--lr X] [--log-every K]
+//             [--checkpoint FILE] [--checkpoint-every N] [--resume] [--overflow-at STEP]
+//             [--device host|cuda] [--dump FILE] [--crash-after STEP]
+//   mpirun -np 2 train_mlp ...        data-parallel over MPI ranks (host backend)
+#include <gpucloud/gpucloud.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gc = gpucloud;
+
+namespace {
+
+constexpr int kIn = 32, kHidden = 128, kTeacherHidden = 16;
+
+struct Options {
+  int steps = 3000, batch = 256, log_every = 250, checkpoint_every = 1000;
+  float lr = 3e-3f;
+  std::string dtype = "fp16", device = "host", checkpoint, dump;
+  bool resume = false;
+  int overflow_at = 1500;  // a forced overflow: the step must be skipped and logged (-1: none)
+  int crash_after = -1;    // test hook: die right after the checkpoint of this step
+  double target = 0.01;    // the final loss must fall below 1 % of the first step's
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw gc::InvalidArgument("train_mlp", a + ": needs a value", __FILE__, __LINE__);
+      return argv[++i];
+    };
+    if (a == "--steps")
+      o.steps = std::stoi(next());
+    else if (a == "--batch")
+      o.batch = std::stoi(next());
+    else if (a == "--dtype")
+      o.dtype = next();
+    else if (a == "--lr")
+      o.lr = std::stof(next());
+    else if (a == "--log-every")
+      o.log_every = std::stoi(next());
+    else if (a == "--checkpoint")
+      o.checkpoint = next();
+    else if (a == "--checkpoint-every")
+      o.checkpoint_every = std::stoi(next());
+    else if (a == "--resume")
+      o.resume = true;
+    else if (a == "--overflow-at")
+      o.overflow_at = std::stoi(next());
+    else if (a == "--device")
+      o.device = next();
+    else if (a == "--dump")
+      o.dump = next();
+    else if (a == "--crash-after")
+      o.crash_after = std::stoi(next());
+    else
+      throw gc::InvalidArgument("train_mlp", "unknown option " + a, __FILE__, __LINE__);
+  }
+  return o;
+}
+
+// A counter-based generator: the same number for the same (seed, a, b, c) everywhere.
+double normal(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  auto mix = [](std::uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  const std::uint64_t h = mix(seed ^ mix(a ^ mix(b ^ mix(c))));
+  const double u1 = (static_cast<double>(h >> 11) + 0.5) / 9007199254740992.0;
+  const double u2 = (static_cast<double>(mix(h) >> 11) + 0.5) / 9007199254740992.0;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+struct Teacher {
+  std::vector<double> w1, w2, w3;
+  Teacher() {
+    for (int i = 0; i < kIn * kTeacherHidden; ++i)
+      w1.push_back(normal(7, 1, 0, static_cast<std::uint64_t>(i)) / std::sqrt(kIn));
+    for (int i = 0; i < kTeacherHidden * kTeacherHidden; ++i)
+      w2.push_back(normal(7, 2, 0, static_cast<std::uint64_t>(i)) / std::sqrt(kTeacherHidden));
+    for (int i = 0; i < kTeacherHidden; ++i) w3.push_back(normal(7, 3, 0, static_cast<std::uint64_t>(i)));
+  }
+  double operator()(const double* x) const {
+    double h1[kTeacherHidden], y = 0;
+    for (int j = 0; j < kTeacherHidden; ++j) {
+      double s = 0;
+      for (int i = 0; i < kIn; ++i) s += x[i] * w1[i * kTeacherHidden + j];
+      h1[j] = std::tanh(s);
+    }
+    for (int j = 0; j < kTeacherHidden; ++j) {
+      double s = 0;
+      for (int i = 0; i < kTeacherHidden; ++i) s += h1[i] * w2[i * kTeacherHidden + j];
+      y += std::tanh(s) * w3[j];
+    }
+    return y;
+  }
+};
+
+// One rank's share of the global batch of @p step: inputs in the model dtype, targets in fp32.
+gc::HostBatch make_batch(const Teacher& teacher, int step, int rank, int local, gc::DType dtype) {
+  struct Owned {
+    gc::Buffer x, y;
+  };
+  auto owned = std::make_shared<Owned>();
+  owned->x = gc::Buffer(static_cast<std::size_t>(local * kIn), dtype, gc::Device::host(), gc::MemoryKind::pinned);
+  owned->y =
+      gc::Buffer(static_cast<std::size_t>(local), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
+  std::vector<float> xs(static_cast<std::size_t>(local * kIn));
+  for (int r = 0; r < local; ++r) {
+    const std::uint64_t sample =
+        static_cast<std::uint64_t>(rank) * static_cast<std::uint64_t>(local) + static_cast<std::uint64_t>(r);
+    double x[kIn];
+    for (int i = 0; i < kIn; ++i) {
+      x[i] = normal(11, static_cast<std::uint64_t>(step), sample, static_cast<std::uint64_t>(i));
+      xs[static_cast<std::size_t>(r * kIn + i)] = static_cast<float>(x[i]);
+    }
+    owned->y.data_as<float>()[r] = static_cast<float>(teacher(x));
+  }
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (dtype == gc::DType::float16)
+      owned->x.data_as<gc::Half>()[i] = gc::Half(xs[i]);
+    else if (dtype == gc::DType::bfloat16)
+      owned->x.data_as<gc::BFloat16>()[i] = gc::BFloat16(xs[i]);
+    else
+      owned->x.data_as<float>()[i] = xs[i];
+  }
+  return gc::HostBatch{{owned->x.view(), owned->y.view()}, owned};
+}
+
+struct Layer {
+  int in, out;
+  gc::Buffer w, b, dw, db;
+};
+
+// Checkpoint: step, scaler state, and per parameter its fp32 truth and Adam moments.
+struct Checkpoint {
+  int step = 0;
+  int skipped = 0;  // steps skipped on overflow before it (the optimizer counts only the others)
+  gc::LossScalerState scaler;
+  std::vector<std::vector<float>> truth, m, v;
+};
+
+std::vector<float> read_floats(gc::BufferView view, gc::StreamView s) {
+  gc::Buffer f(view.size(), gc::DType::float32, view.device()),
+      host(view.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
+  gc::cast(f, view, s);
+  gc::copy(host, f, s);
+  s.synchronize();
+  return std::vector<float>(host.data_as<float>(), host.data_as<float>() + view.size());
+}
+
+void write_floats(gc::BufferView dst, const std::vector<float>& v, gc::StreamView s) {
+  gc::Buffer host(v.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned),
+      f(v.size(), gc::DType::float32, dst.device());
+  std::memcpy(host.data(), v.data(), v.size() * 4);
+  gc::copy(f, host, s);
+  gc::cast(dst, f, s);
+  s.synchronize();
+}
+
+void save(const std::string& path, const Checkpoint& c) {
+  std::ofstream f(path + ".tmp", std::ios::binary);
+  auto put = [&](const void* p, std::size_t n) {
+    f.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+  };
+  put(&c.step, sizeof c.step);
+  put(&c.skipped, sizeof c.skipped);
+  put(&c.scaler, sizeof c.scaler);
+  for (const auto* group : {&c.truth, &c.m, &c.v}) {
+    for (const auto& t : *group) {
+      const std::uint64_t n = t.size();
+      put(&n, sizeof n);
+      put(t.data(), n * 4);
+    }
+  }
+  f.close();
+  std::rename((path + ".tmp").c_str(), path.c_str());  // a crash mid-write keeps the previous one
+}
+
+Checkpoint load(const std::string& path, std::size_t params) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw gc::InvalidArgument("train_mlp", "--resume: cannot read " + path, __FILE__, __LINE__);
+  Checkpoint c;
+  auto get = [&](void* p, std::size_t n) { f.read(static_cast<char*>(p), static_cast<std::streamsize>(n)); };
+  get(&c.step, sizeof c.step);
+  get(&c.skipped, sizeof c.skipped);
+  get(&c.scaler, sizeof c.scaler);
+  for (auto* group : {&c.truth, &c.m, &c.v}) {
+    group->resize(params);
+    for (auto& t : *group) {
+      std::uint64_t n = 0;
+      get(&n, sizeof n);
+      t.resize(n);
+      get(t.data(), n * 4);
+    }
+  }
+  if (!f) throw gc::InvalidArgument("train_mlp", "--resume: " + path + " is truncated", __FILE__, __LINE__);
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  const gc::DType dtype = o.dtype == "fp16"   ? gc::DType::float16
+                          : o.dtype == "bf16" ? gc::DType::bfloat16
+                                              : gc::DType::float32;
+  const gc::Device dev = gc::Device::parse(o.device);
+  const gc::LaunchInfo launch = gc::launch_info_from_environment();
+  std::optional<gc::Communicator> comm;
+  if (launch.size > 1) comm.emplace(gc::Communicator::mpi_world());
+  const int rank = comm ? comm->rank() : 0, size = comm ? comm->size() : 1;
+  if (o.batch % size != 0)
+    throw gc::InvalidArgument("train_mlp", "--batch must divide by the number of ranks", __FILE__, __LINE__);
+  if (comm && dev.is_cuda()) {
+    throw gc::Unsupported("train_mlp", "several ranks on GPUs need the NCCL backend, not there yet", __FILE__,
+                          __LINE__);
+  }
+  const int local = o.batch / size;
+  auto say = [&](const char* fmt, auto... args) {
+    if (rank == 0) std::printf(fmt, args...), std::fflush(stdout);
+  };
+  say("train_mlp: %d rank(s) on %s, %s, global batch %d, %d steps\n", size, dev.str().c_str(), gc::dtype_name(dtype),
+      o.batch, o.steps);
+
+  gc::Stream s(dev);
+  // Model: 32 -> 128 -> 128 -> 1, ReLU; He-initialised (the same on every rank).
+  std::vector<Layer> layers;
+  const int dims[4] = {kIn, kHidden, kHidden, 1};
+  for (int l = 0; l < 3; ++l) {
+    Layer L{dims[l], dims[l + 1], {}, {}, {}, {}};
+    std::vector<float> w(static_cast<std::size_t>(L.in * L.out)), b(static_cast<std::size_t>(L.out), 0.0f);
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = static_cast<float>(normal(3, static_cast<std::uint64_t>(l), 0, i) * std::sqrt(2.0 / L.in));
+    L.w = gc::Buffer(w.size(), dtype, dev);
+    L.b = gc::Buffer(b.size(), dtype, dev);
+    L.dw = gc::Buffer(w.size(), dtype, dev);
+    L.db = gc::Buffer(b.size(), dtype, dev);
+    write_floats(L.w, w, s);
+    write_floats(L.b, b, s);
+    layers.push_back(std::move(L));
+  }
+  // Parameters in backward order (the bucket order): W3, b3, W2, b2, W1, b1.
+  std::vector<gc::ParamGrad> params;
+  std::vector<gc::BufferView> grads;
+  for (int l = 2; l >= 0; --l) {
+    params.push_back({layers[l].w, layers[l].dw});
+    params.push_back({layers[l].b, layers[l].db});
+    grads.push_back(layers[l].dw);
+    grads.push_back(layers[l].db);
+  }
+  gc::AdamOptions adam_options = gc::AdamOptions::adamw();
+  adam_options.lr = o.lr;
+  adam_options.weight_decay = 0.0f;
+  gc::FusedAdam adam(params, adam_options, s);
+  gc::LossScalerOptions scaler_options;
+  scaler_options.dynamic = dtype == gc::DType::float16;  // bf16 and fp32 need no loss scale
+  if (!scaler_options.dynamic) scaler_options.init_scale = 1.0f;
+  gc::LossScaler scaler(dev, s, scaler_options);
+  std::unique_ptr<gc::GradBucketer> buckets;
+  if (comm) {
+    gc::BucketOptions bo;
+    bo.hierarchical = comm->nodes() > 1 && comm->local_size() > 1;
+    buckets = std::make_unique<gc::GradBucketer>(*comm, grads, bo);
+    say("buckets: %zu, hierarchical all-reduce: %s (%d node(s) of %d)\n", buckets->bucket_count(),
+        bo.hierarchical ? "yes" : "no", comm->nodes(), comm->local_size());
+  }
+
+  int start = 0;
+  if (o.resume && !o.checkpoint.empty()) {
+    const Checkpoint c = load(o.checkpoint, params.size());
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const gc::BufferView master = adam.master(p);
+      write_floats(master.empty() ? params[p].param : master, c.truth[p], s);
+      if (!master.empty()) gc::cast(params[p].param, master, s);
+      write_floats(adam.exp_avg(p), c.m[p], s);
+      write_floats(adam.exp_avg_sq(p), c.v[p], s);
+    }
+    adam.load_step_count(static_cast<std::size_t>(c.step - c.skipped), s);
+    scaler.load_state(c.scaler, s);
+    start = c.step;
+    say("resumed from %s at step %d\n", o.checkpoint.c_str(), start);
+  }
+
+  const Teacher teacher;
+  int produced = start;
+  gc::Prefetcher prefetcher(dev,
+                            [&]() -> std::optional<gc::HostBatch> {
+                              if (produced >= o.steps) return std::nullopt;
+                              return make_batch(teacher, produced++, rank, local, dtype);
+                            },
+                            {3, gc::MemoryKind::device});
+
+  // Activations and their gradients.
+  auto act = [&](int n) { return gc::Buffer(static_cast<std::size_t>(local * n), dtype, dev); };
+  gc::Buffer h1 = act(kHidden), h2 = act(kHidden), dh1 = act(kHidden), dh2 = act(kHidden), dout = act(1);
+  gc::Buffer pred(static_cast<std::size_t>(local), gc::DType::float32, dev), loss(1, gc::DType::float32, dev);
+  gc::Buffer loss_sum(1, gc::DType::float32, dev);  // averaged over ranks for logging
+  gc::Buffer b3f(1, gc::DType::float32, dev);
+
+  auto gemm = [&](gc::BufferView c, gc::BufferView a, gc::BufferView b, int m, int n, int k, bool ta, bool tb,
+                  gc::Epilogue e = gc::Epilogue::none, gc::BufferView bias = {}) {
+    gc::GemmArgs g;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.trans_a = ta ? gc::Transpose::transpose : gc::Transpose::none;
+    g.trans_b = tb ? gc::Transpose::transpose : gc::Transpose::none;
+    g.epilogue = e;
+    g.bias = bias;
+    gc::gemm(c, a, b, g, s);
+  };
+
+  double first_loss = -1, last_loss = 0;
+  int skipped = 0, skipped_logged = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  int since_log = 0;
+  for (int step = start; step < o.steps; ++step) {
+    auto batch = prefetcher.next(s);
+    if (!batch) break;
+    const gc::BufferView x = batch->arrays()[0], y = batch->arrays()[1];
+    // Forward.
+    gemm(h1, x, layers[0].w, local, kHidden, kIn, false, false, gc::Epilogue::bias_relu, layers[0].b);
+    gemm(h2, h1, layers[1].w, local, kHidden, kHidden, false, false, gc::Epilogue::bias_relu, layers[1].b);
+    gc::GemmArgs head;
+    head.m = local;
+    head.n = 1;
+    head.k = kHidden;
+    head.epilogue = gc::Epilogue::bias;
+    gc::cast(b3f, layers[2].b, s);  // the output is fp32: its bias is given in fp32
+    head.bias = b3f;
+    gc::gemm(pred, h2, layers[2].w, head, s);
+    // Loss and the scaled gradient of the output, in the model dtype.
+    gc::mse_loss(pred, y, loss, dout, s, &scaler);
+    // Backward, marking each gradient ready for its bucket as soon as it exists.
+    auto ready = [&](std::size_t i) {
+      if (buckets) buckets->mark_ready(i, s);
+    };
+    gemm(layers[2].dw, h2, dout, kHidden, 1, local, true, false);
+    ready(0);
+    gc::bias_grad(dout, local, 1, layers[2].db, s);
+    ready(1);
+    gemm(dh2, dout, layers[2].w, local, kHidden, 1, false, true);
+    gc::relu_backward(dh2, h2, s);
+    gemm(layers[1].dw, h1, dh2, kHidden, kHidden, local, true, false);
+    if (step == o.overflow_at) gc::fill(layers[1].dw, std::numeric_limits<double>::infinity(), s);  // forced overflow
+    ready(2);
+    gc::bias_grad(dh2, local, kHidden, layers[1].db, s);
+    ready(3);
+    gemm(dh1, dh2, layers[1].w, local, kHidden, kHidden, false, true);
+    gc::relu_backward(dh1, h1, s);
+    gemm(layers[0].dw, x, dh1, kIn, kHidden, local, true, false);
+    ready(4);
+    gc::bias_grad(dh1, local, kHidden, layers[0].db, s);
+    ready(5);
+    if (buckets) buckets->wait(s);
+    // Unscale, skip on overflow (decided on the device), update the scale.
+    scaler.unscale(grads, s);
+    adam.step(s, &scaler);
+    scaler.update(s);
+    batch.reset();  // its memory returns to the pool in s's order
+    ++since_log;
+    const bool log = step == start || (step + 1) % o.log_every == 0 || step + 1 == o.steps || step == o.overflow_at;
+    if (log) {
+      if (comm)
+        comm->all_reduce(loss, loss_sum, gc::ReduceOp::average, s);
+      else
+        gc::copy(loss_sum, loss, s);
+      const auto st = scaler.state(s);  // synchronises: only at log steps
+      const double l = read_floats(loss_sum, s)[0];
+      const std::size_t done = adam.step_count(s);
+      skipped = (step + 1) - static_cast<int>(done);
+      if (first_loss < 0) first_loss = l;
+      last_loss = l;
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      say("step %5d  loss %.5f  scale %8.0f  samples/s %8.0f  skipped %d\n", step + 1, l, st.scale,
+          since_log * o.batch / std::max(secs, 1e-9), skipped);
+      if (skipped > skipped_logged) {
+        say("  overflow: %d step(s) skipped so far (the scale backed off to %.0f)\n", skipped, st.scale);
+        skipped_logged = skipped;
+      }
+      t0 = std::chrono::steady_clock::now();
+      since_log = 0;
+    }
+    if (!o.checkpoint.empty() && (step + 1) % o.checkpoint_every == 0) {
+      Checkpoint c;
+      c.step = step + 1;
+      c.skipped = c.step - static_cast<int>(adam.step_count(s));
+      c.scaler = scaler.state(s);
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        const gc::BufferView master = adam.master(p);
+        c.truth.push_back(read_floats(master.empty() ? params[p].param : master, s));
+        c.m.push_back(read_floats(adam.exp_avg(p), s));
+        c.v.push_back(read_floats(adam.exp_avg_sq(p), s));
+      }
+      if (rank == 0) save(o.checkpoint, c);
+      say("checkpoint: step %d -> %s\n", c.step, o.checkpoint.c_str());
+      if (c.step == o.crash_after) {
+        say("crashing on purpose after step %d (--crash-after)\n", c.step);
+        std::_Exit(3);
+      }
+    }
+  }
+  s.synchronize();
+  if (!o.dump.empty() && rank == 0) {
+    std::ofstream f(o.dump, std::ios::binary);
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const gc::BufferView master = adam.master(p);
+      const auto w = read_floats(master.empty() ? params[p].param : master, s);
+      f.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * 4));
+    }
+  }
+  const double ratio = first_loss > 0 ? last_loss / first_loss : 1.0;
+  say("final: loss %.5f (first logged %.5f, ratio %.4f, target < %.2f: %s), skipped steps %d, steps done %zu\n",
+      last_loss, first_loss, ratio, o.target, ratio < o.target ? "reached" : "NOT reached", skipped,
+      adam.step_count(s));
+  return 0;  // the target is reported, not enforced: short test runs stop before it
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "train_mlp: %s\n", e.what());
+  return 1;
+}
