@@ -32,7 +32,7 @@ if run_step configure "$out/configure.log" cmake -S . -B build/gpu "${cfg[@]}" &
   skipped=$(grep -c "Skipped" "$out/ctest.log" || true)
   record "cuda cases skipped" "$([ "$skipped" = 0 ] && echo ok || echo FAIL)" 0 "$skipped skipped (0 expected on a GPU)"
   if command -v compute-sanitizer >/dev/null; then
-    for t in test_stream test_memory test_copy_cast; do
+    for t in test_stream test_memory test_copy_cast test_data_movement test_amp test_gemm test_nn_ops; do
       for tool in memcheck racecheck; do
         run_step "$tool $t" "$out/$tool-$t.log" compute-sanitizer --tool "$tool" --error-exitcode 1 \
           "build/gpu/tests/$t" --gtest_filter='*cuda0*:CastBackends.*:HostStream.*'
@@ -47,6 +47,8 @@ if run_step configure "$out/configure.log" cmake -S . -B build/gpu "${cfg[@]}" &
       --benchmark_out_format=json --benchmark_min_time=0.2
   done
   run_step devices_demo "$out/devices_demo.log" build/gpu/examples/devices_demo
+  run_step "train_mlp on the GPU" "$out/train_mlp.log" build/gpu/examples/train_mlp --device cuda --steps 1000 \
+    --log-every 250 --overflow-at 500
 fi
 
 echo
