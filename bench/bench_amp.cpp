@@ -9,6 +9,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "timing.hpp"
 #include "transformer_shapes.hpp"
 
 #include <numeric>
@@ -38,20 +39,6 @@ struct Model {
 
 gc::Device device_of(int index) { return index == 0 ? gc::Device::host() : gc::Device::cuda(0); }
 
-template <class Work>
-void run_timed(benchmark::State& state, gc::Stream& s, Work work) {
-  gc::Event a(s.device()), b(s.device());
-  work();
-  s.synchronize();
-  for (auto _ : state) {
-    a.record(s);
-    work();
-    b.record(s);
-    b.synchronize();
-    state.SetIterationTime(static_cast<double>(gc::elapsed_ms(a, b)) / 1e3);
-  }
-}
-
 // args: device (0 host, 1 cuda:0), layers (24 = GPT-2 medium, 350M parameters)
 void BM_Unscale(benchmark::State& state) {
   const gc::Device d = device_of(static_cast<int>(state.range(0)));
@@ -61,7 +48,7 @@ void BM_Unscale(benchmark::State& state) {
   o.init_scale = 1.0f;  // keeps the values unchanged across iterations
   gc::LossScaler scaler(d, s, o);
   int launches = 0;
-  run_timed(state, s, [&] { launches = scaler.unscale(model.grad_views, s); });
+  gc::bench::run_timed(state, s, [&] { launches = scaler.unscale(model.grad_views, s); });
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * model.elements * 4));
   state.counters["params_M"] = static_cast<double>(model.elements) / 1e6;
   state.counters["launches"] = launches;
@@ -74,7 +61,7 @@ void BM_AdamWStep(benchmark::State& state) {
   Model model(d, static_cast<int>(state.range(1)), s);
   gc::FusedAdam adam(model.params, gc::AdamOptions::adamw(), s);
   int launches = 0;
-  run_timed(state, s, [&] { launches = adam.step(s); });
+  gc::bench::run_timed(state, s, [&] { launches = adam.step(s); });
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * model.elements * 28));
   state.counters["params_M"] = static_cast<double>(model.elements) / 1e6;
   state.counters["launches"] = launches;

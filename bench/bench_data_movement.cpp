@@ -8,6 +8,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "timing.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -16,21 +18,6 @@
 namespace gc = gpucloud;
 
 namespace {
-
-// Times `work` (which enqueues on `s`) with events, as Google Benchmark manual time.
-template <class Work>
-void timed(benchmark::State& state, gc::Stream& s, Work work) {
-  gc::Event start(s.device()), end(s.device());
-  work();  // warm-up: first-touch, pool growth
-  s.synchronize();
-  for (auto _ : state) {
-    start.record(s);
-    work();
-    end.record(s);
-    end.synchronize();
-    state.SetIterationTime(static_cast<double>(gc::elapsed_ms(start, end)) / 1e3);
-  }
-}
 
 gc::Device device_of(int index) { return index == 0 ? gc::Device::host() : gc::Device::cuda(0); }
 
@@ -44,7 +31,7 @@ void BM_Copy(benchmark::State& state) {
   gc::Buffer host(bytes, gc::DType::uint8, gc::Device::host(), kind);
   gc::Buffer dev(bytes, gc::DType::uint8, device);
   std::memset(host.data(), 1, bytes);
-  timed(state, s, [&] { h2d ? gc::copy(dev, host, s) : gc::copy(host, dev, s); });
+  gc::bench::run_timed(state, s, [&] { h2d ? gc::copy(dev, host, s) : gc::copy(host, dev, s); });
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
   state.SetLabel(device.str() + (kind == gc::MemoryKind::pinned ? " pinned " : " pageable ") + (h2d ? "H2D" : "D2H"));
 }
@@ -69,16 +56,7 @@ void BM_PipelineOverlap(benchmark::State& state) {
   gc::TypedBuffer<gc::Half> scratch(n, device);
   gc::CopyPipeline serial(device, {chunk_bytes, 1}), piped(device, {chunk_bytes, 3});
   auto step = [&](const gc::Chunk& c) { compute_chunk(c, scratch); };
-  gc::Event a(device), b(device);
-  auto time_of = [&](auto&& work) {
-    work();
-    s.synchronize();
-    a.record(s);
-    work();
-    b.record(s);
-    b.synchronize();
-    return static_cast<double>(gc::elapsed_ms(a, b));
-  };
+  auto time_of = [&](auto&& work) { return gc::bench::time_ms(s, work); };
   const std::size_t chunk = chunk_bytes / sizeof(float);
   double copy_ms = 0, compute_ms = 0, serial_ms = 0, piped_ms = 0;
   for (auto _ : state) {

@@ -7,6 +7,8 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include "timing.hpp"
+
 #include <chrono>
 #include <string>
 
@@ -25,19 +27,6 @@ const PrecisionCase kCases[] = {
 };
 
 gc::Device device_of(int index) { return index == 0 ? gc::Device::host() : gc::Device::cuda(0); }
-
-// Event-timed milliseconds of work() on s (after one warm-up).
-template <class Work>
-double time_ms(gc::Stream& s, Work work) {
-  gc::Event a(s.device()), b(s.device());
-  work();
-  s.synchronize();
-  a.record(s);
-  work();
-  b.record(s);
-  b.synchronize();
-  return gc::elapsed_ms(a, b);
-}
 
 // args: device, precision case, m, n, k, batch
 void BM_Gemm(benchmark::State& state) {
@@ -63,7 +52,7 @@ void BM_Gemm(benchmark::State& state) {
   gc::fill(b, 0.25, s);
   double ms = 0;
   for (auto _ : state) {
-    ms = time_ms(s, [&] { gc::gemm(c, a, b, g, s); });
+    ms = gc::bench::time_ms(s, [&] { gc::gemm(c, a, b, g, s); });
     state.SetIterationTime(ms / 1e3);
   }
   const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
@@ -76,7 +65,7 @@ void BM_Gemm(benchmark::State& state) {
     }
   } else if (pc.in == gc::DType::float32 && !pc.tf32 && g.batch == 1) {
     // The same product through OpenBLAS directly, on the same buffers, timed the same way.
-    const double direct_ms = time_ms(s, [&] {
+    const double direct_ms = gc::bench::time_ms(s, [&] {
       gc::launch_host_func(s, [&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(g.m), static_cast<int>(g.n),
                     static_cast<int>(g.k), 1.0f, a.data_as<float>(), static_cast<int>(g.k), b.data_as<float>(),

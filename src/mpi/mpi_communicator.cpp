@@ -286,6 +286,15 @@ void check_reduction(ReduceOp op, DType t, const char* call) {
   GPUCLOUD_EXPECTS(t != DType::uint8, call, "dtype: uint8 is not reducible");
 }
 
+// The checks all_reduce and hierarchical_all_reduce share.
+void check_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream, const char* call) {
+  check_host(send, stream, call, "send");
+  check_host(recv, stream, call, "recv");
+  GPUCLOUD_EXPECTS(send.dtype() == recv.dtype() && send.size() == recv.size(), call,
+                   "recv: must match send's dtype and size");
+  check_reduction(op, send.dtype(), call);
+}
+
 const void* send_or_in_place(BufferView send, BufferView recv) {
   return send.data() == recv.data() ? MPI_IN_PLACE : send.data();
 }
@@ -295,11 +304,7 @@ const void* send_or_in_place(BufferView send, BufferView recv) {
 void Communicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
   constexpr const char* call = "Communicator::all_reduce";
   impl_->check_usable(call);
-  check_host(send, stream, call, "send");
-  check_host(recv, stream, call, "recv");
-  GPUCLOUD_EXPECTS(send.dtype() == recv.dtype() && send.size() == recv.size(), call,
-                   "recv: must match send's dtype and size");
-  check_reduction(op, send.dtype(), call);
+  check_all_reduce(send, recv, op, stream, call);
   Impl* c = impl_.get();
   launch_host_func(stream, [c, send, recv, op] {
     detail::NvtxRange range("gpucloud all_reduce");
@@ -317,11 +322,7 @@ void Communicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, Str
 void Communicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
   constexpr const char* call = "Communicator::hierarchical_all_reduce";
   impl_->check_usable(call);
-  check_host(send, stream, call, "send");
-  check_host(recv, stream, call, "recv");
-  GPUCLOUD_EXPECTS(send.dtype() == recv.dtype() && send.size() == recv.size(), call,
-                   "recv: must match send's dtype and size");
-  check_reduction(op, send.dtype(), call);
+  check_all_reduce(send, recv, op, stream, call);
   GPUCLOUD_EXPECTS(impl_->uniform_nodes, call, "nodes have different numbers of processes");
   Impl* c = impl_.get();
   launch_host_func(stream, [c, send, recv, op] {
