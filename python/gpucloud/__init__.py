@@ -50,6 +50,7 @@ from ._core import (  # noqa: F401
     advise,
     available_devices,
     build_info,
+    bias_grad,
     cast,
     clip_grad_norm,
     copy,
@@ -66,8 +67,10 @@ from ._core import (  # noqa: F401
     launch_info_from_environment,
     launch_host_func,
     memory_info,
+    mse_loss,
     peak_tflops,
     prefetch,
+    relu_backward,
     set_default_resource,
     supports,
 )

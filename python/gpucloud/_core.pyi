@@ -17,7 +17,7 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
-__all__: list[str] = ['AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'Communicator', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'build_info', 'cast', 'clip_grad_norm', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'peak_tflops', 'prefetch', 'set_default_resource', 'supports']
+__all__: list[str] = ['AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'Communicator', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'peak_tflops', 'prefetch', 'relu_backward', 'set_default_resource', 'supports']
 class DType:
     """
     Element types.
@@ -429,6 +429,10 @@ class Buffer:
         ...
     def __repr__(self: Buffer) -> str:
         ...
+    def reshape(self, *args) -> View:
+        """
+        A View of the same memory with another shape (same number of elements).
+        """
     @property
     def __array_interface__(self) -> dict:
         ...
@@ -472,6 +476,10 @@ class View:
         ...
     def __repr__(self) -> str:
         ...
+    def reshape(self, *args) -> View:
+        """
+        A View of the same memory with another shape (same number of elements).
+        """
     @property
     def __array_interface__(self) -> dict:
         ...
@@ -790,6 +798,10 @@ class FusedSGD:
     """
     def __init__(self, params: collections.abc.Iterable, stream: typing.Any, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.009999999776482582, momentum: typing.SupportsFloat | typing.SupportsIndex = 0.0, dampening: typing.SupportsFloat | typing.SupportsIndex = 0.0, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, nesterov: bool = False, master_weights: bool = True) -> None:
         ...
+    def load_step_count(self, steps: typing.SupportsInt | typing.SupportsIndex, stream: Stream) -> None:
+        """
+        Set the step count (restoring a checkpoint), in stream order.
+        """
     def master(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         """
         fp32 master of parameter i (empty for fp32 parameters).
@@ -821,6 +833,10 @@ class FusedAdam:
         ...
     def exp_avg_sq(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
+    def load_step_count(self, steps: typing.SupportsInt | typing.SupportsIndex, stream: Stream) -> None:
+        """
+        Set the step count (restoring a checkpoint), in stream order.
+        """
     def master(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         """
         fp32 master of parameter i (empty for fp32 parameters).
@@ -1033,6 +1049,10 @@ def available_devices() -> list[Device]:
     """
     The host, then every visible CUDA device.
     """
+def bias_grad(grad: typing.Any, bias_grad: typing.Any, stream: Stream) -> None:
+    """
+    bias_grad[j] = sum over rows of grad[:, j] (grad is rows x len(bias_grad)).
+    """
 def build_info() -> BuildInfo:
     """
     The configuration this library was built with.
@@ -1101,6 +1121,10 @@ def memory_info(device: Device) -> MemoryInfo:
     """
     Free and total memory of a device now.
     """
+def mse_loss(pred: typing.Any, target: typing.Any, loss: typing.Any, grad: typing.Any, stream: Stream, scaler: typing.Any = None) -> None:
+    """
+    loss = mean((pred - target)^2); grad = 2 (pred - target) / N, times the scaler's scale when given.
+    """
 def peak_tflops(spec: GpuSpec, precision: Precision) -> float:
     """
     Dense peak TFLOP/s in a precision.
@@ -1108,6 +1132,10 @@ def peak_tflops(spec: GpuSpec, precision: Precision) -> float:
 def prefetch(buffer: typing.Any, target: typing.Any, stream: Stream) -> None:
     """
     Migrate managed memory to `target` in stream order.
+    """
+def relu_backward(grad: typing.Any, activation: typing.Any, stream: Stream) -> None:
+    """
+    grad *= (activation > 0), in place.
     """
 def set_default_resource(kind: typing.Any, device: typing.Any, mr: typing.Any) -> None:
     """

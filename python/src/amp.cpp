@@ -53,15 +53,6 @@ struct PyOptimizer {
   }
 };
 
-struct PyScaler {
-  std::unique_ptr<LossScaler> scaler;
-  py::object stream;
-  ~PyScaler() {
-    py::gil_scoped_release release;
-    scaler.reset();
-  }
-};
-
 py::object view_of_state(BufferView v, py::object owner) {
   return py::cast(PyView{v, {static_cast<std::int64_t>(v.size())}, owner});
 }
@@ -88,6 +79,13 @@ void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
             return o.optimizer->step_count(stream.view);
           },
           py::arg("stream"), "Completed (not skipped) steps; synchronises the stream.")
+      .def(
+          "load_step_count",
+          [](Py& o, std::size_t steps, PyStream& stream) {
+            py::gil_scoped_release release;
+            o.optimizer->load_step_count(steps, stream.view);
+          },
+          py::arg("steps"), py::arg("stream"), "Set the step count (restoring a checkpoint), in stream order.")
       .def(
           "master",
           [](py::object self, std::size_t i) { return view_of_state(self.cast<Py&>().optimizer->master(i), self); },

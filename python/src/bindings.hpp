@@ -55,6 +55,16 @@ struct PyBuffer {
   py::object resource;  ///< the Python memory resource it came from, kept alive
 };
 
+/// Python's LossScaler: the scaler and the stream its state is ordered on (kept alive).
+struct PyScaler {
+  std::unique_ptr<LossScaler> scaler;
+  py::object stream;
+  ~PyScaler() {
+    py::gil_scoped_release release;
+    scaler.reset();
+  }
+};
+
 /// Keeps Python objects alive until the work enqueued on @p stream so far has finished, then
 /// releases them (taking the GIL) from whatever thread the stream runs cleanup on.
 void keep_alive_until_done(StreamView stream, std::vector<py::object> objects);

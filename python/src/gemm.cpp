@@ -59,6 +59,54 @@ void bind_gemm(py::module_& m) {
       py::arg("precision"), "Whether the device runs GEMMs in this precision.");
 
   m.def(
+      "mse_loss",
+      [](py::handle pred, py::handle target, py::handle loss, py::handle grad, PyStream& stream, py::object scaler) {
+        // scaler: a gpucloud.LossScaler or None
+        Borrowed p = borrow(pred, "pred"), t = borrow(target, "target"), l = borrow_writable(loss, "loss"),
+                 g = borrow_writable(grad, "grad");
+        const LossScaler* sc = nullptr;
+        std::vector<py::object> owners{p.owner, t.owner, l.owner, g.owner};
+        if (!scaler.is_none()) {
+          sc = scaler.cast<PyScaler&>().scaler.get();
+          owners.push_back(scaler);
+        }
+        {
+          py::gil_scoped_release release;
+          mse_loss(p.view, t.view, l.view, g.view, stream.view, sc);
+        }
+        keep_alive_until_done(stream.view, std::move(owners));
+      },
+      py::arg("pred"), py::arg("target"), py::arg("loss"), py::arg("grad"), py::arg("stream"),
+      py::arg("scaler") = py::none(),
+      "loss = mean((pred - target)^2); grad = 2 (pred - target) / N, times the scaler's scale when given.");
+  m.def(
+      "relu_backward",
+      [](py::handle grad, py::handle activation, PyStream& stream) {
+        Borrowed g = borrow_writable(grad, "grad"), a = borrow(activation, "activation");
+        {
+          py::gil_scoped_release release;
+          relu_backward(g.view, a.view, stream.view);
+        }
+        keep_alive_until_done(stream.view, {g.owner, a.owner});
+      },
+      py::arg("grad"), py::arg("activation"), py::arg("stream"), "grad *= (activation > 0), in place.");
+  m.def(
+      "bias_grad",
+      [](py::handle grad, py::handle out, PyStream& stream) {
+        Borrowed g = borrow(grad, "grad"), o = borrow_writable(out, "bias_grad");
+        const std::int64_t cols = static_cast<std::int64_t>(o.view.size());
+        GPUCLOUD_EXPECTS(cols > 0 && g.view.size() % static_cast<std::size_t>(cols) == 0, "bias_grad",
+                         "grad: its size is not a multiple of bias_grad's");
+        const std::int64_t rows = static_cast<std::int64_t>(g.view.size()) / cols;
+        {
+          py::gil_scoped_release release;
+          bias_grad(g.view, rows, cols, o.view, stream.view);
+        }
+        keep_alive_until_done(stream.view, {g.owner, o.owner});
+      },
+      py::arg("grad"), py::arg("bias_grad"), py::arg("stream"),
+      "bias_grad[j] = sum over rows of grad[:, j] (grad is rows x len(bias_grad)).");
+  m.def(
       "gemm",
       [](py::handle c, py::handle a, py::handle b, PyStream& stream, bool trans_a, bool trans_b, float alpha,
          float beta, const std::string& epilogue, py::object bias, bool tf32, float scale_a, float scale_b) {

@@ -133,7 +133,19 @@ void add_array_protocols(py::class_<T>& cls, Get get) {
           py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
           py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
           "A DLPack capsule viewing the memory (zero-copy); keeps it alive.")
-      .def("__dlpack_device__", [get](py::object self) { return dlpack_device(std::get<0>(get(self))); });
+      .def("__dlpack_device__", [get](py::object self) { return dlpack_device(std::get<0>(get(self))); })
+      .def(
+          "reshape",
+          [get](py::object self, py::args dims) {
+            auto [v, shape, stream] = get(self);
+            const auto s =
+                to_shape(dims.size() == 1 && !py::isinstance<py::int_>(dims[0]) ? dims[0] : py::object(dims));
+            GPUCLOUD_EXPECTS(count_of(s) == v.size(), "reshape",
+                             "shape: " + shape_str(s) + " has " + std::to_string(count_of(s)) + " elements, not " +
+                                 std::to_string(v.size()));
+            return PyView{v, s, self};
+          },
+          "A View of the same memory with another shape (same number of elements).");
 }
 
 // Default resources set from Python stay alive while they are the default.
@@ -203,6 +215,9 @@ void bind_memory(py::module_& m) {
 
   py::class_<PyBuffer> buffer_class(m, "Buffer",
                                     "An owning allocation of one dtype, of any memory kind, on one device.");
+  // Both classes first, so each one's signatures (reshape returns a View) can name the other.
+  py::class_<PyView> view_class(m, "View",
+                                "A non-owning view (a pipeline chunk, a batch's array); keeps its owner alive.");
   buffer_class
       .def(py::init([](py::handle shape, py::handle dtype, py::handle device, py::handle kind, PyStream* stream,
                        py::object mr) {
@@ -230,8 +245,6 @@ void bind_memory(py::module_& m) {
     return std::make_tuple(b.buffer.view(), b.shape, b.buffer.stream());
   });
 
-  py::class_<PyView> view_class(m, "View",
-                                "A non-owning view (a pipeline chunk, a batch's array); keeps its owner alive.");
   view_class.def("__repr__", [](PyView& v) {
     return "gpucloud.View(shape=" + shape_str(v.shape) + ", dtype=" + dtype_name(v.view.dtype()) + ", device='" +
            v.view.device().str() + "', kind='" + memory_kind_name(v.view.kind()) + "')";

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Data-parallel mixed-precision MLP training from Python: the twin of examples/train_mlp.cpp.
+
+The prefetcher streams NumPy batches to the device, the GEMM runs forward (bias+ReLU epilogues)
+and backward, mse_loss scales the output gradient by the loss scale, the dynamic scaler skips
+overflowing steps (a forced one included) and logs them, FusedAdam keeps fp32 master weights,
+GradBucketer averages gradients across MPI ranks, and a checkpoint every N steps can be resumed.
+
+    python examples/train_mlp.py [--steps 1500] [--dtype fp16|bf16|fp32] [--device host|cuda]
+    mpirun -np 2 python examples/train_mlp.py
+"""
+import argparse
+import os
+import time
+
+import numpy as np
+
+import gpucloud as gc
+
+IN, HIDDEN, TEACHER = 32, 128, 16
+
+
+def teacher_weights():
+    rng = np.random.default_rng(7)
+    return (rng.standard_normal((IN, TEACHER)) / np.sqrt(IN), rng.standard_normal((TEACHER, TEACHER)) / np.sqrt(TEACHER),
+            rng.standard_normal(TEACHER))
+
+
+def batches(start, steps, rank, local, dtype, teacher):
+    """Each step's global batch is a function of the step alone; this rank takes its rows."""
+    w1, w2, w3 = teacher
+    for step in range(start, steps):
+        rng = np.random.default_rng([11, step])
+        x = rng.standard_normal((local * (rank + 1), IN))[local * rank:]
+        y = (np.tanh(np.tanh(x @ w1) @ w2) @ w3).astype(np.float32).reshape(local, 1)
+        yield x.astype(dtype), y
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--log-every", type=int, default=250)
+    ap.add_argument("--overflow-at", type=int, default=700)
+    ap.add_argument("--device", default="host")
+    ap.add_argument("--checkpoint")
+    ap.add_argument("--checkpoint-every", type=int, default=500)
+    ap.add_argument("--resume", action="store_true")
+    args = ap.parse_args()
+
+    np_dtype = {"fp16": np.float16, "bf16": np.float32, "fp32": np.float32}[args.dtype]  # bf16: cast on device
+    model_dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[args.dtype]
+    dev = gc.Device(args.device)
+    launch = gc.launch_info_from_environment()
+    comm = gc.Communicator.mpi_world() if launch.size > 1 else None
+    rank, size = (comm.rank, comm.size) if comm else (0, 1)
+    local = args.batch // size
+    say = print if rank == 0 else (lambda *a, **k: None)
+    say(f"train_mlp.py: {size} rank(s) on {dev}, {model_dtype}, global batch {args.batch}, {args.steps} steps")
+
+    s = gc.Stream(dev)
+
+    def on_device(array, dtype=model_dtype):
+        f32 = gc.Buffer(array.shape, "float32", dev)
+        gc.copy(f32, np.ascontiguousarray(array, np.float32), s)
+        out = gc.Buffer(array.shape, dtype, dev)
+        gc.cast(out, f32, s)
+        s.synchronize()
+        return out
+
+    def to_numpy(view):
+        f32 = gc.Buffer(view.shape, "float32", dev)
+        gc.cast(f32, view, s)
+        host = np.empty(view.shape, np.float32)
+        gc.copy(host, f32, s)
+        s.synchronize()
+        return host
+
+    rng = np.random.default_rng(3)
+    dims = [IN, HIDDEN, HIDDEN, 1]
+    weights = [on_device(rng.standard_normal((dims[i], dims[i + 1])) * np.sqrt(2 / dims[i])) for i in range(3)]
+    biases = [on_device(np.zeros(dims[i + 1])) for i in range(3)]
+    dweights = [gc.Buffer(w.shape, model_dtype, dev) for w in weights]
+    dbiases = [gc.Buffer(b.shape, model_dtype, dev) for b in biases]
+    # backward order: W3, b3, W2, b2, W1, b1
+    params = [(weights[i], dweights[i]) for i in (2,)] + [(biases[2], dbiases[2])]
+    params += [(weights[1], dweights[1]), (biases[1], dbiases[1]), (weights[0], dweights[0]), (biases[0], dbiases[0])]
+    grads = [g for _, g in params]
+    opt = gc.FusedAdam(params, s, lr=args.lr, decoupled_weight_decay=True)
+    scaler = gc.LossScaler(dev, s, init_scale=65536.0 if args.dtype == "fp16" else 1.0, dynamic=args.dtype == "fp16")
+    buckets = gc.GradBucketer(comm, grads, hierarchical=comm.nodes > 1 and comm.local_size > 1) if comm else None
+
+    start = 0
+    if args.resume and args.checkpoint and os.path.exists(args.checkpoint):
+        ck = np.load(args.checkpoint)
+        for i, (p, _) in enumerate(params):
+            truth = opt.master(i) if opt.master(i).size else p.reshape(p.size)
+            gc.copy(truth, ck[f"truth{i}"].ravel().astype(np.float32), s)
+            if opt.master(i).size:
+                gc.cast(p, opt.master(i).reshape(p.shape), s)
+            gc.copy(opt.exp_avg(i), ck[f"m{i}"], s)
+            gc.copy(opt.exp_avg_sq(i), ck[f"v{i}"], s)
+        opt.load_step_count(int(ck["step"]) - int(ck["skipped"]), s)
+        scaler.load_state(gc.LossScalerState(float(ck["scale"]), int(ck["tracker"]), 1, False), s)
+        start = int(ck["step"])
+        say(f"resumed from {args.checkpoint} at step {start}")
+
+    prefetcher = gc.Prefetcher(batches(start, args.steps, rank, local, np_dtype, teacher_weights()), dev, depth=3)
+    h1, h2, dh1, dh2 = (gc.Buffer((local, HIDDEN), model_dtype, dev) for _ in range(4))
+    dout = gc.Buffer((local, 1), model_dtype, dev)
+    pred = gc.Buffer((local, 1), "float32", dev)
+    loss, loss_avg = gc.Buffer(1, "float32", dev), gc.Buffer(1, "float32", dev)
+    b3 = gc.Buffer(1, "float32", dev)
+    xbuf = gc.Buffer((local, IN), model_dtype, dev)
+    first, last, t0, since, skipped = None, None, time.perf_counter(), 0, 0
+    for step in range(start, args.steps):
+        batch = prefetcher.next(s)
+        x_raw, y = batch.arrays
+        x = x_raw.reshape(local, IN)
+        if args.dtype == "bf16":  # NumPy has no bfloat16: the batch arrives in fp32
+            gc.cast(xbuf, x, s)
+            x = xbuf
+        y = y.reshape(local, 1)
+        gc.gemm(h1, x, weights[0], s, epilogue="bias_relu", bias=biases[0])
+        gc.gemm(h2, h1, weights[1], s, epilogue="bias_relu", bias=biases[1])
+        gc.cast(b3, biases[2], s)
+        gc.gemm(pred, h2, weights[2], s, epilogue="bias", bias=b3)
+        gc.mse_loss(pred, y, loss, dout, s, scaler)
+        gc.gemm(dweights[2], h2, dout, s, trans_a=True)
+        gc.bias_grad(dout, dbiases[2], s)
+        gc.gemm(dh2, dout, weights[2], s, trans_b=True)
+        gc.relu_backward(dh2, h2, s)
+        gc.gemm(dweights[1], h1, dh2, s, trans_a=True)
+        if step == args.overflow_at:
+            gc.fill(dweights[1], float("inf"), s)  # a forced overflow: skipped and logged
+        gc.bias_grad(dh2, dbiases[1], s)
+        gc.gemm(dh1, dh2, weights[1], s, trans_b=True)
+        gc.relu_backward(dh1, h1, s)
+        gc.gemm(dweights[0], x, dh1, s, trans_a=True)
+        gc.bias_grad(dh1, dbiases[0], s)
+        if buckets:
+            for i in range(len(grads)):
+                buckets.mark_ready(i, s)
+            buckets.wait(s)
+        scaler.unscale(grads, s)
+        opt.step(s, scaler)
+        scaler.update(s)
+        del batch
+        since += 1
+        if step == start or (step + 1) % args.log_every == 0 or step + 1 == args.steps or step == args.overflow_at:
+            if comm:
+                comm.all_reduce(loss, loss_avg, s, op="average")
+            else:
+                gc.copy(loss_avg, loss, s)
+            state = scaler.state(s)
+            value = float(to_numpy(loss_avg)[0])
+            skipped = step + 1 - opt.step_count(s)
+            first = value if first is None else first
+            last = value
+            rate = since * args.batch / max(time.perf_counter() - t0, 1e-9)
+            say(f"step {step + 1:5d}  loss {value:.5f}  scale {state.scale:8.0f}  samples/s {rate:8.0f}  skipped {skipped}")
+            t0, since = time.perf_counter(), 0
+        if args.checkpoint and (step + 1) % args.checkpoint_every == 0 and rank == 0:
+            state = scaler.state(s)
+            arrays = {"step": step + 1, "scale": state.scale, "tracker": state.growth_tracker,
+                      "skipped": step + 1 - opt.step_count(s)}
+            for i, (p, _) in enumerate(params):
+                arrays[f"truth{i}"] = to_numpy(opt.master(i) if opt.master(i).size else p.reshape(p.size))
+                arrays[f"m{i}"] = to_numpy(opt.exp_avg(i))
+                arrays[f"v{i}"] = to_numpy(opt.exp_avg_sq(i))
+            np.savez(args.checkpoint, **arrays)
+            say(f"checkpoint: step {step + 1} -> {args.checkpoint}")
+    s.synchronize()
+    if first is None:
+        say(f"final: nothing to do, the checkpoint is already at step {start}")
+        return 0
+    ratio = last / first
+    say(f"final: loss {last:.5f} (first logged {first:.5f}, ratio {ratio:.4f}, target < 0.05: "
+        f"{'reached' if ratio < 0.05 else 'NOT reached'}), skipped steps {skipped}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""The Python training example runs, its loss falls, a forced overflow is skipped and logged, it
+runs data-parallel under mpirun, and a resumed run continues from its checkpoint."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_mlp.py"
+ARGS = ["--steps", "120", "--log-every", "40", "--overflow-at", "50"]
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def losses(out):
+    return [float(x) for x in re.findall(r"loss (\d+\.\d+)\s+scale", out)]
+
+
+def test_single_process_trains_and_skips_the_forced_overflow(tmp_path):
+    out = run([sys.executable, str(EXAMPLE), *ARGS])
+    l = losses(out)
+    assert l[-1] < 0.5 * l[0], l
+    assert re.search(r"step +51 .* skipped [1-9]", out), out
+    ck = str(tmp_path / "ck.npz")
+    first_half = run([sys.executable, str(EXAMPLE), *ARGS[2:], "--steps", "60", "--checkpoint", ck, "--checkpoint-every", "60"])
+    assert "checkpoint: step 60" in first_half
+    resumed = run([sys.executable, str(EXAMPLE), *ARGS, "--checkpoint", ck, "--resume"])
+    assert "resumed from" in resumed and "at step 60" in resumed
+    assert abs(losses(resumed)[-1] - l[-1]) < 1e-3 * l[0], (losses(resumed), l)  # the same trajectory
+
+
+def test_two_ranks_under_mpirun():
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    out = run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", sys.executable,
+               str(EXAMPLE), *ARGS], env=env)
+    assert "2 rank(s)" in out
+    l = losses(out)
+    assert l[-1] < 0.5 * l[0], l
