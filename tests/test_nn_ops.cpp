@@ -10,6 +10,7 @@
 
 #include "device_cases.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -61,6 +62,11 @@ TEST_P(NnOpsTest, MseLossAndScaledGradient) {
   gc::Buffer g16(n, gc::DType::float16, device());
   gc::LossScaler huge(device(), s);  // 65536: the fp16 gradient overflows where |2 d / n| * 65536 > 65504
   gc::mse_loss(pred, target, loss, g16, s, &huge);
+  std::size_t overflowed = 0;
+  for (float v : read(g16, s)) overflowed += std::isinf(v);  // read() synchronises before the buffers go
+  std::size_t expected_overflows = 0;
+  for (std::size_t i = 0; i < n; ++i) expected_overflows += std::fabs(2.0 * (p[i] - t[i]) / n * 65536.0) >= 65520.0;
+  EXPECT_EQ(overflowed, expected_overflows);
   EXPECT_THROW(gc::mse_loss(pred, target, loss, gc::Buffer(3, gc::DType::float32, device()), s), gc::InvalidArgument);
 }
 
