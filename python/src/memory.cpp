@@ -84,10 +84,11 @@ py::dict array_interface(BufferView v, const std::vector<std::int64_t>& shape, b
   return d;
 }
 
-// The array protocols and properties Buffer and View share. Get(self) -> (view, shape, stream).
+// The array protocols and properties Buffer and View share. Get(self) -> (view, &shape, stream):
+// the shape by pointer, so a property read copies nothing.
 template <class T, class Get>
 void add_array_protocols(py::class_<T>& cls, Get get) {
-  cls.def_property_readonly("shape", [get](py::object self) { return py::tuple(py::cast(std::get<1>(get(self)))); })
+  cls.def_property_readonly("shape", [get](py::object self) { return py::tuple(py::cast(*std::get<1>(get(self)))); })
       .def_property_readonly("dtype", [get](py::object self) { return std::get<0>(get(self)).dtype(); })
       .def_property_readonly(
           "size", [get](py::object self) { return std::get<0>(get(self)).size(); }, "Number of elements.")
@@ -99,18 +100,18 @@ void add_array_protocols(py::class_<T>& cls, Get get) {
           [get](py::object self) { return reinterpret_cast<std::uintptr_t>(std::get<0>(get(self)).data()); })
       .def("__len__",
            [get](py::object self) {
-             const auto& shape = std::get<1>(get(self));
+             const auto& shape = *std::get<1>(get(self));
              return shape.empty() ? std::size_t{1} : static_cast<std::size_t>(shape[0]);
            })
       .def_property_readonly("__array_interface__",
                              [get](py::object self) {
                                auto [v, shape, stream] = get(self);
-                               return array_interface(v, shape, false);
+                               return array_interface(v, *shape, false);
                              })
       .def_property_readonly("__cuda_array_interface__",
                              [get](py::object self) {
                                auto [v, shape, stream] = get(self);
-                               return array_interface(v, shape, true);
+                               return array_interface(v, *shape, true);
                              })
       .def(
           "__dlpack__",
@@ -128,7 +129,7 @@ void add_array_protocols(py::class_<T>& cls, Get get) {
               py::gil_scoped_release release;
               own_stream->synchronize();
             }
-            return to_dlpack(v, shape, self, versioned);
+            return to_dlpack(v, *shape, self, versioned);
           },
           py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
           py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
@@ -242,7 +243,7 @@ void bind_memory(py::module_& m) {
       });
   add_array_protocols(buffer_class, [](py::object self) {
     auto& b = self.cast<PyBuffer&>();
-    return std::make_tuple(b.buffer.view(), b.shape, b.buffer.stream());
+    return std::make_tuple(b.buffer.view(), &b.shape, b.buffer.stream());
   });
 
   view_class.def("__repr__", [](PyView& v) {
@@ -251,7 +252,7 @@ void bind_memory(py::module_& m) {
   });
   add_array_protocols(view_class, [](py::object self) {
     auto& v = self.cast<PyView&>();
-    return std::make_tuple(v.view, v.shape, std::optional<StreamView>());
+    return std::make_tuple(v.view, &v.shape, std::optional<StreamView>());
   });
 
   m.def(

@@ -2,6 +2,8 @@
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "gpucloud's C++ core: devices, streams, events, buffers, memory resources, copies";
+  m.def(
+      "_noop", [] {}, "A bare pybind11 call: the baseline of bench/bench_python_overhead.py.");
   gpucloud::python::register_errors(m);
   gpucloud::python::bind_runtime(m);
   gpucloud::python::bind_memory(m);
