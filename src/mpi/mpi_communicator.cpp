@@ -196,7 +196,13 @@ struct Communicator::Impl {
                                      "dead. The communicator is broken: later collectives on it fail",
                                  __FILE__, __LINE__);
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      // MPI progresses nonblocking collectives inside MPI_Test: poll eagerly (yielding the core to
+      // other ranks), and only back off to sleeping once a wait has become long.
+      if (waited < std::chrono::milliseconds(100)) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
     }
   }
 
