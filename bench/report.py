@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Turn benchmark runs (Google Benchmark JSON from bench_*) into a Markdown report, and PNG plots
+when matplotlib is installed, placing each measured figure next to the GPU spec table.
+
+    python bench/report.py RESULTS_DIR [--out report.md] [--plots DIR] [--gpu "NVIDIA H200"]
+
+RESULTS_DIR holds *.json files written with --benchmark_out=F --benchmark_out_format=json
+(scripts/gpu-check.sh writes them). The GPU's spec row comes from --gpu, or from the runs'
+labels; without one the percentages of peak are left out.
+"""
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import gpucloud as gc
+
+PCIE_GBS = {3: 16.0, 4: 32.0, 5: 64.0}  # x16, per direction, before protocol overhead
+
+
+def load_runs(folder):
+    runs = []
+    for path in sorted(Path(folder).glob("*.json")):
+        data = json.loads(path.read_text())
+        for b in data.get("benchmarks", []):
+            if b.get("run_type", "iteration") == "iteration" and "error_occurred" not in b:
+                b["_file"] = path.name
+                runs.append(b)
+    return runs
+
+
+def spec_for(name):
+    return gc.find_gpu_spec(name) if name else None
+
+
+def pct(value, peak):
+    return f"{100.0 * value / peak:.0f} %" if peak else "–"
+
+
+def gemm_table(runs, spec):
+    rows = ["| shape (m×n×k×batch) | precision | TFLOP/s | % of peak | vs OpenBLAS |", "|---|---|---|---|---|"]
+    for r in runs:
+        m = re.search(r"m:(\d+)/n:(\d+)/k:(\d+)/batch:(\d+)", r["name"])
+        label = r.get("label", "")
+        prec = re.search(r"(fp32|tf32|fp16|bf16|fp8)", label)
+        if not m or not prec:
+            continue
+        peak = gc.peak_tflops(spec, getattr(gc.Precision, prec.group(1))) if spec and "cuda" in label else 0
+        ratio = f"{r['ratio_vs_openblas']:.2f}" if "ratio_vs_openblas" in r else "–"
+        rows.append(f"| {'×'.join(m.groups())} | {label} | {r['TFLOPs']:.3f} | {pct(r['TFLOPs'], peak)} | {ratio} |")
+    return rows
+
+
+def copy_table(runs, spec):
+    rows = ["| run | GB/s | % of PCIe peak |", "|---|---|---|"]
+    for r in runs:
+        if "BM_Copy" not in r["name"]:
+            continue
+        gbs = r.get("bytes_per_second", 0) / 1e9
+        peak = PCIE_GBS.get(spec.pcie_gen) if spec and "cuda" in r.get("label", "") else None
+        rows.append(f"| {r.get('label', r['name'])} {r['name'].split('bytes:')[1].split('/')[0]} B | {gbs:.2f} | {pct(gbs, peak)} |")
+    for r in runs:
+        if "BM_PipelineOverlap" in r["name"]:
+            rows.append(f"| overlap {r.get('label', '')} {r['name'].split('bytes:')[1].split('/')[0]} B | efficiency "
+                        f"{r['overlap_efficiency']:.2f} of 2, {r['speedup_vs_serial']:.2f}x vs serial | |")
+    return rows
+
+
+def bandwidth_table(runs, spec):
+    rows = ["| run | GB/s moved | % of memory bandwidth | launches |", "|---|---|---|---|"]
+    for r in runs:
+        if not any(k in r["name"] for k in ("BM_Unscale", "BM_AdamWStep")):
+            continue
+        gbs = r.get("bytes_per_second", 0) / 1e9
+        peak = spec.memory_bw_gbs if spec and "cuda" in r.get("label", "") else None
+        rows.append(f"| {r['name'].split('/')[0]} {r.get('label', '')} ({r.get('params_M', 0):.0f}M params) | {gbs:.2f} | "
+                    f"{pct(gbs, peak)} | {r.get('launches', 0):.0f} |")
+    return rows
+
+
+def collectives_table(runs):
+    rows = ["| operation | bytes | algbw GB/s | busbw GB/s |", "|---|---|---|---|"]
+    for r in runs:
+        if "BM_Collective" not in r["name"]:
+            continue
+        size = r["name"].split("bytes:")[1].split("/")[0]
+        rows.append(f"| {r.get('label', '')} | {size} | {r['algbw_GBs']:.3f} | {r['busbw_GBs']:.3f} |")
+    return rows
+
+
+def spec_table():
+    rows = ["| GPU | fp16 | bf16 | tf32 | fp32 | fp8 | memory | mem BW | NVLink | PCIe |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in gc.gpu_specs():
+        note = " (needs CUDA 12)" if s.needs_cuda12 else ""
+        rows.append(f"| {s.name}{note} | {s.fp16_tflops:g} | {s.bf16_tflops:g} | {s.tf32_tflops:g} | {s.fp32_tflops:g} | "
+                    f"{s.fp8_tflops:g} | {s.memory_gb:g} GB | {s.memory_bw_gbs:g} GB/s | {s.nvlink_gbs:g} GB/s | Gen{s.pcie_gen} |")
+    return rows
+
+
+def plots(runs, folder):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return ["(matplotlib is not installed: no plots)"]
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    made = []
+    coll = [r for r in runs if "BM_Collective" in r["name"]]
+    if coll:
+        fig, ax = plt.subplots()
+        for label in sorted({r["label"] for r in coll}):
+            pts = sorted((int(r["name"].split("bytes:")[1].split("/")[0]), r["busbw_GBs"]) for r in coll if r["label"] == label)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("busbw GB/s")
+        ax.legend(fontsize=6)
+        fig.savefig(folder / "collectives_busbw.png", dpi=120)
+        made.append(f"![busbw]({folder / 'collectives_busbw.png'})")
+    gemm = [r for r in runs if "TFLOPs" in r]
+    if gemm:
+        fig, ax = plt.subplots()
+        ax.barh([r["name"].replace("BM_Gemm/", "")[:48] + " " + r.get("label", "") for r in gemm], [r["TFLOPs"] for r in gemm])
+        ax.set_xlabel("TFLOP/s")
+        ax.tick_params(axis="y", labelsize=5)
+        fig.tight_layout()
+        fig.savefig(folder / "gemm_tflops.png", dpi=120)
+        made.append(f"![gemm]({folder / 'gemm_tflops.png'})")
+    return made
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("--out")
+    ap.add_argument("--plots")
+    ap.add_argument("--gpu", help="device name for the spec row, e.g. 'NVIDIA H200'")
+    args = ap.parse_args()
+    runs = load_runs(args.results)
+    spec = spec_for(args.gpu)
+    lines = [f"# gpucloud benchmark report ({len(runs)} runs from {args.results})", ""]
+    lines += [f"GPU spec row: {spec.name}" if spec else "GPU spec row: none (host runs, or pass --gpu)", ""]
+    for title, table in (("GEMM", gemm_table(runs, spec)), ("Data movement", copy_table(runs, spec)),
+                         ("Mixed-precision steps", bandwidth_table(runs, spec)), ("Collectives", collectives_table(runs))):
+        if len(table) > 2:
+            lines += [f"## {title}", "", *table, ""]
+    lines += ["## GPU spec table (dense)", "", *spec_table(), ""]
+    if args.plots:
+        lines += ["## Plots", "", *plots(runs, args.plots), ""]
+    text = "\n".join(lines)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
