@@ -280,6 +280,35 @@ TEST(GradBuckets, DeliverTheSameAverageAsOneBigAllReduceInAnyReadyOrder) {
   }
 }
 
+TEST(CostModel, MeasuredOnThisJobAndUsedByAllReduceAuto) {
+  auto& c = world();
+  gc::Stream s;
+  const gc::AllReduceCostModel m = c.measure_cost_model(s);
+  EXPECT_EQ(m.local_size, c.local_size());
+  EXPECT_EQ(m.nodes, c.nodes());
+  if (c.local_size() > 1) {
+    EXPECT_GT(m.intra.alpha, 0.0);
+    EXPECT_GE(m.intra.beta, 0.0);
+  }
+  if (c.rank() == 0) {
+    std::printf("measured cost model: %s\n", m.to_json().c_str());
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{1} << 20, std::size_t{16} << 20}) {
+      std::printf("  %9zu B: predicted flat %.1f us, hierarchical %.1f us\n", bytes, m.flat_seconds(bytes) * 1e6,
+                  m.hierarchical_seconds(bytes) * 1e6);
+    }
+  }
+  // Whatever it chooses, the result is the all-reduce's.
+  gc::Buffer data = inputs(gc::DType::int64, 5001, c.rank());
+  c.all_reduce_auto(data, data, gc::ReduceOp::sum, s);
+  s.synchronize();
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < 5001; ++i) wrong += load(data, i) != expected(gc::ReduceOp::sum, c.size(), i);
+  EXPECT_EQ(wrong, 0u);
+  gc::AllReduceCostModel other = m;
+  other.nodes += 1;
+  EXPECT_THROW(c.set_cost_model(other), gc::InvalidArgument);
+}
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   (void)world();  // initialises MPI (MPI_THREAD_MULTIPLE) before the tests

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gpucloud/buffer.hpp>
+#include <gpucloud/cost_model.hpp>
 #include <gpucloud/export.hpp>
 #include <gpucloud/stream.hpp>
 
@@ -79,6 +80,16 @@ class GPUCLOUD_API Communicator {
   void broadcast(BufferView buffer, int root, StreamView stream);
   /// @brief Returns (on the stream) once every rank has reached it.
   void barrier(StreamView stream);
+
+  /// @brief Measures the cost model's alpha and beta for this job (a collective: every rank calls
+  ///        it; takes a fraction of a second): timed all-reduces of 8 B and 4 MiB inside the nodes
+  ///        and across them, solved for latency and inverse bandwidth. Synchronises @p stream.
+  AllReduceCostModel measure_cost_model(StreamView stream);
+  /// @brief The cost model all_reduce_auto() uses (set one measured earlier, or measure one).
+  void set_cost_model(const AllReduceCostModel& model);
+  /// @brief All-reduce, flat or hierarchical as the cost model predicts faster for this size
+  ///        (flat when no model was set or measured).
+  void all_reduce_auto(BufferView send, BufferView recv, ReduceOp op, StreamView stream);
 
   /// @brief True after a timeout or a failed collective; every later operation raises.
   bool broken() const noexcept;

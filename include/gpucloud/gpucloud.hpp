@@ -8,6 +8,7 @@
 #include <gpucloud/communicator.hpp>
 #include <gpucloud/copy.hpp>
 #include <gpucloud/copy_pipeline.hpp>
+#include <gpucloud/cost_model.hpp>
 #include <gpucloud/device.hpp>
 #include <gpucloud/dtype.hpp>
 #include <gpucloud/error.hpp>

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -169,6 +170,7 @@ struct Communicator::Impl {
   std::atomic<bool> broken{false};
   std::mutex order;   // collectives on one communicator are issued in one order on every rank
   std::string where;  // "host:rank N" for messages
+  std::optional<AllReduceCostModel> model;
 
   ~Impl() {
     int finalized = 0;
@@ -443,6 +445,68 @@ void Communicator::barrier(StreamView stream) {
     GPUCLOUD_MPI_CHECK(MPI_Ibarrier(c->world, &r));
     c->wait(r, call);
   });
+}
+
+}  // namespace gpucloud
+
+namespace gpucloud {
+
+AllReduceCostModel Communicator::measure_cost_model(StreamView stream) {
+  constexpr const char* call = "Communicator::measure_cost_model";
+  impl_->check_usable(call);
+  stream.synchronize();  // ordered after the collectives enqueued before
+  Impl& c = *impl_;
+  std::lock_guard<std::mutex> lock(c.order);
+  // Seconds per all-reduce of `bytes` on `comm` (every rank times its own group; the slowest counts).
+  auto seconds = [&](MPI_Comm comm, std::size_t bytes, int reps) {
+    std::vector<float> buf(std::max<std::size_t>(bytes / 4, 1));
+    GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, comm));
+    GPUCLOUD_MPI_CHECK(MPI_Barrier(c.world));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) {
+      GPUCLOUD_MPI_CHECK(
+          MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, comm));
+    }
+    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+    GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, c.world));
+    return t;
+  };
+  // Fit T(S) = 2(p-1) alpha + 2(p-1)/p S beta from a tiny and a large all-reduce.
+  auto fit = [&](MPI_Comm comm, int p) {
+    LinkCost link;
+    const double small = seconds(comm, 8, 50);
+    const std::size_t big_bytes = std::size_t{4} << 20;
+    const double big = seconds(comm, big_bytes, 5);
+    if (p <= 1) return link;
+    link.alpha = small / (2.0 * (p - 1));
+    link.beta = std::max(big - small, 0.0) / (2.0 * (p - 1) / p * static_cast<double>(big_bytes));
+    return link;
+  };
+  AllReduceCostModel m;
+  m.local_size = c.local_size;
+  m.nodes = c.nodes;
+  m.intra = fit(c.local, c.local_size);
+  m.inter = c.nodes > 1 ? fit(c.cross, c.nodes) : m.intra;
+  c.model = m;
+  return m;
+}
+
+void Communicator::set_cost_model(const AllReduceCostModel& model) {
+  GPUCLOUD_EXPECTS(model.local_size == impl_->local_size && model.nodes == impl_->nodes, "Communicator::set_cost_model",
+                   "model: measured for " + std::to_string(model.nodes) + " node(s) of " +
+                       std::to_string(model.local_size) + ", this job has " + std::to_string(impl_->nodes) + " of " +
+                       std::to_string(impl_->local_size));
+  impl_->model = model;
+}
+
+void Communicator::all_reduce_auto(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
+  const bool hierarchical = impl_->model && impl_->nodes > 1 && impl_->local_size > 1 && impl_->uniform_nodes &&
+                            impl_->model->prefer_hierarchical(send.size_bytes());
+  if (hierarchical) {
+    hierarchical_all_reduce(send, recv, op, stream);
+  } else {
+    all_reduce(send, recv, op, stream);
+  }
 }
 
 }  // namespace gpucloud

@@ -1,0 +1,45 @@
+/// @file cost_model.hpp
+/// @brief The alpha-beta cost model that chooses between flat and hierarchical all-reduce.
+#pragma once
+
+#include <gpucloud/export.hpp>
+
+#include <cstddef>
+#include <string>
+
+namespace gpucloud {
+
+/// @brief One kind of link: time = alpha + bytes * beta per message step.
+struct LinkCost {
+  double alpha = 0.0;  ///< latency per step, seconds
+  double beta = 0.0;   ///< seconds per byte (1 / bandwidth)
+};
+
+/// @brief Ring all-reduce times over a job of nodes x local_size ranks (Hockney's model).
+///
+/// Flat ring over n ranks: 2(n-1) alpha + 2(n-1)/n S beta, on the slowest link the ring crosses
+/// (inter-node as soon as there are two nodes). Hierarchical: reduce-scatter inside the node
+/// ((L-1)(alpha_i + S/L beta_i)), all-reduce of an S/L shard across N nodes
+/// (2(N-1) alpha_e + 2(N-1)/N S/L beta_e), all-gather inside the node (as the reduce-scatter).
+struct GPUCLOUD_API AllReduceCostModel {
+  LinkCost intra;      ///< inside a node (shared memory, NVLink)
+  LinkCost inter;      ///< between nodes (network)
+  int local_size = 1;  ///< ranks per node
+  int nodes = 1;       ///< nodes
+
+  /// @brief Predicted seconds of a flat all-reduce of @p bytes.
+  double flat_seconds(std::size_t bytes) const noexcept;
+  /// @brief Predicted seconds of a hierarchical all-reduce of @p bytes.
+  double hierarchical_seconds(std::size_t bytes) const noexcept;
+  /// @brief True when the hierarchical all-reduce is predicted to be faster.
+  bool prefer_hierarchical(std::size_t bytes) const noexcept {
+    return hierarchical_seconds(bytes) < flat_seconds(bytes);
+  }
+
+  /// @brief A one-line JSON object, to save a measurement and load it later.
+  std::string to_json() const;
+  /// @brief Parses to_json()'s output. @throws InvalidArgument for anything else.
+  static AllReduceCostModel from_json(const std::string& json);
+};
+
+}  // namespace gpucloud

@@ -1,0 +1,56 @@
+#include <gpucloud/cost_model.hpp>
+#include <gpucloud/error.hpp>
+
+#include <cstdio>
+#include <regex>
+#include <sstream>
+
+namespace gpucloud {
+
+namespace {
+double ring(int p, double bytes, LinkCost link) {
+  if (p <= 1) return 0.0;
+  return 2.0 * (p - 1) * link.alpha + 2.0 * (p - 1) / p * bytes * link.beta;
+}
+}  // namespace
+
+double AllReduceCostModel::flat_seconds(std::size_t bytes) const noexcept {
+  const int n = local_size * nodes;
+  return ring(n, static_cast<double>(bytes), nodes > 1 ? inter : intra);
+}
+
+double AllReduceCostModel::hierarchical_seconds(std::size_t bytes) const noexcept {
+  const double s = static_cast<double>(bytes);
+  const int l = local_size;
+  const double local_half = l > 1 ? (l - 1) * intra.alpha + (l - 1) * (s / l) * intra.beta : 0.0;
+  return 2.0 * local_half + ring(nodes, s / l, inter);
+}
+
+std::string AllReduceCostModel::to_json() const {
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "{\"intra_alpha\": %.9g, \"intra_beta\": %.9g, \"inter_alpha\": %.9g, \"inter_beta\": %.9g, "
+                "\"local_size\": %d, \"nodes\": %d}",
+                intra.alpha, intra.beta, inter.alpha, inter.beta, local_size, nodes);
+  return text;
+}
+
+AllReduceCostModel AllReduceCostModel::from_json(const std::string& json) {
+  AllReduceCostModel m;
+  auto number = [&](const char* key) {
+    const std::regex re(std::string("\"") + key + "\"\\s*:\\s*([-+0-9.eE]+)");
+    std::smatch match;
+    if (!std::regex_search(json, match, re)) {
+      GPUCLOUD_FAIL(InvalidArgument, "AllReduceCostModel::from_json", std::string("json: no \"") + key + "\"");
+    }
+    return std::stod(match[1].str());
+  };
+  m.intra = {number("intra_alpha"), number("intra_beta")};
+  m.inter = {number("inter_alpha"), number("inter_beta")};
+  m.local_size = static_cast<int>(number("local_size"));
+  m.nodes = static_cast<int>(number("nodes"));
+  GPUCLOUD_EXPECTS(m.local_size >= 1 && m.nodes >= 1, "AllReduceCostModel::from_json", "json: sizes must be positive");
+  return m;
+}
+
+}  // namespace gpucloud

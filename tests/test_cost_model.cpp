@@ -1,0 +1,39 @@
+// The alpha-beta model's formulas and its saved form.
+#include <gpucloud/cost_model.hpp>
+#include <gpucloud/error.hpp>
+
+#include <gtest/gtest.h>
+
+namespace gc = gpucloud;
+
+TEST(CostModel, RingFormulas) {
+  gc::AllReduceCostModel m;
+  m.intra = {5e-6, 1.0 / 200e9};
+  m.inter = {10e-6, 1.0 / 25e9};
+  m.local_size = 8;
+  m.nodes = 4;
+  const double s = 1 << 30;
+  // flat: 2(n-1) alpha_e + 2(n-1)/n S beta_e with n = 32
+  EXPECT_DOUBLE_EQ(m.flat_seconds(1 << 30), 62 * 10e-6 + 62.0 / 32 * s / 25e9);
+  // hierarchical: 2 [(L-1) alpha_i + (L-1) S/L beta_i] + 2(N-1) alpha_e + 2(N-1)/N (S/L) beta_e
+  EXPECT_DOUBLE_EQ(m.hierarchical_seconds(1 << 30),
+                   2 * (7 * 5e-6 + 7 * (s / 8) / 200e9) + 6 * 10e-6 + 6.0 / 4 * (s / 8) / 25e9);
+  EXPECT_TRUE(m.prefer_hierarchical(1 << 30));  // a slow network: only 1/8 of the data crosses it
+  gc::AllReduceCostModel one_node = m;
+  one_node.nodes = 1;
+  EXPECT_EQ(one_node.hierarchical_seconds(1 << 20), 2 * (7 * 5e-6 + 7 * (double(1 << 20) / 8) / 200e9));
+  EXPECT_EQ(gc::AllReduceCostModel{}.flat_seconds(1 << 20), 0.0);  // one rank: nothing to do
+}
+
+TEST(CostModel, JsonRoundTrip) {
+  gc::AllReduceCostModel m;
+  m.intra = {1.25e-6, 3.5e-12};
+  m.inter = {7e-6, 4.25e-11};
+  m.local_size = 4;
+  m.nodes = 16;
+  const auto back = gc::AllReduceCostModel::from_json(m.to_json());
+  EXPECT_EQ(back.intra.alpha, m.intra.alpha);
+  EXPECT_EQ(back.inter.beta, m.inter.beta);
+  EXPECT_EQ(back.nodes, 16);
+  EXPECT_THROW(gc::AllReduceCostModel::from_json("{\"intra_alpha\": 1}"), gc::InvalidArgument);
+}
