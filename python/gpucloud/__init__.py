@@ -7,6 +7,7 @@ interfaces (NumPy arrays, PyTorch tensors, CuPy arrays).
 """
 
 from ._core import (  # noqa: F401
+    AllReduceCostModel,
     AsyncPoolResource,
     Batch,
     Buffer,
@@ -30,6 +31,7 @@ from ._core import (  # noqa: F401
     InvalidArgument,
     LaunchInfo,
     LimitingAdaptor,
+    LinkCost,
     LossScaler,
     LossScalerOptions,
     LossScalerState,

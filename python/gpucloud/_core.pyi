@@ -17,7 +17,7 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
-__all__: list[str] = ['AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'Communicator', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'peak_tflops', 'prefetch', 'relu_backward', 'set_default_resource', 'supports']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'Communicator', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'peak_tflops', 'prefetch', 'relu_backward', 'set_default_resource', 'supports']
 class DType:
     """
     Element types.
@@ -976,6 +976,55 @@ class LaunchInfo:
     @property
     def size(self) -> int:
         ...
+class LinkCost:
+    """
+    A link's cost per step: alpha seconds + bytes * beta.
+    """
+    def __init__(self, alpha: typing.SupportsFloat | typing.SupportsIndex, beta: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def alpha(self) -> float:
+        ...
+    @alpha.setter
+    def alpha(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def beta(self) -> float:
+        ...
+    @beta.setter
+    def beta(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class AllReduceCostModel:
+    """
+    Alpha-beta predictions of flat and hierarchical all-reduce.
+    """
+    inter: LinkCost
+    intra: LinkCost
+    @staticmethod
+    def from_json(json: str) -> AllReduceCostModel:
+        ...
+    def __init__(self, intra: LinkCost, inter: LinkCost, local_size: typing.SupportsInt | typing.SupportsIndex, nodes: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def flat_seconds(self, bytes: typing.SupportsInt | typing.SupportsIndex) -> float:
+        ...
+    def hierarchical_seconds(self, bytes: typing.SupportsInt | typing.SupportsIndex) -> float:
+        ...
+    def prefer_hierarchical(self, bytes: typing.SupportsInt | typing.SupportsIndex) -> bool:
+        ...
+    def to_json(self) -> str:
+        ...
+    @property
+    def local_size(self) -> int:
+        ...
+    @local_size.setter
+    def local_size(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def nodes(self) -> int:
+        ...
+    @nodes.setter
+    def nodes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
 class Communicator:
     """
     A group of processes and stream-ordered collectives between them.
@@ -991,11 +1040,21 @@ class Communicator:
         """
         recv = op over ranks of send (in place when they are the same array).
         """
+    def all_reduce_auto(self, send: typing.Any, recv: typing.Any, stream: Stream, *, op: str = 'sum') -> None:
+        """
+        All-reduce, flat or hierarchical as the cost model predicts faster.
+        """
     def barrier(self, stream: Stream) -> None:
         ...
     def broadcast(self, buffer: typing.Any, root: typing.SupportsInt | typing.SupportsIndex, stream: Stream) -> None:
         ...
+    def measure_cost_model(self, stream: Stream) -> AllReduceCostModel:
+        """
+        Fit the cost model's alpha and beta on this job (every rank calls it).
+        """
     def reduce_scatter(self, send: typing.Any, recv: typing.Any, stream: Stream, *, op: str = 'sum') -> None:
+        ...
+    def set_cost_model(self, model: AllReduceCostModel) -> None:
         ...
     @property
     def broken(self) -> bool:
@@ -1041,6 +1100,10 @@ class GradBucketer:
     @property
     def bucket_count(self) -> int:
         ...
+def _noop() -> None:
+    """
+    A bare pybind11 call: the baseline of bench/bench_python_overhead.py.
+    """
 def advise(buffer: typing.Any, advice: MemoryAdvice, target: typing.Any) -> None:
     """
     Apply a cudaMemAdvise hint to managed memory.

@@ -49,6 +49,28 @@ void bind_collectives(py::module_& m) {
   m.def("launch_info_from_environment", &launch_info_from_environment,
         "Rank, size and node from mpirun / srun / torchrun variables (GPUCLOUD_LOCAL_SIZE overrides the node size).");
 
+  py::class_<LinkCost>(m, "LinkCost", "A link's cost per step: alpha seconds + bytes * beta.")
+      .def(py::init([](double alpha, double beta) {
+             return LinkCost{alpha, beta};
+           }),
+           py::arg("alpha"), py::arg("beta"))
+      .def_readwrite("alpha", &LinkCost::alpha)
+      .def_readwrite("beta", &LinkCost::beta);
+  py::class_<AllReduceCostModel>(m, "AllReduceCostModel", "Alpha-beta predictions of flat and hierarchical all-reduce.")
+      .def(py::init([](LinkCost intra, LinkCost inter, int local_size, int nodes) {
+             return AllReduceCostModel{intra, inter, local_size, nodes};
+           }),
+           py::arg("intra"), py::arg("inter"), py::arg("local_size"), py::arg("nodes"))
+      .def_readwrite("intra", &AllReduceCostModel::intra)
+      .def_readwrite("inter", &AllReduceCostModel::inter)
+      .def_readwrite("local_size", &AllReduceCostModel::local_size)
+      .def_readwrite("nodes", &AllReduceCostModel::nodes)
+      .def("flat_seconds", &AllReduceCostModel::flat_seconds, py::arg("bytes"))
+      .def("hierarchical_seconds", &AllReduceCostModel::hierarchical_seconds, py::arg("bytes"))
+      .def("prefer_hierarchical", &AllReduceCostModel::prefer_hierarchical, py::arg("bytes"))
+      .def("to_json", &AllReduceCostModel::to_json)
+      .def_static("from_json", &AllReduceCostModel::from_json, py::arg("json"));
+
   py::class_<Communicator>(m, "Communicator", "A group of processes and stream-ordered collectives between them.")
       .def_static(
           "mpi_world",
@@ -101,6 +123,22 @@ void bind_collectives(py::module_& m) {
             collective(stream, {b}, [&] { c.broadcast(b.view, root, stream.view); });
           },
           py::arg("buffer"), py::arg("root"), py::arg("stream"))
+      .def(
+          "measure_cost_model",
+          [](Communicator& c, PyStream& stream) {
+            py::gil_scoped_release release;
+            return c.measure_cost_model(stream.view);
+          },
+          py::arg("stream"), "Fit the cost model's alpha and beta on this job (every rank calls it).")
+      .def("set_cost_model", &Communicator::set_cost_model, py::arg("model"))
+      .def(
+          "all_reduce_auto",
+          [](Communicator& c, py::handle send, py::handle recv, PyStream& stream, const std::string& op) {
+            Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
+            collective(stream, {s, r}, [&] { c.all_reduce_auto(s.view, r.view, to_op(op), stream.view); });
+          },
+          py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum",
+          "All-reduce, flat or hierarchical as the cost model predicts faster.")
       .def(
           "barrier",
           [](Communicator& c, PyStream& stream) {

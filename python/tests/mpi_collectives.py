@@ -31,6 +31,12 @@ def main():
     s.synchronize()
     for i, g in enumerate(grads):
         assert np.allclose(g, np.mean([q + i for q in range(n)])), (i, g[:3])
+    model = comm.measure_cost_model(s)
+    assert gc.AllReduceCostModel.from_json(model.to_json()).nodes == comm.nodes
+    auto = np.arange(100, dtype=np.int64) * (r + 1)
+    comm.all_reduce_auto(auto, auto, s)
+    s.synchronize()
+    assert np.array_equal(auto, np.arange(100, dtype=np.int64) * (n * (n + 1) // 2))
     with np.testing.assert_raises(gc.InvalidArgument):
         comm.all_reduce(ints, ints, s, op="average")
     if r == 0:
