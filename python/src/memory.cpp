@@ -255,33 +255,24 @@ void bind_memory(py::module_& m) {
     return std::make_tuple(v.view, &v.shape, std::optional<StreamView>());
   });
 
-  m.def(
-      "copy",
-      [](py::handle dst, py::handle src, PyStream& stream) {
-        Borrowed d = borrow_writable(dst, "dst");
-        Borrowed s = borrow(src, "src");
-        check_same_shape(d, s, "copy");
-        {
-          py::gil_scoped_release release;
-          copy(d.view, s.view, view_of(stream));
-        }
-        keep_alive_until_done(view_of(stream), {d.owner, s.owner});
-      },
-      py::arg("dst"), py::arg("src"), py::arg("stream"),
-      "Copy `src` into `dst` in stream order (any memory kinds; zero-copy views of NumPy/PyTorch/CuPy).");
-  m.def(
-      "cast",
-      [](py::handle dst, py::handle src, PyStream& stream) {
-        Borrowed d = borrow_writable(dst, "dst");
-        Borrowed s = borrow(src, "src");
-        check_same_shape(d, s, "cast");
-        {
-          py::gil_scoped_release release;
-          cast(d.view, s.view, view_of(stream));
-        }
-        keep_alive_until_done(view_of(stream), {d.owner, s.owner});
-      },
-      py::arg("dst"), py::arg("src"), py::arg("stream"), "dst = src converted to dst's dtype, in stream order.");
+  // copy and cast: borrow dst (writable) and src, same shape, run with the GIL dropped, keep both
+  // alive until the stream is done with them.
+  auto dst_src = [](const char* call, void (*op)(BufferView, BufferView, StreamView)) {
+    return [call, op](py::handle dst, py::handle src, PyStream& stream) {
+      Borrowed d = borrow_writable(dst, "dst");
+      Borrowed s = borrow(src, "src");
+      check_same_shape(d, s, call);
+      {
+        py::gil_scoped_release release;
+        op(d.view, s.view, view_of(stream));
+      }
+      keep_alive_until_done(view_of(stream), {d.owner, s.owner});
+    };
+  };
+  m.def("copy", dst_src("copy", &copy), py::arg("dst"), py::arg("src"), py::arg("stream"),
+        "Copy `src` into `dst` in stream order (any memory kinds; zero-copy views of NumPy/PyTorch/CuPy).");
+  m.def("cast", dst_src("cast", &cast), py::arg("dst"), py::arg("src"), py::arg("stream"),
+        "dst = src converted to dst's dtype, in stream order.");
   m.def(
       "fill",
       [](py::handle dst, double value, PyStream& stream) {
