@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what gpucloud needs to build and test on Debian 12 (idempotent; apt only when missing).
 # Python packages (pybind11, scikit-build-core, numpy, pytest) come from PyPI when the package is
-# built and tested (scripts/test.sh does that in a virtual environment).
+# built and tested (scripts/test.sh does that in a virtual environment). PyTorch (CPU build) and
+# mpi4py come from Debian, for the interop tests, which run with Debian's own Python.
 # The CUDA toolkit is not installed here: it is found at /usr/local/cuda when present, and the
 # host-only library builds without it.
 set -euo pipefail
 
-packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip python3-venv python3-dev libopenmpi-dev openmpi-bin libdlpack-dev libopenblas-dev)
+packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip python3-venv python3-dev libopenmpi-dev openmpi-bin libdlpack-dev libopenblas-dev
+  python3-torch python3-mpi4py)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

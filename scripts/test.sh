@@ -6,7 +6,10 @@
 #
 # Configurations, each in its own build directory under build/:
 #   main   CUDA backend when the toolkit is found (every .cu compiled and linked), all tests
-#   python `pip install .` into a virtual environment (build/venv), then the pytest suite
+#   python `pip install .` into a virtual environment (build/venv-python), then the pytest suite
+#   interop  the same with Debian's Python and its python3-torch (CPU) and python3-mpi4py: the
+#          PyTorch tests (zero-copy tensors, optimizers against torch.optim) and mpi4py
+#          communicators run instead of skipping
 #   host   GPUCLOUD_CUDA=OFF: the library without any CUDA, all tests
 #   asan   host tests under AddressSanitizer + UndefinedBehaviorSanitizer (not packaging, not
 #          MPI: OpenMPI's initialisation leaks by design)
@@ -34,20 +37,26 @@ configure_build_test() {
   (cd "build/$name" && ctest --output-on-failure --no-tests=error -j "$jobs" $ctest_args)
 }
 
+# python_package NAME PYTHON [venv options]: pip install . into build/venv-NAME, then pytest.
 python_package() {
+  local name=$1 python=$2
+  shift 2
   echo
-  echo "=== configuration 'python' ==="
-  [ -x build/venv/bin/python ] || python3 -m venv build/venv
+  echo "=== configuration '$name' ==="
+  local py="build/venv-$name/bin/python"
+  [ -x "$py" ] || "$python" -m venv "$@" "build/venv-$name"
   export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
-  build/venv/bin/python -m pip install -q -r python/requirements-test.txt
-  build/venv/bin/python -m pip install -q . -C cmake.define.GPUCLOUD_CUDA_ARCHS="$archs" -C build-dir=build/python
-  build/venv/bin/python -m pytest -ra python/tests
+  "$py" -m pip install -q --upgrade pip # Debian's pip 23.0 lacks -C
+  "$py" -m pip install -q -r python/requirements-test.txt
+  "$py" -m pip install -q . -C cmake.define.GPUCLOUD_CUDA_ARCHS="$archs" -C build-dir="build/python-$name"
+  "$py" -m pytest -ra python/tests
 }
 
 mkdir -p build
 configure_build_test main "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_BUILD_BENCH=ON
-python_package
+python_package python python3
 ((quick)) && exit 0
+python_package interop /usr/bin/python3 --system-site-packages
 configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
@@ -56,4 +65,4 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   configure_build_test tsan "-L stream|memory|kernels|movement|amp|gemm" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF
 echo
-echo "all configurations passed: main, python, host, asan, tsan"
+echo "all configurations passed: main, python, interop, host, asan, tsan"

@@ -15,6 +15,10 @@ Communicator Communicator::mpi_world() {
   GPUCLOUD_FAIL(Unsupported, "Communicator::mpi_world", "gpucloud was built without MPI (install libopenmpi-dev)");
 }
 
+Communicator Communicator::mpi(std::int64_t) {
+  GPUCLOUD_FAIL(Unsupported, "Communicator::mpi", "gpucloud was built without MPI (install libopenmpi-dev)");
+}
+
 int Communicator::rank() const noexcept { return 0; }
 int Communicator::size() const noexcept { return 1; }
 int Communicator::local_rank() const noexcept { return 0; }

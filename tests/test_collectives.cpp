@@ -6,6 +6,7 @@
 #include <gpucloud/communicator.hpp>
 #include <gpucloud/error.hpp>
 #include <gpucloud/grad_buckets.hpp>
+#include <gpucloud/mpi_interop.hpp>
 #include <gpucloud/stream.hpp>
 
 #include <gtest/gtest.h>
@@ -307,6 +308,32 @@ TEST(CostModel, MeasuredOnThisJobAndUsedByAllReduceAuto) {
   gc::AllReduceCostModel other = m;
   other.nodes += 1;
   EXPECT_THROW(c.set_cost_model(other), gc::InvalidArgument);
+}
+
+TEST(Collectives, CommunicatorFromTheCallersMpiCommunicator) {
+  int world_rank = 0, world_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  // Even and odd ranks, each its own group: a collective on one must not see the other.
+  MPI_Comm halves = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &halves), MPI_SUCCESS);
+  {
+    gc::Communicator c = gc::communicator_from_mpi(halves);
+    const int members = (world_size + 1 - world_rank % 2) / 2;
+    EXPECT_EQ(c.size(), members);
+    EXPECT_EQ(c.rank(), world_rank / 2);
+    gc::Stream s;
+    gc::Buffer x(5, gc::DType::int64);
+    for (std::size_t i = 0; i < 5; ++i) x.data_as<std::int64_t>()[i] = world_rank;
+    c.all_reduce(x, x, gc::ReduceOp::sum, s);
+    s.synchronize();
+    std::int64_t want = 0;
+    for (int r = world_rank % 2; r < world_size; r += 2) want += r;
+    for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(x.data_as<std::int64_t>()[i], want);
+  }
+  MPI_Comm_free(&halves);  // the gpucloud communicator used a duplicate: freeing ours is fine
+  EXPECT_THROW(gc::Communicator::mpi(-7), gc::InvalidArgument);
+  EXPECT_THROW(gc::Communicator::mpi(1 << 30), gc::InvalidArgument);
 }
 
 int main(int argc, char** argv) {

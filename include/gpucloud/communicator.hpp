@@ -9,6 +9,7 @@
 #include <gpucloud/stream.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -48,6 +49,13 @@ class GPUCLOUD_API Communicator {
   ///        split, or from GPUCLOUD_LOCAL_SIZE. Sub-communicators are built here, once.
   /// @throws Unsupported when built without MPI, CommunicationError when MPI fails.
   static Communicator mpi_world();
+  /// @brief The processes of an existing MPI intra-communicator, given by its Fortran handle
+  ///        (`MPI_Comm_c2f(comm)` in C, `comm.py2f()` in mpi4py; gpucloud/mpi_interop.hpp takes an
+  ///        MPI_Comm). The communicator is duplicated, so the caller's stays the caller's. MPI must
+  ///        be initialised, with MPI_THREAD_MULTIPLE. A collective over the parent: all its ranks call.
+  /// @throws InvalidArgument when MPI is not initialised or the handle is not a live
+  ///         intra-communicator; Unsupported when built without MPI or without MPI_THREAD_MULTIPLE.
+  static Communicator mpi(std::int64_t fortran_handle);
 
   ~Communicator();
   Communicator(Communicator&&) noexcept;

@@ -1030,6 +1030,11 @@ class Communicator:
     A group of processes and stream-ordered collectives between them.
     """
     @staticmethod
+    def mpi(comm: typing.Any) -> Communicator:
+        """
+        The processes of an existing MPI communicator (mpi4py's, or a Fortran handle), duplicated.
+        """
+    @staticmethod
     def mpi_world() -> Communicator:
         """
         All processes of the MPI job (mpirun); nodes from shared memory or GPUCLOUD_LOCAL_SIZE.

@@ -79,6 +79,24 @@ void bind_collectives(py::module_& m) {
             return Communicator::mpi_world();
           },
           "All processes of the MPI job (mpirun); nodes from shared memory or GPUCLOUD_LOCAL_SIZE.")
+      .def_static(
+          "mpi",
+          [](py::handle comm) {
+            // An mpi4py communicator (anything with py2f()), or a Fortran handle as an int.
+            std::int64_t handle = 0;
+            if (py::hasattr(comm, "py2f")) {
+              handle = comm.attr("py2f")().cast<std::int64_t>();
+            } else if (py::isinstance<py::int_>(comm)) {
+              handle = comm.cast<std::int64_t>();
+            } else {
+              GPUCLOUD_FAIL(InvalidArgument, "Communicator.mpi",
+                            "comm: expected an mpi4py communicator or an MPI Fortran handle (int), got " +
+                                std::string(py::str(py::type::of(comm))));
+            }
+            py::gil_scoped_release release;
+            return Communicator::mpi(handle);
+          },
+          py::arg("comm"), "The processes of an existing MPI communicator (mpi4py's, or a Fortran handle), duplicated.")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def_property_readonly("local_rank", &Communicator::local_rank)

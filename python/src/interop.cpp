@@ -129,7 +129,13 @@ DLDataType dl_from_dtype(DType t) {
 }
 
 Borrowed from_dlpack(py::handle obj, const char* arg) {
-  py::object capsule_obj = obj.attr("__dlpack__")();
+  // A PyTorch parameter (requires_grad) refuses DLPack export; its detached alias shares the same
+  // storage, which is what fused optimizers update (as torch.optim does under no_grad).
+  py::object source = py::reinterpret_borrow<py::object>(obj);
+  if (py::hasattr(obj, "requires_grad") && py::hasattr(obj, "detach") && obj.attr("requires_grad").cast<bool>()) {
+    source = obj.attr("detach")();
+  }
+  py::object capsule_obj = source.attr("__dlpack__")();
   PyObject* cap = capsule_obj.ptr();
   if (!PyCapsule_IsValid(cap, "dltensor")) fail_type(arg, "__dlpack__ did not return an unconsumed 'dltensor' capsule");
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));

@@ -44,5 +44,32 @@ def main():
     return 0
 
 
+def from_mpi4py():
+    """A gpucloud communicator over each half of an mpi4py split: even ranks and odd ranks."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    r, n = world.Get_rank(), world.Get_size()
+    half = world.Split(r % 2, r)
+    comm = gc.Communicator.mpi(half)
+    assert (comm.rank, comm.size) == (half.Get_rank(), half.Get_size()), (comm.rank, comm.size)
+    s = gc.Stream()
+    x = np.full(1000, r, np.int64)
+    comm.all_reduce(x, x, s)
+    s.synchronize()
+    assert (x == sum(range(r % 2, n, 2))).all(), x[:3]
+    half.Free()  # gpucloud duplicated it: its communicator lives on
+    y = np.ones(3, np.float32)
+    comm.all_reduce(y, y, s)
+    s.synchronize()
+    assert (y == comm.size).all()
+    with np.testing.assert_raises(gc.InvalidArgument):
+        gc.Communicator.mpi("world")
+    world.Barrier()
+    if r == 0:
+        print(f"mpi4py communicators on {n} ranks: ok")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(from_mpi4py() if sys.argv[1:] == ["--mpi4py"] else main())

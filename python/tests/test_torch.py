@@ -1,0 +1,141 @@
+"""PyTorch interop on the CPU: tensors borrowed without copying, and gpucloud's GEMM, fused
+optimizers and clipping against torch's own (torch.matmul, torch.optim.SGD/AdamW,
+clip_grad_norm_). Skipped where torch is not importable (CI installs Debian's python3-torch)."""
+import numpy as np
+import pytest
+
+import gpucloud as gc
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (Debian: python3-torch)")
+
+
+def test_torch_tensors_are_borrowed_without_copying():
+    s = gc.Stream()
+    t = torch.arange(10, dtype=torch.float32)
+    b = gc.Buffer(10, "float32")
+    gc.copy(b, t, s)
+    s.synchronize()
+    back = torch.from_dlpack(b)
+    assert back.data_ptr() == b.data_ptr
+    assert torch.equal(back, t)
+    out = torch.zeros(10, dtype=torch.bfloat16)
+    gc.cast(out, b, s)
+    s.synchronize()
+    assert torch.equal(out, t.to(torch.bfloat16))
+
+
+def test_tensors_of_every_float_dtype_are_written_in_place(host_stream):
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        t = torch.zeros(3, 5, dtype=dtype)
+        address = t.data_ptr()
+        gc.fill(t, 2.5, host_stream)
+        host_stream.synchronize()
+        assert t.data_ptr() == address
+        assert torch.equal(t, torch.full((3, 5), 2.5, dtype=dtype)), dtype
+        back = torch.from_dlpack(gc.Buffer((3, 5), "bfloat16" if dtype == torch.bfloat16 else "float32"))
+        assert back.shape == (3, 5)
+
+
+def test_parameters_that_require_grad_are_borrowed_through_their_detached_alias(host_stream):
+    p = torch.nn.Parameter(torch.zeros(4))
+    gc.fill(p, 1.0, host_stream)
+    host_stream.synchronize()
+    assert torch.equal(p.detach(), torch.ones(4)) and p.requires_grad
+
+
+def test_bad_tensors_raise_the_documented_exceptions(host_stream):
+    t = torch.zeros(4, 6)
+    with pytest.raises(gc.InvalidArgument, match="non-contiguous"):
+        gc.fill(t[:, ::2], 1.0, host_stream)
+    with pytest.raises(gc.InvalidArgument, match="non-contiguous"):
+        gc.fill(t.t(), 1.0, host_stream)
+    with pytest.raises(gc.InvalidArgument):
+        gc.copy(torch.zeros(5), torch.zeros(4), host_stream)
+    with pytest.raises(TypeError):
+        gc.fill(torch.zeros(2, dtype=torch.complex64), 1.0, host_stream)
+    assert torch.equal(t, torch.zeros(4, 6))  # nothing was written
+
+
+def test_gemm_matches_torch_matmul(host_stream):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(3, 17, 40, generator=g)
+    b = torch.randn(3, 40, 9, generator=g)
+    bias = torch.randn(9, generator=g)
+    c = torch.full((3, 17, 9), float("nan"))
+    gc.gemm(c, a, b, host_stream, epilogue="bias_relu", bias=bias)
+    host_stream.synchronize()
+    ref = torch.relu(a.double() @ b.double() + bias.double())
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-5
+    ab, bb = a.bfloat16(), b.bfloat16()
+    c16 = torch.zeros(3, 17, 9, dtype=torch.bfloat16)
+    gc.gemm(c16, ab, bb, host_stream)
+    host_stream.synchronize()
+    ref16 = ab.double() @ bb.double()
+    assert ((c16.double() - ref16).norm() / ref16.norm()).item() < 1e-2
+
+
+def _params(seed, shapes=((30, 20), (20,), (7, 30), (7,))):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(*s, generator=g)) for s in shapes]
+
+
+def _run_both(make_torch, make_gc, steps=25):
+    """The same parameters and gradients through torch.optim and the gpucloud optimizer."""
+    ours, theirs = _params(1), _params(1)
+    for p in ours:
+        p.grad = torch.zeros_like(p)
+    stream = gc.Stream()
+    opt_t = make_torch(theirs)
+    opt_g = make_gc([(p, p.grad) for p in ours], stream)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(steps):
+        for p, q in zip(ours, theirs):
+            grad = torch.randn(p.shape, generator=g)
+            p.grad.copy_(grad)
+            q.grad = grad.clone()
+        opt_t.step()
+        opt_g.step(stream)
+        stream.synchronize()
+    return ours, theirs
+
+
+def _assert_close(ours, theirs, tol):
+    for p, q in zip(ours, theirs):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_fused_adamw_matches_torch_optim_adamw(amsgrad):
+    kw = dict(lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.05, amsgrad=amsgrad)
+    ours, theirs = _run_both(
+        lambda ps: torch.optim.AdamW(ps, **kw),
+        lambda ps, s: gc.FusedAdam(ps, s, decoupled_weight_decay=True, **kw),
+    )
+    _assert_close(ours, theirs, 1e-5)
+
+
+def test_fused_adam_with_l2_weight_decay_matches_torch_optim_adam():
+    kw = dict(lr=3e-3, weight_decay=0.1)
+    ours, theirs = _run_both(lambda ps: torch.optim.Adam(ps, **kw), lambda ps, s: gc.FusedAdam(ps, s, **kw))
+    _assert_close(ours, theirs, 1e-5)
+
+
+@pytest.mark.parametrize("nesterov,dampening", [(False, 0.0), (False, 0.3), (True, 0.0)])
+def test_fused_sgd_matches_torch_optim_sgd(nesterov, dampening):
+    kw = dict(lr=0.05, momentum=0.9, dampening=dampening, weight_decay=1e-3, nesterov=nesterov)
+    ours, theirs = _run_both(lambda ps: torch.optim.SGD(ps, **kw), lambda ps, s: gc.FusedSGD(ps, s, **kw))
+    _assert_close(ours, theirs, 1e-5)
+
+
+def test_clip_grad_norm_matches_torch(host_stream):
+    g = torch.Generator().manual_seed(3)
+    ours = [torch.randn(70000, generator=g) * 0.01, torch.randn(13, generator=g)]
+    theirs = [t.clone().requires_grad_() for t in ours]
+    for t, grad in zip(theirs, ours):
+        t.grad = grad.clone()
+    total_t = torch.nn.utils.clip_grad_norm_(theirs, max_norm=1.5)
+    total_g = gc.clip_grad_norm(ours, 1.5, host_stream)
+    host_stream.synchronize()
+    assert np.asarray(total_g)[0] == pytest.approx(total_t.item(), rel=1e-5)
+    for t, grad in zip(theirs, ours):
+        torch.testing.assert_close(grad, t.grad, rtol=1e-5, atol=1e-8)
