@@ -89,6 +89,17 @@ def collectives_table(runs):
     return rows
 
 
+def train_step_table(runs):
+    rows = ["| trainer | run | samples/s | gpucloud / torch |", "|---|---|---|---|"]
+    for r in runs:
+        if not r["name"].startswith("BM_TrainStep/"):
+            continue
+        ratio = f"{r['ratio_to_torch']:.2f}" if "ratio_to_torch" in r else ""
+        rows.append(f"| {r['name'].split('/')[1]} | {r.get('label', '')} {'/'.join(r['name'].split('/')[2:])} | "
+                    f"{r['items_per_second']:.0f} | {ratio} |")
+    return rows
+
+
 def spec_table():
     rows = ["| GPU | fp16 | bf16 | tf32 | fp32 | fp8 | memory | mem BW | NVLink | PCIe |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in gc.gpu_specs():
@@ -145,7 +156,8 @@ def main():
     lines = [f"# gpucloud benchmark report ({len(runs)} runs from {args.results})", ""]
     lines += [f"GPU spec row: {spec.name}" if spec else "GPU spec row: none (host runs, or pass --gpu)", ""]
     for title, table in (("GEMM", gemm_table(runs, spec)), ("Data movement", copy_table(runs, spec)),
-                         ("Mixed-precision steps", bandwidth_table(runs, spec)), ("Collectives", collectives_table(runs))):
+                         ("Mixed-precision steps", bandwidth_table(runs, spec)), ("Collectives", collectives_table(runs)),
+                         ("Training step vs PyTorch", train_step_table(runs))):
         if len(table) > 2:
             lines += [f"## {title}", "", *table, ""]
     lines += ["## GPU spec table (dense)", "", *spec_table(), ""]

@@ -139,3 +139,24 @@ def test_clip_grad_norm_matches_torch(host_stream):
     assert np.asarray(total_g)[0] == pytest.approx(total_t.item(), rel=1e-5)
     for t, grad in zip(theirs, ours):
         torch.testing.assert_close(grad, t.grad, rtol=1e-5, atol=1e-8)
+
+
+def test_training_step_comparison_runs_both_trainers_on_the_same_math(tmp_path):
+    """bench/bench_train_step_torch.py: same weights, same batches, so the same loss at the end."""
+    import json
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "bench_train_step_torch.py"
+    out = tmp_path / "step.json"
+    r = subprocess.run([sys.executable, str(script), "--batch", "64", "--hidden", "32", "--steps", "3", "--rounds", "2",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    losses = re.search(r"gpucloud ([0-9.]+), torch ([0-9.]+)", r.stdout)
+    assert losses, r.stdout
+    assert float(losses.group(1)) == pytest.approx(float(losses.group(2)), rel=1e-3)
+    runs = json.loads(out.read_text())["benchmarks"]
+    assert [b["name"].split("/")[1] for b in runs] == ["gpucloud", "torch"]
+    assert runs[0]["ratio_to_torch"] == pytest.approx(runs[0]["items_per_second"] / runs[1]["items_per_second"])
