@@ -32,6 +32,7 @@ void prefetch(const void*, std::size_t, Device, StreamImpl&) { unavailable("pref
 void advise(const void*, std::size_t, MemoryAdvice, Device) { unavailable("advise"); }
 PointerInfo pointer_info(const void*) { return PointerInfo{}; }
 void gemm(BufferView, BufferView, BufferView, const GemmPlan&, StreamImpl&) { unavailable("gemm"); }
+void conv2d(const ConvPlan&, BufferView, BufferView, BufferView, StreamImpl&) { unavailable("conv2d"); }
 void cast(BufferView, BufferView, StreamImpl&) { unavailable("cast"); }
 void fill(BufferView, double, StreamImpl&) { unavailable("fill"); }
 

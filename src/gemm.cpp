@@ -4,6 +4,7 @@
 #include "detail/access.hpp"
 #include "detail/cuda_backend.hpp"
 #include "detail/gemm_plan.hpp"
+#include "detail/host_values.hpp"
 #include "detail/stream_impl.hpp"
 
 #include <cblas.h>
@@ -150,33 +151,8 @@ float tf32_round(float x) {  // cvt.rna.tf32.f32: 10 mantissa bits, ties away fr
   return detail::bits_as_float(u);
 }
 
-float load(const void* p, std::int64_t i, DType t) {
-  switch (t) {
-    case DType::float16:
-      return detail::half_bits_to_float(static_cast<const std::uint16_t*>(p)[i]);
-    case DType::bfloat16:
-      return detail::bfloat16_bits_to_float(static_cast<const std::uint16_t*>(p)[i]);
-    case DType::float8_e4m3:
-      return detail::fp8_bits_to_float(static_cast<const std::uint8_t*>(p)[i], detail::kE4M3());
-    case DType::float8_e5m2:
-      return detail::fp8_bits_to_float(static_cast<const std::uint8_t*>(p)[i], detail::kE5M2());
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
-void store(void* p, std::int64_t i, DType t, float v) {
-  switch (t) {
-    case DType::float16:
-      static_cast<std::uint16_t*>(p)[i] = detail::float_to_half_bits(v);
-      break;
-    case DType::bfloat16:
-      static_cast<std::uint16_t*>(p)[i] = detail::float_to_bfloat16_bits(v);
-      break;
-    default:
-      static_cast<float*>(p)[i] = v;
-  }
-}
+using detail::load_as_float;
+using detail::store_from_float;
 
 float gelu_tanh(float x) {
   const float c = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -189,7 +165,7 @@ const float* as_fp32(const void* base, DType t, std::int64_t offset, std::int64_
   if (t == DType::float32 && !tf32) return static_cast<const float*>(base) + offset;
   scratch.resize(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) {
-    float v = load(base, offset + i, t);
+    float v = load_as_float(base, offset + i, t);
     if (tf32) v = tf32_round(v);
     scratch[static_cast<std::size_t>(i)] = v * scale;
   }
@@ -199,7 +175,7 @@ const float* as_fp32(const void* base, DType t, std::int64_t offset, std::int64_
 // The epilogue on one stored value of C (v already holds alpha AB + beta C).
 float finish(float v, const detail::GemmPlan& plan, std::int64_t column) {
   const GemmArgs& g = plan.args;
-  if (plan.has_bias) v += load(g.bias.data(), column, g.bias.dtype());
+  if (plan.has_bias) v += load_as_float(g.bias.data(), column, g.bias.dtype());
   if (g.epilogue == Epilogue::relu || g.epilogue == Epilogue::bias_relu) v = v > 0.0f ? v : 0.0f;
   if (g.epilogue == Epilogue::gelu || g.epilogue == Epilogue::bias_gelu) v = gelu_tanh(v);
   return v;
@@ -237,8 +213,8 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan&
       for (std::int64_t j = 0; j < g.n; ++j) {
         const std::int64_t ci = p * g.stride_c + i * g.ldc + j;
         float v = out[static_cast<std::size_t>(i * g.n + j)];
-        if (g.beta != 0.0f) v += g.beta * load(c.data(), ci, c.dtype());
-        store(c.data(), ci, c.dtype(), finish(v, plan, j));
+        if (g.beta != 0.0f) v += g.beta * load_as_float(c.data(), ci, c.dtype());
+        store_from_float(c.data(), ci, c.dtype(), finish(v, plan, j));
       }
     }
   }

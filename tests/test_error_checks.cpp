@@ -9,6 +9,9 @@
 #if GPUCLOUD_TEST_CUDA_CHECKS
 #include "detail/cuda_check.hpp"
 #include "detail/library_check.hpp"
+#if GPUCLOUD_TEST_CUDNN_CHECKS
+#include "detail/cudnn_check.hpp"
+#endif
 #endif
 
 namespace gc = gpucloud;
@@ -80,6 +83,22 @@ TEST(CublasCheck, MapsStatusesToTypedErrors) {
     EXPECT_TRUE(contains(e.what(), "CUBLAS_STATUS_NOT_SUPPORTED")) << e.what();
   }
 }
+
+#if GPUCLOUD_TEST_CUDNN_CHECKS
+TEST(CudnnCheck, MapsStatusClassesToTypedErrors) {
+  EXPECT_NO_THROW(GPUCLOUD_CUDNN_CHECK(CUDNN_STATUS_SUCCESS));
+  EXPECT_THROW(GPUCLOUD_CUDNN_CHECK(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED), gc::OutOfMemory);
+  EXPECT_THROW(GPUCLOUD_CUDNN_CHECK(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH), gc::InvalidArgument);
+  EXPECT_THROW(GPUCLOUD_CUDNN_CHECK(CUDNN_STATUS_EXECUTION_FAILED), gc::DeviceError);
+  try {
+    GPUCLOUD_CUDNN_CHECK(CUDNN_STATUS_NOT_SUPPORTED_LAYOUT);
+    FAIL();
+  } catch (const gc::Unsupported& e) {
+    EXPECT_TRUE(contains(e.what(), "CUDNN_STATUS_NOT_SUPPORTED")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "GPUCLOUD_CUDNN_CHECK") || contains(e.what(), "CUDNN_STATUS")) << e.what();
+  }
+}
+#endif
 
 TEST(NcclCheck, MapsResultsToTypedErrors) {
   EXPECT_NO_THROW(GPUCLOUD_NCCL_CHECK(ncclSuccess));

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "buffer_values.hpp"
 #include "device_cases.hpp"
 
 #include <cmath>
@@ -40,27 +41,8 @@ const Precision kPrecisions[] = {
     {gc::DType::bfloat16, gc::DType::float32, false, 1e-2, "bf16->fp32"},
 };
 
-// Values in a buffer of any float dtype, through a float32 staging buffer.
-gc::Buffer make(const std::vector<float>& v, gc::DType t, gc::Device d, gc::StreamView s) {
-  gc::Buffer staging(v.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
-  if (!v.empty()) std::memcpy(staging.data(), v.data(), v.size() * 4);
-  gc::Buffer f(v.size(), gc::DType::float32, d, gc::MemoryKind::device);
-  gc::copy(f, staging, s);
-  gc::Buffer out(v.size(), t, d, gc::MemoryKind::device);
-  gc::cast(out, f, s);
-  s.synchronize();
-  return out;
-}
-
-std::vector<float> read(gc::BufferView v, gc::StreamView s) {
-  gc::Buffer f(v.size(), gc::DType::float32, v.device(), gc::MemoryKind::device);
-  gc::cast(f, v, s);
-  gc::Buffer staging(v.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
-  gc::copy(staging, f, s);
-  s.synchronize();
-  const float* p = staging.data_as<float>();
-  return std::vector<float>(p, p + v.size());
-}
+using gc::testing::make;
+using gc::testing::read;
 
 double gelu(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
 

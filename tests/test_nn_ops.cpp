@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "buffer_values.hpp"
 #include "device_cases.hpp"
 
 #include <cmath>
@@ -18,23 +19,8 @@
 namespace gc = gpucloud;
 
 namespace {
-gc::Buffer make(const std::vector<float>& v, gc::DType t, gc::Device d, gc::StreamView s) {
-  gc::Buffer staging(v.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
-  std::memcpy(staging.data(), v.data(), v.size() * 4);
-  gc::Buffer f(v.size(), gc::DType::float32, d), out(v.size(), t, d);
-  gc::copy(f, staging, s);
-  gc::cast(out, f, s);
-  s.synchronize();
-  return out;
-}
-std::vector<float> read(gc::BufferView v, gc::StreamView s) {
-  gc::Buffer f(v.size(), gc::DType::float32, v.device()),
-      staging(v.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
-  gc::cast(f, v, s);
-  gc::copy(staging, f, s);
-  s.synchronize();
-  return std::vector<float>(staging.data_as<float>(), staging.data_as<float>() + v.size());
-}
+using gc::testing::make;
+using gc::testing::read;
 }  // namespace
 
 class NnOpsTest : public gc::testing::OnEveryDevice {};

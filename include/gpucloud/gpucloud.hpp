@@ -13,6 +13,7 @@
 #include <gpucloud/dtype.hpp>
 #include <gpucloud/error.hpp>
 #include <gpucloud/event.hpp>
+#include <gpucloud/conv.hpp>
 #include <gpucloud/gemm.hpp>
 #include <gpucloud/gpu_specs.hpp>
 #include <gpucloud/grad_buckets.hpp>

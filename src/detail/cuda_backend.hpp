@@ -7,6 +7,7 @@
 #include <gpucloud/managed_memory.hpp>
 #include <gpucloud/memory_resource.hpp>
 
+#include "detail/conv_plan.hpp"
 #include "detail/gemm_plan.hpp"
 #include "detail/stream_impl.hpp"
 
@@ -44,6 +45,10 @@ PointerInfo pointer_info(const void* p);
 
 /// cuBLASLt GEMM (src/cuda/gemm_cublaslt.cpp) of a validated plan.
 void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& plan, StreamImpl& stream);
+
+/// cuDNN convolution (src/cuda/conv_cudnn.cpp) of a validated plan: out = y, dx or dfilter; in1,
+/// in2 = (x, filter), (dy, filter) or (x, dy) by the plan's pass.
+void conv2d(const ConvPlan& plan, BufferView out, BufferView in1, BufferView in2, StreamImpl& stream);
 
 /// Kernels (kernels/cast.cu).
 void cast(BufferView dst, BufferView src, StreamImpl& stream);

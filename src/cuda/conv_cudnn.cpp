@@ -1,0 +1,285 @@
+// The CUDA convolution: cuDNN's convolution API (forward, backward-data, backward-filter, and
+// ConvolutionBiasActivationForward for the fused epilogues). Descriptors and the heuristic's
+// algorithm are built once per (shape, dtype, layout, pass, epilogue, device) and cached; the
+// workspace comes from CUDA's stream-ordered pool; one handle per device, bound to the caller's
+// stream under a lock for each call.
+#include <gpucloud/error.hpp>
+
+#include "detail/cuda_backend.hpp"
+#include "detail/cuda_check.hpp"
+#include "detail/cudnn_check.hpp"
+
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <array>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace gpucloud::detail::cuda {
+
+namespace {
+
+constexpr std::size_t kMaxWorkspace = std::size_t{256} << 20;
+constexpr const char* kCall = "conv2d";
+
+cudnnDataType_t cudnn_type(DType t) {
+  switch (t) {
+    case DType::float16:
+      return CUDNN_DATA_HALF;
+    case DType::bfloat16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      return CUDNN_DATA_FLOAT;
+  }
+}
+
+int i32(std::int64_t v) { return static_cast<int>(v); }  // validated to fit before we get here
+
+// One cuDNN handle per device, created on first use, destroyed at exit (no-throw).
+class Handles {
+ public:
+  struct Entry {
+    cudnnHandle_t handle = nullptr;
+    std::mutex mutex;  // cudnnSetStream + the call: one caller at a time
+  };
+  Entry& get(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = handles_[device];
+    if (!slot) {
+      DeviceGuard guard(device);
+      auto e = std::make_unique<Entry>();
+      GPUCLOUD_CUDNN_CHECK(cudnnCreate(&e->handle));
+      slot = std::move(e);
+    }
+    return *slot;
+  }
+  ~Handles() {
+    for (auto& [device, e] : handles_) {
+      if (e && cudnnDestroy(e->handle) != CUDNN_STATUS_SUCCESS) std::fprintf(stderr, "gpucloud: cudnnDestroy failed\n");
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, std::unique_ptr<Entry>> handles_;
+};
+
+Handles& handles() {
+  static Handles h;
+  return h;
+}
+
+// Descriptors and the chosen algorithm of one convolution.
+struct Plan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t filter = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnActivationDescriptor_t act = nullptr;
+  int algo = 0;  // the pass's cudnnConvolution*Algo_t
+  std::size_t workspace = 0;
+  ~Plan() {
+    if (act) cudnnDestroyActivationDescriptor(act);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    if (filter) cudnnDestroyFilterDescriptor(filter);
+    if (bias) cudnnDestroyTensorDescriptor(bias);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (x) cudnnDestroyTensorDescriptor(x);
+  }
+};
+
+// Picks the heuristic's first algorithm that succeeds within the workspace cap (and, when
+// @p only is not -1, is that algorithm: cuDNN's fused bias with an identity activation needs
+// IMPLICIT_PRECOMP_GEMM).
+template <class Perf>
+void choose(Plan& plan, const Perf* perf, int returned, int only) {
+  for (int i = 0; i < returned; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kMaxWorkspace) continue;
+    if (only >= 0 && static_cast<int>(perf[i].algo) != only) continue;
+    plan.algo = static_cast<int>(perf[i].algo);
+    plan.workspace = perf[i].memory;
+    return;
+  }
+  GPUCLOUD_FAIL(Unsupported, kCall,
+                "cuDNN offers no algorithm for this shape, layout and dtype within a 256 MiB workspace");
+}
+
+std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const ConvPlan& p) {
+  const kernels::ConvGeometry& g = p.g;
+  auto plan = std::make_unique<Plan>();
+  const cudnnDataType_t type = cudnn_type(p.dtype);
+  const cudnnTensorFormat_t format = g.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  GPUCLOUD_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->x));
+  GPUCLOUD_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, format, type, i32(g.n), i32(g.c), i32(g.h), i32(g.w)));
+  GPUCLOUD_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->y));
+  GPUCLOUD_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, format, type, i32(g.n), i32(g.k), i32(g.oh), i32(g.ow)));
+  GPUCLOUD_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->filter));
+  GPUCLOUD_CUDNN_CHECK(
+      cudnnSetFilter4dDescriptor(plan->filter, type, format, i32(g.k), i32(g.cg()), i32(g.r), i32(g.s)));
+  GPUCLOUD_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
+  GPUCLOUD_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(plan->conv, i32(g.pad_h), i32(g.pad_w), i32(g.stride_h),
+                                                       i32(g.stride_w), i32(g.dilation_h), i32(g.dilation_w),
+                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  GPUCLOUD_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan->conv, i32(g.groups)));
+  // fp32 stays fp32 (no TF32: the fp32 tolerance is 1e-5); fp16/bf16 on tensor cores.
+  GPUCLOUD_CUDNN_CHECK(
+      cudnnSetConvolutionMathType(plan->conv, p.dtype == DType::float32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  int n = 0, k = 0, oh = 0, ow = 0;
+  GPUCLOUD_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(plan->conv, plan->x, plan->filter, &n, &k, &oh, &ow));
+  if (oh != g.oh || ow != g.ow) {
+    throw DeviceError(kCall,
+                      "cuDNN's output size " + std::to_string(oh) + " x " + std::to_string(ow) + " differs from ours " +
+                          std::to_string(g.oh) + " x " + std::to_string(g.ow),
+                      false, __FILE__, __LINE__);
+  }
+  constexpr int kCount = 16;
+  int returned = 0;
+  switch (p.pass) {
+    case ConvPass::forward: {
+      if (p.has_bias) {
+        GPUCLOUD_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->bias));
+        GPUCLOUD_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->bias, CUDNN_TENSOR_NCHW, type, 1, i32(g.k), 1, 1));
+        GPUCLOUD_CUDNN_CHECK(cudnnCreateActivationDescriptor(&plan->act));
+        const bool relu = p.args.epilogue == Epilogue::bias_relu;
+        GPUCLOUD_CUDNN_CHECK(cudnnSetActivationDescriptor(
+            plan->act, relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+      }
+      cudnnConvolutionFwdAlgoPerf_t perf[kCount];
+      GPUCLOUD_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, plan->x, plan->filter, plan->conv, plan->y,
+                                                                  kCount, &returned, perf));
+      const bool identity_bias = p.has_bias && p.args.epilogue == Epilogue::bias;
+      choose(*plan, perf, returned, identity_bias ? CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM : -1);
+      break;
+    }
+    case ConvPass::backward_data: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kCount];
+      GPUCLOUD_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, plan->filter, plan->y, plan->conv,
+                                                                       plan->x, kCount, &returned, perf));
+      choose(*plan, perf, returned, -1);
+      break;
+    }
+    case ConvPass::backward_filter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kCount];
+      GPUCLOUD_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, plan->x, plan->y, plan->conv,
+                                                                         plan->filter, kCount, &returned, perf));
+      choose(*plan, perf, returned, -1);
+      break;
+    }
+  }
+  return plan;
+}
+
+using PlanKey = std::array<std::int64_t, 20>;
+
+PlanKey key_of(int device, const ConvPlan& p) {
+  const kernels::ConvGeometry& g = p.g;
+  return {device,
+          g.n,
+          g.c,
+          g.h,
+          g.w,
+          g.k,
+          g.r,
+          g.s,
+          g.pad_h,
+          g.pad_w,
+          g.stride_h,
+          g.stride_w,
+          g.dilation_h,
+          g.dilation_w,
+          g.groups,
+          g.nhwc ? 1 : 0,
+          static_cast<std::int64_t>(p.dtype),
+          static_cast<std::int64_t>(p.pass),
+          static_cast<std::int64_t>(p.args.epilogue),
+          0};
+}
+
+class PlanCache {
+ public:
+  Plan& get(int device, const ConvPlan& p, cudnnHandle_t handle) {
+    const PlanKey key = key_of(device, p);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, make_plan(handle, p)).first;
+    return *it->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
+};
+
+PlanCache& plans() {
+  static PlanCache cache;
+  return cache;
+}
+
+}  // namespace
+
+void conv2d(const ConvPlan& p, BufferView out, BufferView in1, BufferView in2, StreamImpl& stream) {
+  const int device = stream.device().index();
+  DeviceGuard guard(device);
+  const auto native = static_cast<cudaStream_t>(stream.native_handle());
+  Handles::Entry& h = handles().get(device);
+  std::lock_guard<std::mutex> lock(h.mutex);
+  GPUCLOUD_CUDNN_CHECK(cudnnSetStream(h.handle, native));
+  const float alpha = p.args.alpha, beta = p.args.beta;
+  if (p.g.n == 0) {  // only the filter gradient gets here: dfilter = beta * dfilter
+    if (beta == 0.0f) {
+      GPUCLOUD_CUDA_CHECK(cudaMemsetAsync(out.data(), 0, out.size_bytes(), native));
+    } else if (beta != 1.0f) {
+      cudnnTensorDescriptor_t d = nullptr;
+      GPUCLOUD_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+      const cudnnStatus_t st = [&] {
+        const cudnnStatus_t s = cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, cudnn_type(p.dtype), 1, 1, 1,
+                                                           static_cast<int>(out.size()));
+        return s != CUDNN_STATUS_SUCCESS ? s : cudnnScaleTensor(h.handle, d, out.data(), &beta);
+      }();
+      cudnnDestroyTensorDescriptor(d);
+      GPUCLOUD_CUDNN_CHECK(st);
+    }
+    return;
+  }
+  Plan& plan = plans().get(device, p, h.handle);
+  void* workspace = plan.workspace > 0 ? allocate_async(plan.workspace, device, &stream) : nullptr;
+  struct Release {
+    void* workspace;
+    int device;
+    StreamImpl* stream;
+    ~Release() {
+      if (workspace) deallocate_async(workspace, device, stream);
+    }
+  } release{workspace, device, &stream};
+  switch (p.pass) {
+    case ConvPass::forward:
+      if (p.has_bias) {
+        // y = act(alpha * conv(x) + beta * z + bias), z = y.
+        GPUCLOUD_CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
+            h.handle, &alpha, plan.x, in1.data(), plan.filter, in2.data(), plan.conv,
+            static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), workspace, plan.workspace, &beta, plan.y, out.data(),
+            plan.bias, p.args.bias.data(), plan.act, plan.y, out.data()));
+      } else {
+        GPUCLOUD_CUDNN_CHECK(cudnnConvolutionForward(h.handle, &alpha, plan.x, in1.data(), plan.filter, in2.data(),
+                                                     plan.conv, static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo),
+                                                     workspace, plan.workspace, &beta, plan.y, out.data()));
+      }
+      break;
+    case ConvPass::backward_data:
+      GPUCLOUD_CUDNN_CHECK(cudnnConvolutionBackwardData(
+          h.handle, &alpha, plan.filter, in2.data(), plan.y, in1.data(), plan.conv,
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), workspace, plan.workspace, &beta, plan.x, out.data()));
+      break;
+    case ConvPass::backward_filter:
+      GPUCLOUD_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h.handle, &alpha, plan.x, in1.data(), plan.y, in2.data(),
+                                                          plan.conv,
+                                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo),
+                                                          workspace, plan.workspace, &beta, plan.filter, out.data()));
+      break;
+  }
+}
+
+}  // namespace gpucloud::detail::cuda
