@@ -17,7 +17,7 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'Communicator', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'peak_tflops', 'prefetch', 'relu_backward', 'set_default_resource', 'supports']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'conv2d', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_output_shape', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'peak_tflops', 'prefetch', 'relu_backward', 'set_default_resource', 'supports']
 class DType:
     """
     Element types.
@@ -957,6 +957,53 @@ class GpuSpec:
     @property
     def tf32_tflops(self) -> float:
         ...
+class ConvLayout:
+    """
+    Memory order of activations (and filters: KCRS or KRSC).
+    
+    Members:
+    
+      nchw
+    
+      nhwc
+    """
+    __members__: typing.ClassVar[dict[str, ConvLayout]]
+    nchw: typing.ClassVar[ConvLayout]
+    nhwc: typing.ClassVar[ConvLayout]
+    @typing.overload
+    def __eq__(self, other: ConvLayout) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: ConvLayout) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
 class LaunchInfo:
     """
     Where this process sits in the job, as the launcher told it.
@@ -1132,6 +1179,22 @@ def cast(dst: typing.Any, src: typing.Any, stream: Stream) -> None:
 def clip_grad_norm(grads: collections.abc.Iterable, max_norm: typing.SupportsFloat | typing.SupportsIndex, stream: Stream) -> Buffer:
     """
     Scale grads so their global L2 norm is at most max_norm; returns the norm before clipping (a 1-element Buffer on the device, in stream order).
+    """
+def conv2d(y: typing.Any, x: typing.Any, filter: typing.Any, stream: Stream, *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0, epilogue: str = 'none', bias: typing.Any = None) -> None:
+    """
+    y = epilogue(alpha conv(x, filter) + beta y [+ bias]) in stream order (cross-correlation, as torch.nn.functional.conv2d); epilogue none, bias or bias_relu.
+    """
+def conv2d_backward_data(dx: typing.Any, dy: typing.Any, filter: typing.Any, stream: Stream, *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+    """
+    dx = alpha * (gradient of the convolution with respect to x, given dy) + beta dx.
+    """
+def conv2d_backward_filter(dfilter: typing.Any, x: typing.Any, dy: typing.Any, stream: Stream, *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+    """
+    dfilter = alpha * (gradient of the convolution with respect to the filter, summed over the batch) + beta dfilter.
+    """
+def conv2d_output_shape(x_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], filter_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw') -> list[int]:
+    """
+    The output's shape (in the layout's order) of a convolution of these shapes.
     """
 def copy(dst: typing.Any, src: typing.Any, stream: Stream) -> None:
     """

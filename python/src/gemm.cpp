@@ -1,4 +1,4 @@
-// GEMM and the spec table; shapes come from the arrays (2-D, or 3-D for batches).
+// GEMM, convolution, the small training ops and the spec table; shapes come from the arrays.
 #include "interop.hpp"
 
 #include <pybind11/stl.h>
@@ -25,6 +25,143 @@ std::array<std::int64_t, 3> matrix_shape(const Borrowed& b, const char* arg) {
   GPUCLOUD_FAIL(InvalidArgument, "gemm",
                 std::string(arg) + ": a 2-D matrix or a 3-D batch of matrices, got " + std::to_string(b.shape.size()) +
                     " dimensions");
+}
+
+// (h, w) from an int or a pair.
+std::pair<std::int64_t, std::int64_t> pair_of(py::handle v, const char* arg) {
+  if (py::isinstance<py::int_>(v)) {
+    const auto x = v.cast<std::int64_t>();
+    return {x, x};
+  }
+  const auto t = v.cast<std::vector<std::int64_t>>();
+  GPUCLOUD_EXPECTS(t.size() == 2, "conv2d", std::string(arg) + ": an int or an (h, w) pair");
+  return {t[0], t[1]};
+}
+
+std::int64_t dim(const std::vector<std::int64_t>& shape, const char* arg, std::size_t i) {
+  GPUCLOUD_EXPECTS(shape.size() == 4, "conv2d",
+                   std::string(arg) + ": a 4-D array, got " + std::to_string(shape.size()) + " dimensions");
+  return shape[i];
+}
+
+// ConvArgs from x's and the filter's shapes (in the layout's order) and the keyword options.
+ConvArgs conv_args(const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& filter, py::handle stride,
+                   py::handle padding, py::handle dilation, std::int64_t groups, const std::string& layout, float alpha,
+                   float beta) {
+  ConvArgs a;
+  GPUCLOUD_EXPECTS(layout == "nchw" || layout == "nhwc", "conv2d", "layout: '" + layout + "' is not nchw or nhwc");
+  const bool nhwc = layout == "nhwc";
+  a.layout = nhwc ? ConvLayout::nhwc : ConvLayout::nchw;
+  a.n = dim(x, "x", 0);
+  a.c = dim(x, "x", nhwc ? 3 : 1);
+  a.h = dim(x, "x", nhwc ? 1 : 2);
+  a.w = dim(x, "x", nhwc ? 2 : 3);
+  a.k = dim(filter, "filter", 0);
+  a.r = dim(filter, "filter", nhwc ? 1 : 2);
+  a.s = dim(filter, "filter", nhwc ? 2 : 3);
+  const std::int64_t cg = dim(filter, "filter", nhwc ? 3 : 1);
+  a.groups = groups;
+  GPUCLOUD_EXPECTS(groups >= 1 && cg * groups == a.c, "conv2d",
+                   "filter: " + std::to_string(cg) + " channels per filter times " + std::to_string(groups) +
+                       " groups is not x's " + std::to_string(a.c) + " channels");
+  std::tie(a.stride_h, a.stride_w) = pair_of(stride, "stride");
+  std::tie(a.pad_h, a.pad_w) = pair_of(padding, "padding");
+  std::tie(a.dilation_h, a.dilation_w) = pair_of(dilation, "dilation");
+  a.alpha = alpha;
+  a.beta = beta;
+  return a;
+}
+
+// The output's shape in the layout's order.
+std::vector<std::int64_t> y_shape(const ConvArgs& a) {
+  const ConvOutputSize o = conv2d_output_size(a);
+  if (a.layout == ConvLayout::nhwc) return {a.n, o.h, o.w, a.k};
+  return {a.n, a.k, o.h, o.w};
+}
+
+void expect_shape(const Borrowed& b, const std::vector<std::int64_t>& want, const char* arg) {
+  if (b.shape == want) return;
+  std::string got, expected;
+  for (auto v : b.shape) got += (got.empty() ? "" : ", ") + std::to_string(v);
+  for (auto v : want) expected += (expected.empty() ? "" : ", ") + std::to_string(v);
+  GPUCLOUD_FAIL(InvalidArgument, "conv2d",
+                std::string(arg) + ": shape (" + got + "), the convolution gives (" + expected + ")");
+}
+
+void bind_conv(py::module_& m) {
+  py::enum_<ConvLayout>(m, "ConvLayout", "Memory order of activations (and filters: KCRS or KRSC).")
+      .value("nchw", ConvLayout::nchw)
+      .value("nhwc", ConvLayout::nhwc);
+  m.def(
+      "conv2d_output_shape",
+      [](std::vector<std::int64_t> x, std::vector<std::int64_t> filter, py::handle stride, py::handle padding,
+         py::handle dilation, std::int64_t groups, const std::string& layout) {
+        return y_shape(conv_args(x, filter, stride, padding, dilation, groups, layout, 1.0f, 0.0f));
+      },
+      py::arg("x_shape"), py::arg("filter_shape"), py::kw_only(), py::arg("stride") = 1, py::arg("padding") = 0,
+      py::arg("dilation") = 1, py::arg("groups") = 1, py::arg("layout") = "nchw",
+      "The output's shape (in the layout's order) of a convolution of these shapes.");
+  m.def(
+      "conv2d",
+      [](py::handle y, py::handle x, py::handle filter, PyStream& stream, py::handle stride, py::handle padding,
+         py::handle dilation, std::int64_t groups, const std::string& layout, float alpha, float beta,
+         const std::string& epilogue, py::object bias) {
+        Borrowed by = borrow_writable(y, "y"), bx = borrow(x, "x"), bf = borrow(filter, "filter");
+        ConvArgs a = conv_args(bx.shape, bf.shape, stride, padding, dilation, groups, layout, alpha, beta);
+        expect_shape(by, y_shape(a), "y");
+        a.epilogue = to_epilogue(epilogue);
+        std::vector<py::object> owners{by.owner, bx.owner, bf.owner};
+        if (!bias.is_none()) {
+          Borrowed bb = borrow(bias, "bias");
+          a.bias = bb.view;
+          owners.push_back(bb.owner);
+        }
+        {
+          py::gil_scoped_release release;
+          conv2d_forward(by.view, bx.view, bf.view, a, stream.view);
+        }
+        keep_alive_until_done(stream.view, std::move(owners));
+      },
+      py::arg("y"), py::arg("x"), py::arg("filter"), py::arg("stream"), py::kw_only(), py::arg("stride") = 1,
+      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1, py::arg("layout") = "nchw",
+      py::arg("alpha") = 1.0f, py::arg("beta") = 0.0f, py::arg("epilogue") = "none", py::arg("bias") = py::none(),
+      "y = epilogue(alpha conv(x, filter) + beta y [+ bias]) in stream order (cross-correlation, as "
+      "torch.nn.functional.conv2d); epilogue none, bias or bias_relu.");
+  m.def(
+      "conv2d_backward_data",
+      [](py::handle dx, py::handle dy, py::handle filter, PyStream& stream, py::handle stride, py::handle padding,
+         py::handle dilation, std::int64_t groups, const std::string& layout, float alpha, float beta) {
+        Borrowed bdx = borrow_writable(dx, "dx"), bdy = borrow(dy, "dy"), bf = borrow(filter, "filter");
+        const ConvArgs a = conv_args(bdx.shape, bf.shape, stride, padding, dilation, groups, layout, alpha, beta);
+        expect_shape(bdy, y_shape(a), "dy");
+        {
+          py::gil_scoped_release release;
+          conv2d_backward_data(bdx.view, bdy.view, bf.view, a, stream.view);
+        }
+        keep_alive_until_done(stream.view, {bdx.owner, bdy.owner, bf.owner});
+      },
+      py::arg("dx"), py::arg("dy"), py::arg("filter"), py::arg("stream"), py::kw_only(), py::arg("stride") = 1,
+      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1, py::arg("layout") = "nchw",
+      py::arg("alpha") = 1.0f, py::arg("beta") = 0.0f,
+      "dx = alpha * (gradient of the convolution with respect to x, given dy) + beta dx.");
+  m.def(
+      "conv2d_backward_filter",
+      [](py::handle dfilter, py::handle x, py::handle dy, PyStream& stream, py::handle stride, py::handle padding,
+         py::handle dilation, std::int64_t groups, const std::string& layout, float alpha, float beta) {
+        Borrowed bdf = borrow_writable(dfilter, "dfilter"), bx = borrow(x, "x"), bdy = borrow(dy, "dy");
+        const ConvArgs a = conv_args(bx.shape, bdf.shape, stride, padding, dilation, groups, layout, alpha, beta);
+        expect_shape(bdy, y_shape(a), "dy");
+        {
+          py::gil_scoped_release release;
+          conv2d_backward_filter(bdf.view, bx.view, bdy.view, a, stream.view);
+        }
+        keep_alive_until_done(stream.view, {bdf.owner, bx.owner, bdy.owner});
+      },
+      py::arg("dfilter"), py::arg("x"), py::arg("dy"), py::arg("stream"), py::kw_only(), py::arg("stride") = 1,
+      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1, py::arg("layout") = "nchw",
+      py::arg("alpha") = 1.0f, py::arg("beta") = 0.0f,
+      "dfilter = alpha * (gradient of the convolution with respect to the filter, summed over the batch) + beta "
+      "dfilter.");
 }
 
 }  // namespace
@@ -155,6 +292,7 @@ void bind_gemm(py::module_& m) {
       py::arg("bias") = py::none(), py::arg("tf32") = false, py::arg("scale_a") = 1.0f, py::arg("scale_b") = 1.0f,
       "c = epilogue(alpha op(a) op(b) + beta c [+ bias]) in stream order; shapes from the arrays (2-D, or 3-D "
       "batches; a 2-D a or b serves every batch).");
+  bind_conv(m);
 }
 
 }  // namespace gpucloud::python

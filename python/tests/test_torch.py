@@ -160,3 +160,29 @@ def test_training_step_comparison_runs_both_trainers_on_the_same_math(tmp_path):
     runs = json.loads(out.read_text())["benchmarks"]
     assert [b["name"].split("/")[1] for b in runs] == ["gpucloud", "torch"]
     assert runs[0]["ratio_to_torch"] == pytest.approx(runs[0]["items_per_second"] / runs[1]["items_per_second"])
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_conv2d_and_its_gradients_match_torch(host_stream, layout):
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 6, 11, 9, generator=g, requires_grad=True)
+    w = torch.randn(8, 3, 3, 2, generator=g, requires_grad=True)
+    kw = dict(stride=(2, 1), padding=(1, 1), dilation=(2, 1), groups=2)
+    y_ref = F.conv2d(x, w, **kw)
+    dy = torch.randn(y_ref.shape, generator=g)
+    y_ref.backward(dy)
+
+    def to(t):  # the layout gpucloud is asked to use (a contiguous copy for NHWC)
+        t = t.detach()
+        return t.permute(0, 2, 3, 1).contiguous() if layout == "nhwc" else t.contiguous()
+
+    y, dx, dw = torch.empty_like(to(y_ref)), torch.empty_like(to(x)), torch.empty_like(to(w))
+    gc.conv2d(y, to(x), to(w), host_stream, layout=layout, **kw)
+    gc.conv2d_backward_data(dx, to(dy), to(w), host_stream, layout=layout, **kw)
+    gc.conv2d_backward_filter(dw, to(x), to(dy), host_stream, layout=layout, **kw)
+    host_stream.synchronize()
+    torch.testing.assert_close(y, to(y_ref), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dx, to(x.grad), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dw, to(w.grad), rtol=1e-5, atol=1e-4)
