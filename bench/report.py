@@ -39,7 +39,8 @@ def pct(value, peak):
 
 
 def gemm_table(runs, spec):
-    rows = ["| shape (m×n×k×batch) | precision | TFLOP/s | % of peak | vs OpenBLAS |", "|---|---|---|---|---|"]
+    rows = ["| shape (m×n×k×batch) | precision | TFLOP/s | % of peak | vs direct OpenBLAS / cuBLAS |",
+            "|---|---|---|---|---|"]
     for r in runs:
         m = re.search(r"m:(\d+)/n:(\d+)/k:(\d+)/batch:(\d+)", r["name"])
         label = r.get("label", "")
@@ -47,8 +48,24 @@ def gemm_table(runs, spec):
         if not m or not prec:
             continue
         peak = gc.peak_tflops(spec, getattr(gc.Precision, prec.group(1))) if spec and "cuda" in label else 0
-        ratio = f"{r['ratio_vs_openblas']:.2f}" if "ratio_vs_openblas" in r else "–"
+        direct = r.get("ratio_vs_openblas", r.get("ratio_vs_cublas"))
+        ratio = f"{direct:.2f}" if direct is not None else "–"
         rows.append(f"| {'×'.join(m.groups())} | {label} | {r['TFLOPs']:.3f} | {pct(r['TFLOPs'], peak)} | {ratio} |")
+    return rows
+
+
+def conv_table(runs, spec):
+    rows = ["| layer, pass | run | TFLOP/s | % of peak | vs direct cuDNN |", "|---|---|---|---|---|"]
+    for r in runs:
+        if not r["name"].startswith("BM_Conv/"):
+            continue
+        label = r.get("label", "")
+        dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(label.split(" ")[1] if " " in label else "")
+        peak = gc.peak_tflops(spec, getattr(gc.Precision, dtype)) if spec and dtype and "cuda" in label else 0
+        ratio = f"{r['ratio_vs_cudnn']:.2f}" if "ratio_vs_cudnn" in r else "–"
+        batch = re.search(r"batch:(\d+)", r["name"])
+        rows.append(f"| {label} | batch {batch.group(1) if batch else '?'} | {r['TFLOPs']:.3f} | "
+                    f"{pct(r['TFLOPs'], peak)} | {ratio} |")
     return rows
 
 
@@ -155,7 +172,8 @@ def main():
     spec = spec_for(args.gpu)
     lines = [f"# gpucloud benchmark report ({len(runs)} runs from {args.results})", ""]
     lines += [f"GPU spec row: {spec.name}" if spec else "GPU spec row: none (host runs, or pass --gpu)", ""]
-    for title, table in (("GEMM", gemm_table(runs, spec)), ("Data movement", copy_table(runs, spec)),
+    for title, table in (("GEMM", gemm_table(runs, spec)), ("Convolution", conv_table(runs, spec)),
+                         ("Data movement", copy_table(runs, spec)),
                          ("Mixed-precision steps", bandwidth_table(runs, spec)), ("Collectives", collectives_table(runs)),
                          ("Training step vs PyTorch", train_step_table(runs))):
         if len(table) > 2:

@@ -32,10 +32,10 @@ if run_step configure "$out/configure.log" cmake -S . -B build/gpu "${cfg[@]}" &
   skipped=$(grep -c "Skipped" "$out/ctest.log" || true)
   record "cuda cases skipped" "$([ "$skipped" = 0 ] && echo ok || echo FAIL)" 0 "$skipped skipped (0 expected on a GPU)"
   if command -v compute-sanitizer >/dev/null; then
-    for t in test_stream test_memory test_copy_cast test_data_movement test_amp test_gemm test_nn_ops; do
+    for t in test_stream test_memory test_copy_cast test_data_movement test_amp test_gemm test_conv test_nn_ops; do
       for tool in memcheck racecheck; do
         run_step "$tool $t" "$out/$tool-$t.log" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-          "build/gpu/tests/$t" --gtest_filter='*cuda0*:CastBackends.*:HostStream.*'
+          "build/gpu/tests/$t" --gtest_filter='*cuda0*:*Backends.*:HostStream.*'
       done
     done
   else
@@ -52,6 +52,8 @@ if run_step configure "$out/configure.log" cmake -S . -B build/gpu "${cfg[@]}" &
   if python3 -c "import torch, gpucloud; assert torch.cuda.is_available()" 2>/dev/null; then
     run_step "train step vs torch (fp16)" "$out/train_step_torch.log" python3 bench/bench_train_step_torch.py \
       --device cuda --dtype fp16 --json "$out/bench_train_step_torch.json"
+    run_step "conv vs torch (fp16, cuDNN)" "$out/conv_torch.log" python3 bench/bench_conv_torch.py --device cuda \
+      --batch 64 --json "$out/bench_conv_torch.json"
   else
     record "train step vs torch" skip 0 "needs gpucloud installed (pip install .) and torch with CUDA"
   fi

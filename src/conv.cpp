@@ -11,6 +11,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 #include <string>
 #include <vector>
@@ -151,24 +152,71 @@ ConvPlan validate(ConvPass pass, BufferView out, const char* out_name, BufferVie
 }
 
 // ---- the host model -------------------------------------------------------------------------
+//
+// Every tensor is read as fp32 (float32 in place; float16/bfloat16 widened once, exactly), and
+// each (image, group) is one OpenBLAS product oriented so that its result lands in the output's
+// own layout: NCHW computes out (kg x pixels) = filters (kg x taps) * colT (taps x pixels), NHWC
+// computes out (pixels x kg, row stride k) = col (pixels x taps) * filters^T. A float32 output
+// without an epilogue is written in place (alpha and beta applied by the GEMM); otherwise the
+// product goes to fp32 scratch and is biased, clamped and rounded once.
 
-// col (pixels x taps, row-major) of image img, group grp: the input values each output pixel's
-// filter taps read (0 in the padding), as fp32.
-void im2col(const void* x, DType t, const ConvGeometry& g, std::int64_t img, std::int64_t grp,
-            std::vector<float>& col) {
-  const std::int64_t taps = g.taps();
-  col.assign(static_cast<std::size_t>(g.pixels() * taps), 0.0f);
+// A tensor as fp32: the buffer itself for float32, a widened copy otherwise.
+struct Fp32 {
+  const float* data = nullptr;
+  std::vector<float> copy;
+  Fp32(BufferView v, std::int64_t count) {
+    if (v.dtype() == DType::float32) {
+      data = static_cast<const float*>(v.data());
+      return;
+    }
+    copy.resize(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i) copy[static_cast<std::size_t>(i)] = load_as_float(v.data(), i, v.dtype());
+    data = copy.data();
+  }
+};
+
+int i32(std::int64_t v) { return static_cast<int>(v); }  // validated to fit
+
+// The taps each output pixel of image img, group grp reads (0 in the padding): colT (taps x
+// pixels) for NCHW, col (pixels x taps) for NHWC, taps in the filter's own order.
+void im2col(const float* x, const ConvGeometry& g, std::int64_t img, std::int64_t grp, std::vector<float>& col) {
+  const std::int64_t pixels = g.pixels(), cg = g.cg();
+  col.resize(static_cast<std::size_t>(pixels * g.taps()));
+  float* out = col.data();
+  if (!g.nhwc) {
+    for (std::int64_t cc = 0; cc < cg; ++cc) {
+      const float* plane = x + g.x_at(img, grp * cg + cc, 0, 0);
+      for (std::int64_t rr = 0; rr < g.r; ++rr) {
+        for (std::int64_t ss = 0; ss < g.s; ++ss, out += pixels) {
+          for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+            const std::int64_t iy = g.in_y(oy, rr);
+            float* dst = out + oy * g.ow;
+            if (iy < 0 || iy >= g.h) {
+              std::fill(dst, dst + g.ow, 0.0f);
+              continue;
+            }
+            const float* src = plane + iy * g.w;
+            for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+              const std::int64_t ix = g.in_x(ox, ss);
+              dst[ox] = ix >= 0 && ix < g.w ? src[ix] : 0.0f;
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
   for (std::int64_t oy = 0; oy < g.oh; ++oy) {
     for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-      float* row = col.data() + (oy * g.ow + ox) * taps;
       for (std::int64_t rr = 0; rr < g.r; ++rr) {
         const std::int64_t iy = g.in_y(oy, rr);
-        if (iy < 0 || iy >= g.h) continue;
-        for (std::int64_t ss = 0; ss < g.s; ++ss) {
+        for (std::int64_t ss = 0; ss < g.s; ++ss, out += cg) {
           const std::int64_t ix = g.in_x(ox, ss);
-          if (ix < 0 || ix >= g.w) continue;
-          for (std::int64_t cc = 0; cc < g.cg(); ++cc) {
-            row[g.tap(cc, rr, ss)] = load_as_float(x, g.x_at(img, grp * g.cg() + cc, iy, ix), t);
+          if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
+            std::fill(out, out + cg, 0.0f);
+          } else {
+            const float* src = x + g.x_at(img, grp * cg, iy, ix);
+            std::copy(src, src + cg, out);
           }
         }
       }
@@ -176,58 +224,81 @@ void im2col(const void* x, DType t, const ConvGeometry& g, std::int64_t img, std
   }
 }
 
-// The inverse scatter: adds col's values into acc (one fp32 image in x's layout).
-void col2im(const std::vector<float>& col, const ConvGeometry& g, std::int64_t grp, std::vector<float>& acc) {
-  const std::int64_t taps = g.taps();
+// The inverse scatter: adds col's values (laid out as im2col's) into acc, one fp32 image.
+void col2im(const std::vector<float>& col, const ConvGeometry& g, std::int64_t grp, float* acc) {
+  const std::int64_t pixels = g.pixels(), cg = g.cg();
+  const float* in = col.data();
+  if (!g.nhwc) {
+    for (std::int64_t cc = 0; cc < cg; ++cc) {
+      float* plane = acc + g.x_at(0, grp * cg + cc, 0, 0);
+      for (std::int64_t rr = 0; rr < g.r; ++rr) {
+        for (std::int64_t ss = 0; ss < g.s; ++ss, in += pixels) {
+          for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+            const std::int64_t iy = g.in_y(oy, rr);
+            if (iy < 0 || iy >= g.h) continue;
+            float* dst = plane + iy * g.w;
+            const float* src = in + oy * g.ow;
+            for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+              const std::int64_t ix = g.in_x(ox, ss);
+              if (ix >= 0 && ix < g.w) dst[ix] += src[ox];
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
   for (std::int64_t oy = 0; oy < g.oh; ++oy) {
     for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-      const float* row = col.data() + (oy * g.ow + ox) * taps;
       for (std::int64_t rr = 0; rr < g.r; ++rr) {
         const std::int64_t iy = g.in_y(oy, rr);
-        if (iy < 0 || iy >= g.h) continue;
-        for (std::int64_t ss = 0; ss < g.s; ++ss) {
+        for (std::int64_t ss = 0; ss < g.s; ++ss, in += cg) {
           const std::int64_t ix = g.in_x(ox, ss);
-          if (ix < 0 || ix >= g.w) continue;
-          for (std::int64_t cc = 0; cc < g.cg(); ++cc) {
-            acc[static_cast<std::size_t>(g.x_at(0, grp * g.cg() + cc, iy, ix))] += row[g.tap(cc, rr, ss)];
-          }
+          if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+          float* dst = acc + g.x_at(0, grp * cg, iy, ix);
+          for (std::int64_t cc = 0; cc < cg; ++cc) dst[cc] += in[cc];
         }
       }
     }
   }
 }
 
-// All of a tensor as fp32 (exact: the values are already rounded to their dtype).
-std::vector<float> widen(BufferView v, std::int64_t count) {
-  std::vector<float> out(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i) out[static_cast<std::size_t>(i)] = load_as_float(v.data(), i, v.dtype());
-  return out;
-}
-
-// out[i] = alpha * acc + beta * out[i], rounded once.
-void finish(BufferView out, std::int64_t offset, float acc, float alpha, float beta) {
-  float v = alpha * acc;
-  if (beta != 0.0f) v += beta * load_as_float(out.data(), offset, out.dtype());
-  store_from_float(out.data(), offset, out.dtype(), v);
+// Where the (image, group) block of y / dy sits: a rows x cols matrix with row stride ld.
+struct Block {
+  std::int64_t offset, rows, cols, ld;
+};
+Block y_block(const ConvGeometry& g, std::int64_t img, std::int64_t grp) {
+  if (g.nhwc) return {img * g.pixels() * g.k + grp * g.kg(), g.pixels(), g.kg(), g.k};  // (pixel, channel)
+  return {(img * g.k + grp * g.kg()) * g.pixels(), g.kg(), g.pixels(), g.pixels()};     // (channel, pixel)
 }
 
 void host_forward(BufferView y, BufferView x, BufferView f, const ConvPlan& plan) {
   const ConvGeometry& g = plan.g;
   const ConvArgs& a = plan.args;
-  const std::vector<float> filter = widen(f, g.k * g.taps());
+  const Fp32 xs(x, g.n * g.c * g.h * g.w), fs(f, g.k * g.taps());
   const std::int64_t taps = g.taps(), kg = g.kg(), pixels = g.pixels();
-  std::vector<float> col, out(static_cast<std::size_t>(pixels * kg));
+  const bool in_place = y.dtype() == DType::float32 && !plan.has_bias;
+  std::vector<float> col, scratch(in_place ? 0 : static_cast<std::size_t>(pixels * kg));
   for (std::int64_t img = 0; img < g.n; ++img) {
     for (std::int64_t grp = 0; grp < g.groups; ++grp) {
-      im2col(x.data(), x.dtype(), g, img, grp, col);
-      // out (pixels x kg) = col (pixels x taps) * filters_g^T (taps x kg)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(pixels), static_cast<int>(kg),
-                  static_cast<int>(taps), 1.0f, col.data(), static_cast<int>(taps), filter.data() + grp * kg * taps,
-                  static_cast<int>(taps), 0.0f, out.data(), static_cast<int>(kg));
-      for (std::int64_t p = 0; p < pixels; ++p) {
-        for (std::int64_t kk = 0; kk < kg; ++kk) {
-          const std::int64_t channel = grp * kg + kk, at = g.y_at(img, channel, p);
-          float v = a.alpha * out[static_cast<std::size_t>(p * kg + kk)];
+      im2col(xs.data, g, img, grp, col);
+      const Block b = y_block(g, img, grp);
+      const float* filters = fs.data + grp * kg * taps;
+      float* out = in_place ? y.data_as<float>() + b.offset : scratch.data();
+      const std::int64_t ld = in_place ? b.ld : b.cols;
+      const float alpha = in_place ? a.alpha : 1.0f, beta = in_place ? a.beta : 0.0f;
+      if (g.nhwc) {  // out (pixels x kg) = col (pixels x taps) * filters^T
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i32(pixels), i32(kg), i32(taps), alpha, col.data(),
+                    i32(taps), filters, i32(taps), beta, out, i32(ld));
+      } else {  // out (kg x pixels) = filters (kg x taps) * colT (taps x pixels)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i32(kg), i32(pixels), i32(taps), alpha, filters,
+                    i32(taps), col.data(), i32(pixels), beta, out, i32(ld));
+      }
+      if (in_place) continue;
+      for (std::int64_t i = 0; i < b.rows; ++i) {
+        for (std::int64_t j = 0; j < b.cols; ++j) {
+          const std::int64_t at = b.offset + i * b.ld + j, channel = grp * kg + (g.nhwc ? j : i);
+          float v = a.alpha * scratch[static_cast<std::size_t>(i * b.cols + j)];
           if (a.beta != 0.0f) v += a.beta * load_as_float(y.data(), at, y.dtype());
           if (plan.has_bias) v += load_as_float(a.bias.data(), channel, a.bias.dtype());
           if (a.epilogue == Epilogue::bias_relu) v = v > 0.0f ? v : 0.0f;
@@ -238,55 +309,61 @@ void host_forward(BufferView y, BufferView x, BufferView f, const ConvPlan& plan
   }
 }
 
-// dy of image img, group grp, as a pixels x kg fp32 matrix.
-void gather_dy(BufferView dy, const ConvGeometry& g, std::int64_t img, std::int64_t grp, std::vector<float>& out) {
-  const std::int64_t kg = g.kg();
-  out.resize(static_cast<std::size_t>(g.pixels() * kg));
-  for (std::int64_t p = 0; p < g.pixels(); ++p) {
-    for (std::int64_t kk = 0; kk < kg; ++kk) {
-      out[static_cast<std::size_t>(p * kg + kk)] = load_as_float(dy.data(), g.y_at(img, grp * kg + kk, p), dy.dtype());
-    }
+// out[offset + i] = alpha * acc[i] + beta * out[offset + i], rounded once.
+void finish(BufferView out, std::int64_t offset, const std::vector<float>& acc, float alpha, float beta) {
+  for (std::size_t i = 0; i < acc.size(); ++i) {
+    const std::int64_t at = offset + static_cast<std::int64_t>(i);
+    float v = alpha * acc[i];
+    if (beta != 0.0f) v += beta * load_as_float(out.data(), at, out.dtype());
+    store_from_float(out.data(), at, out.dtype(), v);
   }
 }
 
 void host_backward_data(BufferView dx, BufferView dy, BufferView f, const ConvPlan& plan) {
   const ConvGeometry& g = plan.g;
-  const std::vector<float> filter = widen(f, g.k * g.taps());
-  const std::int64_t taps = g.taps(), kg = g.kg(), pixels = g.pixels(), image = g.c * g.h * g.w;
-  std::vector<float> dyg, col(static_cast<std::size_t>(pixels * taps)), acc;
+  const Fp32 dys(dy, g.n * g.k * g.pixels()), fs(f, g.k * g.taps());
+  const std::int64_t taps = g.taps(), kg = g.kg(), pixels = g.pixels();
+  std::vector<float> col(static_cast<std::size_t>(pixels * taps)), acc;
   for (std::int64_t img = 0; img < g.n; ++img) {
-    acc.assign(static_cast<std::size_t>(image), 0.0f);
+    acc.assign(static_cast<std::size_t>(g.c * g.h * g.w), 0.0f);
     for (std::int64_t grp = 0; grp < g.groups; ++grp) {
-      gather_dy(dy, g, img, grp, dyg);
-      // col (pixels x taps) = dy_g (pixels x kg) * filters_g (kg x taps)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(pixels), static_cast<int>(taps),
-                  static_cast<int>(kg), 1.0f, dyg.data(), static_cast<int>(kg), filter.data() + grp * kg * taps,
-                  static_cast<int>(taps), 0.0f, col.data(), static_cast<int>(taps));
-      col2im(col, g, grp, acc);
+      const Block b = y_block(g, img, grp);
+      const float* filters = fs.data + grp * kg * taps;
+      if (g.nhwc) {  // col (pixels x taps) = dy_g (pixels x kg) * filters (kg x taps)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i32(pixels), i32(taps), i32(kg), 1.0f,
+                    dys.data + b.offset, i32(b.ld), filters, i32(taps), 0.0f, col.data(), i32(taps));
+      } else {  // colT (taps x pixels) = filters^T (taps x kg) * dy_g (kg x pixels)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i32(taps), i32(pixels), i32(kg), 1.0f, filters, i32(taps),
+                    dys.data + b.offset, i32(b.ld), 0.0f, col.data(), i32(pixels));
+      }
+      col2im(col, g, grp, acc.data());
     }
-    for (std::int64_t i = 0; i < image; ++i) {
-      finish(dx, img * image + i, acc[static_cast<std::size_t>(i)], plan.args.alpha, plan.args.beta);
-    }
+    finish(dx, img * g.c * g.h * g.w, acc, plan.args.alpha, plan.args.beta);
   }
 }
 
 void host_backward_filter(BufferView df, BufferView x, BufferView dy, const ConvPlan& plan) {
   const ConvGeometry& g = plan.g;
   const std::int64_t taps = g.taps(), kg = g.kg(), pixels = g.pixels();
-  std::vector<float> dyg, col, acc(static_cast<std::size_t>(g.k * taps), 0.0f);
-  for (std::int64_t img = 0; img < g.n; ++img) {
-    for (std::int64_t grp = 0; grp < g.groups; ++grp) {
-      im2col(x.data(), x.dtype(), g, img, grp, col);
-      gather_dy(dy, g, img, grp, dyg);
-      // filters_g (kg x taps) += dy_g^T (kg x pixels) * col (pixels x taps)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(kg), static_cast<int>(taps),
-                  static_cast<int>(pixels), 1.0f, dyg.data(), static_cast<int>(kg), col.data(), static_cast<int>(taps),
-                  1.0f, acc.data() + grp * kg * taps, static_cast<int>(taps));
+  std::vector<float> col, acc(static_cast<std::size_t>(g.k * taps), 0.0f);
+  if (g.n > 0) {
+    const Fp32 xs(x, g.n * g.c * g.h * g.w), dys(dy, g.n * g.k * pixels);
+    for (std::int64_t img = 0; img < g.n; ++img) {
+      for (std::int64_t grp = 0; grp < g.groups; ++grp) {
+        im2col(xs.data, g, img, grp, col);
+        const Block b = y_block(g, img, grp);
+        float* dfilters = acc.data() + grp * kg * taps;
+        if (g.nhwc) {  // dfilters (kg x taps) += dy_g^T (kg x pixels) * col (pixels x taps)
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i32(kg), i32(taps), i32(pixels), 1.0f,
+                      dys.data + b.offset, i32(b.ld), col.data(), i32(taps), 1.0f, dfilters, i32(taps));
+        } else {  // dfilters (kg x taps) += dy_g (kg x pixels) * colT^T (pixels x taps)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i32(kg), i32(taps), i32(pixels), 1.0f,
+                      dys.data + b.offset, i32(b.ld), col.data(), i32(pixels), 1.0f, dfilters, i32(taps));
+        }
+      }
     }
   }
-  for (std::int64_t i = 0; i < g.k * taps; ++i) {
-    finish(df, i, acc[static_cast<std::size_t>(i)], plan.args.alpha, plan.args.beta);
-  }
+  finish(df, 0, acc, plan.args.alpha, plan.args.beta);
 }
 
 // Runs a validated plan: nothing for an empty batch (but the filter gradient, which is then

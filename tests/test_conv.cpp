@@ -327,6 +327,36 @@ TEST_P(ConvTest, NhwcIsNchwWithItsAxesPermuted) {
   EXPECT_NEAR(nchw[0], want, 1e-5);
 }
 
+TEST(ConvBackends, CudnnAgreesWithTheHostModel) {
+  if (gc::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << gc::cuda_unavailable_reason();
+  std::mt19937 rng(99);
+  gc::Stream host, gpu(gc::Device::cuda(0));
+  for (int trial = 0; trial < 10; ++trial) {
+    const gc::ConvArgs a = random_args(rng);
+    for (const DTypeCase& t : kDTypes) {
+      SCOPED_TRACE(describe(a, t.dtype));
+      const auto n = counts(a);
+      const auto x = random_values(n[0], rng), f = random_values(n[2], rng), dy = random_values(n[1], rng);
+      std::vector<float> results[2][3];
+      int side = 0;
+      for (gc::Stream* s : {&host, &gpu}) {
+        const gc::Device d = s->device();
+        gc::Buffer xb = make(x, t.dtype, d, *s), fb = make(f, t.dtype, d, *s), dyb = make(dy, t.dtype, d, *s);
+        gc::Buffer y(n[1], t.dtype, d), dx(n[0], t.dtype, d), df(n[2], t.dtype, d);
+        gc::conv2d_forward(y, xb, fb, a, *s);
+        gc::conv2d_backward_data(dx, dyb, fb, a, *s);
+        gc::conv2d_backward_filter(df, xb, dyb, a, *s);
+        results[side][0] = read(y, *s), results[side][1] = read(dx, *s), results[side][2] = read(df, *s);
+        ++side;
+      }
+      for (int pass = 0; pass < 3; ++pass) {
+        std::vector<double> host_values(results[0][pass].begin(), results[0][pass].end());
+        EXPECT_LT(rel_error(results[1][pass], host_values), t.tolerance) << "pass " << pass;
+      }
+    }
+  }
+}
+
 TEST(ConvHost, BuffersOnAnotherDeviceAreRejected) {
   if (gc::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << gc::cuda_unavailable_reason();
   gc::Stream host;

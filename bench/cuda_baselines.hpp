@@ -1,0 +1,30 @@
+// The peers the wrappers are measured against on a GPU: the same operation called directly
+// through cuBLAS and cuDNN, on the same device buffers, in the same process. No CUDA types here.
+#pragma once
+
+#include <gpucloud/conv.hpp>
+#include <gpucloud/dtype.hpp>
+
+#include <cstdint>
+
+namespace gpucloud::bench {
+
+/// True when the baselines were compiled in (a CUDA build; cuDNN for the convolution).
+bool have_cuda_baselines();
+
+/// Milliseconds of one direct cublasGemmStridedBatchedEx computing row-major C = A B^T (m x n,
+/// inner k, batch products packed back to back) on device @p device, averaged over a few calls
+/// after a warm-up; -1 when cuBLAS has no GemmEx path for these dtypes (fp8) or no baseline.
+double cublas_gemm_ms(int device, const void* a, const void* b, void* c, DType in, DType out, bool tf32, std::int64_t m,
+                      std::int64_t n, std::int64_t k, std::int64_t batch);
+
+/// The convolution passes.
+enum class ConvPassKind { forward, backward_data, backward_filter };
+
+/// Milliseconds of the fastest algorithm cudnnFind*Algorithm measures for this pass (no epilogue),
+/// called directly on the same buffers: forward (y, x, filter), backward_data (dx, dy, filter),
+/// backward_filter (dfilter, x, dy). -1 without cuDNN.
+double cudnn_conv_ms(int device, const ConvArgs& args, ConvPassKind pass, void* out, const void* in1, const void* in2,
+                     DType dtype);
+
+}  // namespace gpucloud::bench
