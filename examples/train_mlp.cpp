@@ -15,6 +15,8 @@
 //   mpirun -np 2 train_mlp ...        data-parallel over MPI ranks (host backend)
 #include <gpucloud/gpucloud.hpp>
 
+#include "example_support.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +30,9 @@
 #include <vector>
 
 namespace gc = gpucloud;
+using examples::normal;
+using examples::read_floats;
+using examples::write_floats;
 
 namespace {
 
@@ -81,20 +86,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// A counter-based generator: the same number for the same (seed, a, b, c) everywhere.
-double normal(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-  auto mix = [](std::uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  const std::uint64_t h = mix(seed ^ mix(a ^ mix(b ^ mix(c))));
-  const double u1 = (static_cast<double>(h >> 11) + 0.5) / 9007199254740992.0;
-  const double u2 = (static_cast<double>(mix(h) >> 11) + 0.5) / 9007199254740992.0;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-}
-
 struct Teacher {
   std::vector<double> w1, w2, w3;
   Teacher() {
@@ -140,14 +131,7 @@ gc::HostBatch make_batch(const Teacher& teacher, int step, int rank, int local, 
     }
     owned->y.data_as<float>()[r] = static_cast<float>(teacher(x));
   }
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    if (dtype == gc::DType::float16)
-      owned->x.data_as<gc::Half>()[i] = gc::Half(xs[i]);
-    else if (dtype == gc::DType::bfloat16)
-      owned->x.data_as<gc::BFloat16>()[i] = gc::BFloat16(xs[i]);
-    else
-      owned->x.data_as<float>()[i] = xs[i];
-  }
+  for (std::size_t i = 0; i < xs.size(); ++i) examples::store(owned->x, i, xs[i]);
   return gc::HostBatch{{owned->x.view(), owned->y.view()}, owned};
 }
 
@@ -163,24 +147,6 @@ struct Checkpoint {
   gc::LossScalerState scaler;
   std::vector<std::vector<float>> truth, m, v;
 };
-
-std::vector<float> read_floats(gc::BufferView view, gc::StreamView s) {
-  gc::Buffer f(view.size(), gc::DType::float32, view.device()),
-      host(view.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
-  gc::cast(f, view, s);
-  gc::copy(host, f, s);
-  s.synchronize();
-  return std::vector<float>(host.data_as<float>(), host.data_as<float>() + view.size());
-}
-
-void write_floats(gc::BufferView dst, const std::vector<float>& v, gc::StreamView s) {
-  gc::Buffer host(v.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned),
-      f(v.size(), gc::DType::float32, dst.device());
-  std::memcpy(host.data(), v.data(), v.size() * 4);
-  gc::copy(f, host, s);
-  gc::cast(dst, f, s);
-  s.synchronize();
-}
 
 void save(const std::string& path, const Checkpoint& c) {
   std::ofstream f(path + ".tmp", std::ios::binary);

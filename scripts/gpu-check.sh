@@ -49,6 +49,7 @@ if run_step configure "$out/configure.log" cmake -S . -B build/gpu "${cfg[@]}" &
   run_step devices_demo "$out/devices_demo.log" build/gpu/examples/devices_demo
   run_step "train_mlp on the GPU" "$out/train_mlp.log" build/gpu/examples/train_mlp --device cuda --steps 1000 \
     --log-every 250 --overflow-at 500
+  run_step "train_cnn on the GPU" "$out/train_cnn.log" build/gpu/examples/train_cnn --device cuda --steps 600
   if python3 -c "import torch, gpucloud; assert torch.cuda.is_available()" 2>/dev/null; then
     run_step "train step vs torch (fp16)" "$out/train_step_torch.log" python3 bench/bench_train_step_torch.py \
       --device cuda --dtype fp16 --json "$out/bench_train_step_torch.json"

@@ -1,0 +1,61 @@
+// What the training examples share: a counter-based normal generator (the same number for the same
+// (seed, a, b, c) on every rank and after a restart), and float values into and out of buffers of
+// any float dtype on any device.
+#pragma once
+
+#include <gpucloud/gpucloud.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace examples {
+
+namespace gc = gpucloud;
+
+/// A standard normal number that is a pure function of (seed, a, b, c).
+inline double normal(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  auto mix = [](std::uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  const std::uint64_t h = mix(seed ^ mix(a ^ mix(b ^ mix(c))));
+  const double u1 = (static_cast<double>(h >> 11) + 0.5) / 9007199254740992.0;
+  const double u2 = (static_cast<double>(mix(h) >> 11) + 0.5) / 9007199254740992.0;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+/// The values of @p view as floats (synchronises @p s).
+inline std::vector<float> read_floats(gc::BufferView view, gc::StreamView s) {
+  gc::Buffer f(view.size(), gc::DType::float32, view.device()),
+      host(view.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
+  gc::cast(f, view, s);
+  gc::copy(host, f, s);
+  s.synchronize();
+  return std::vector<float>(host.data_as<float>(), host.data_as<float>() + view.size());
+}
+
+/// @p v rounded into @p dst's dtype (synchronises @p s).
+inline void write_floats(gc::BufferView dst, const std::vector<float>& v, gc::StreamView s) {
+  gc::Buffer host(v.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned),
+      f(v.size(), gc::DType::float32, dst.device());
+  std::memcpy(host.data(), v.data(), v.size() * 4);
+  gc::copy(f, host, s);
+  gc::cast(dst, f, s);
+  s.synchronize();
+}
+
+/// Stores @p v into element @p i of a host buffer of dtype float32, float16 or bfloat16.
+inline void store(gc::BufferView host, std::size_t i, float v) {
+  if (host.dtype() == gc::DType::float16)
+    host.data_as<gc::Half>()[i] = gc::Half(v);
+  else if (host.dtype() == gc::DType::bfloat16)
+    host.data_as<gc::BFloat16>()[i] = gc::BFloat16(v);
+  else
+    host.data_as<float>()[i] = v;
+}
+
+}  // namespace examples
