@@ -4,6 +4,7 @@
 // reported rather than one bit.
 #include <gpucloud/buffer.hpp>
 #include <gpucloud/communicator.hpp>
+#include <gpucloud/copy.hpp>
 #include <gpucloud/error.hpp>
 #include <gpucloud/grad_buckets.hpp>
 #include <gpucloud/mpi_interop.hpp>
@@ -308,6 +309,44 @@ TEST(CostModel, MeasuredOnThisJobAndUsedByAllReduceAuto) {
   gc::AllReduceCostModel other = m;
   other.nodes += 1;
   EXPECT_THROW(c.set_cost_model(other), gc::InvalidArgument);
+}
+
+// The NCCL backend across the same ranks, one GPU each, when the machine has that many GPUs.
+TEST(Collectives, NcclBackendAgreesWithTheExactAnswers) {
+  auto& c = world();
+  if (gc::cuda_device_count() < c.local_size()) {
+    GTEST_SKIP() << "needs a GPU per rank of the node (" << c.local_size() << "), this machine has "
+                 << gc::cuda_device_count() << " (" << gc::cuda_unavailable_reason() << ")";
+  }
+  gc::Communicator nccl = gc::Communicator::nccl_from_mpi();
+  EXPECT_EQ(nccl.backend(), gc::CommBackend::nccl);
+  EXPECT_EQ(nccl.rank(), c.rank());
+  EXPECT_EQ(nccl.size(), c.size());
+  EXPECT_EQ(nccl.nodes(), c.nodes());
+  gc::Stream s(nccl.device());
+  std::size_t wrong = 0;
+  for_each_dtype([&](gc::DType t) {
+    for (auto op : {gc::ReduceOp::sum, gc::ReduceOp::average, gc::ReduceOp::max, gc::ReduceOp::min}) {
+      if (op == gc::ReduceOp::average && !gc::is_floating(t)) continue;
+      for (std::size_t n : kCounts) {
+        gc::Buffer in = inputs(t, n, c.rank()), flat(n, t), hier(n, t);
+        gc::Buffer d_in(n, t, nccl.device()), d_flat(n, t, nccl.device()), d_hier(n, t, nccl.device());
+        gc::copy(d_in, in, s);
+        nccl.all_reduce(d_in, d_flat, op, s);
+        nccl.hierarchical_all_reduce(d_in, d_hier, op, s);
+        gc::copy(flat, d_flat, s);
+        gc::copy(hier, d_hier, s);
+        s.synchronize();
+        for (std::size_t i = 0; i < n; ++i) {
+          const double want = expected(op, c.size(), i);
+          const double tol = t == gc::DType::float16 || t == gc::DType::bfloat16 ? std::abs(want) * 1e-2 : 1e-9;
+          wrong += std::abs(load(flat, i) - want) > tol;
+          wrong += std::abs(load(hier, i) - want) > tol;
+        }
+      }
+    }
+  });
+  EXPECT_EQ(wrong, 0u);
 }
 
 TEST(Collectives, CommunicatorFromTheCallersMpiCommunicator) {

@@ -1,6 +1,6 @@
 /// @file communicator.hpp
-/// @brief Communicators and stream-ordered collectives (MPI for host buffers; NCCL to come),
-///        with Horovod's hierarchical all-reduce.
+/// @brief Communicators and stream-ordered collectives (NCCL for GPU buffers, MPI for host
+///        buffers), with Horovod's hierarchical all-reduce.
 #pragma once
 
 #include <gpucloud/buffer.hpp>
@@ -8,15 +8,30 @@
 #include <gpucloud/export.hpp>
 #include <gpucloud/stream.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace gpucloud {
 
 /// @brief How values are combined.
 enum class ReduceOp { sum, average, max, min };
+
+/// @brief Which library moves a communicator's data.
+enum class CommBackend : std::uint8_t {
+  mpi,   ///< OpenMPI: host buffers on host streams
+  nccl,  ///< NCCL: device buffers on CUDA streams of the communicator's GPU
+};
+
+/// @brief NCCL's unique id (ncclUniqueId): made by one rank, handed to all by the caller (a
+///        store, MPI, mpi4py, torch.distributed), then every rank joins with it.
+struct NcclUniqueId {
+  std::array<unsigned char, 128> bytes{};  ///< opaque
+};
 
 /// @brief Where this process sits in the job, as the launcher told it.
 struct LaunchInfo {
@@ -38,10 +53,12 @@ GPUCLOUD_API LaunchInfo launch_info_from_environment();
 ///
 /// Every operation is stream-ordered: it runs when the stream reaches it, and the stream's later
 /// work sees its result. On the MPI backend the stream is a host stream and the buffers host
-/// memory. A collective that does not complete within timeout() (GPUCLOUD_COMM_TIMEOUT seconds,
-/// default 600, like PyTorch's NCCL default) raises CommunicationError naming the operation, the
-/// rank and the time waited, at the stream's synchronisation; the communicator is then broken
-/// (every later operation raises too), as after an NCCL abort.
+/// memory; on NCCL, a stream of the communicator's GPU and memory that GPU reaches. A collective
+/// that does not complete within timeout() (GPUCLOUD_COMM_TIMEOUT seconds, default 600, like
+/// PyTorch's NCCL default) raises CommunicationError naming the operation, the rank and the time
+/// waited, at the stream's synchronisation; the communicator is then broken (every later
+/// operation raises too). On NCCL a watchdog thread polls ncclCommGetAsyncError and the age of
+/// every pending collective, and calls ncclCommAbort when one is late or has failed.
 class GPUCLOUD_API Communicator {
  public:
   /// @brief All processes of the MPI job (MPI_Init_thread with MPI_THREAD_MULTIPLE if nobody has
@@ -57,18 +74,36 @@ class GPUCLOUD_API Communicator {
   ///         intra-communicator; Unsupported when built without MPI or without MPI_THREAD_MULTIPLE.
   static Communicator mpi(std::int64_t fortran_handle);
 
+  /// @brief A fresh NCCL unique id (ncclGetUniqueId), for rank 0 to hand to the others.
+  /// @throws Unsupported when built without CUDA/NCCL.
+  static NcclUniqueId nccl_unique_id();
+  /// @brief Rank @p rank of @p size processes, one GPU each (@p device), joined through @p id
+  ///        (ncclCommInitRank; a collective: every rank calls it). Nodes come from the launcher's
+  ///        environment (GPUCLOUD_LOCAL_SIZE overrides) when its size matches, else one node.
+  /// @throws InvalidArgument for a rank outside the size or a non-CUDA device, Unsupported
+  ///         without NCCL, CommunicationError when NCCL fails.
+  static Communicator nccl(const NcclUniqueId& id, int rank, int size, Device device);
+  /// @brief The MPI job's processes over NCCL, rank 0's unique id broadcast through MPI; the GPU
+  ///        is @p device, or cuda(local rank % visible GPUs) when @p device is the host.
+  static Communicator nccl_from_mpi(Device device = Device::host());
+  /// @brief One process driving several GPUs (ncclCommInitAll): a communicator per device, ranks
+  ///        in the order given. Issue their collectives inside comm_group().
+  static std::vector<Communicator> nccl_single_process(const std::vector<Device>& devices);
+
   ~Communicator();
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  int rank() const noexcept;        ///< @brief This process's rank.
-  int size() const noexcept;        ///< @brief Number of processes.
-  int local_rank() const noexcept;  ///< @brief Rank within the node.
-  int local_size() const noexcept;  ///< @brief Processes per node.
-  int node() const noexcept;        ///< @brief Index of this process's node.
-  int nodes() const noexcept;       ///< @brief Number of nodes.
+  CommBackend backend() const noexcept;  ///< @brief Which library moves the data.
+  Device device() const noexcept;        ///< @brief Where the buffers live (the host for MPI).
+  int rank() const noexcept;             ///< @brief This process's rank.
+  int size() const noexcept;             ///< @brief Number of processes.
+  int local_rank() const noexcept;       ///< @brief Rank within the node.
+  int local_size() const noexcept;       ///< @brief Processes per node.
+  int node() const noexcept;             ///< @brief Index of this process's node.
+  int nodes() const noexcept;            ///< @brief Number of nodes.
   /// @brief How long a collective may take before it is a CommunicationError.
   std::chrono::milliseconds timeout() const noexcept;
   /// @brief Changes the timeout for later operations.
@@ -102,10 +137,16 @@ class GPUCLOUD_API Communicator {
   /// @brief True after a timeout or a failed collective; every later operation raises.
   bool broken() const noexcept;
 
+  struct Impl;  ///< the backend (internal)
+
  private:
-  struct Impl;
   explicit Communicator(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+/// @brief Runs @p issue, which enqueues collectives on several communicators of this process (one
+///        per GPU, from Communicator::nccl_single_process), as one NCCL group (ncclGroupStart /
+///        ncclGroupEnd), as NCCL requires when one thread drives several GPUs. Plain call on MPI.
+GPUCLOUD_API void comm_group(const std::function<void()>& issue);
 
 }  // namespace gpucloud

@@ -14,6 +14,7 @@ from ._core import (  # noqa: F401
     BuildInfo,
     Chunk,
     ChunkTimes,
+    CommBackend,
     CommunicationError,
     Communicator,
     ConvLayout,
@@ -55,6 +56,7 @@ from ._core import (  # noqa: F401
     build_info,
     bias_grad,
     cast,
+    comm_group,
     conv2d,
     conv2d_backward_data,
     conv2d_backward_filter,
@@ -92,5 +94,7 @@ def _batches(self, stream):
 
 
 Prefetcher.batches = _batches
+
+from . import distributed  # noqa: E402,F401  (NCCL ids through torchrun's store)
 
 __all__ = [name for name in dir() if not name.startswith("_")]

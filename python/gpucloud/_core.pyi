@@ -17,7 +17,7 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'conv2d', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_output_shape', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'peak_tflops', 'prefetch', 'relu_backward', 'set_default_resource', 'supports']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'comm_group', 'conv2d', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_output_shape', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'peak_tflops', 'prefetch', 'relu_backward', 'set_default_resource', 'supports']
 class DType:
     """
     Element types.
@@ -1072,6 +1072,53 @@ class AllReduceCostModel:
     @nodes.setter
     def nodes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
+class CommBackend:
+    """
+    Which library moves a communicator's data.
+    
+    Members:
+    
+      mpi
+    
+      nccl
+    """
+    __members__: typing.ClassVar[dict[str, CommBackend]]
+    mpi: typing.ClassVar[CommBackend]
+    nccl: typing.ClassVar[CommBackend]
+    @typing.overload
+    def __eq__(self, other: CommBackend) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: CommBackend) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
 class Communicator:
     """
     A group of processes and stream-ordered collectives between them.
@@ -1085,6 +1132,26 @@ class Communicator:
     def mpi_world() -> Communicator:
         """
         All processes of the MPI job (mpirun); nodes from shared memory or GPUCLOUD_LOCAL_SIZE.
+        """
+    @staticmethod
+    def nccl(id: bytes, rank: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex, device: typing.Any) -> Communicator:
+        """
+        Rank `rank` of `size` processes, one GPU each, joined through `id` (every rank calls it).
+        """
+    @staticmethod
+    def nccl_from_mpi(device: typing.Any = None) -> Communicator:
+        """
+        The MPI job's processes over NCCL (the id broadcast through MPI); the GPU is `device`, or the local rank's.
+        """
+    @staticmethod
+    def nccl_single_process(devices: collections.abc.Sequence[typing.Any]) -> list[Communicator]:
+        """
+        One process driving several GPUs: a communicator per device (use comm_group).
+        """
+    @staticmethod
+    def nccl_unique_id() -> bytes:
+        """
+        A fresh NCCL unique id (128 bytes) for rank 0 to hand to the others.
         """
     def all_gather(self, send: typing.Any, recv: typing.Any, stream: Stream) -> None:
         ...
@@ -1109,7 +1176,13 @@ class Communicator:
     def set_cost_model(self, model: AllReduceCostModel) -> None:
         ...
     @property
+    def backend(self) -> CommBackend:
+        ...
+    @property
     def broken(self) -> bool:
+        ...
+    @property
+    def device(self) -> Device:
         ...
     @property
     def local_rank(self) -> int:
@@ -1179,6 +1252,10 @@ def cast(dst: typing.Any, src: typing.Any, stream: Stream) -> None:
 def clip_grad_norm(grads: collections.abc.Iterable, max_norm: typing.SupportsFloat | typing.SupportsIndex, stream: Stream) -> Buffer:
     """
     Scale grads so their global L2 norm is at most max_norm; returns the norm before clipping (a 1-element Buffer on the device, in stream order).
+    """
+def comm_group(issue: collections.abc.Callable) -> None:
+    """
+    Calls issue() and sends the collectives it enqueues on several communicators as one NCCL group.
     """
 def conv2d(y: typing.Any, x: typing.Any, filter: typing.Any, stream: Stream, *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0, epilogue: str = 'none', bias: typing.Any = None) -> None:
     """

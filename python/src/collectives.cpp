@@ -1,7 +1,10 @@
 // Communicators, collectives and gradient buckets.
 #include "interop.hpp"
 
+#include <cstring>
+
 #include <pybind11/chrono.h>
+#include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
 namespace gpucloud::python {
@@ -71,6 +74,9 @@ void bind_collectives(py::module_& m) {
       .def("to_json", &AllReduceCostModel::to_json)
       .def_static("from_json", &AllReduceCostModel::from_json, py::arg("json"));
 
+  py::enum_<CommBackend>(m, "CommBackend", "Which library moves a communicator's data.")
+      .value("mpi", CommBackend::mpi)
+      .value("nccl", CommBackend::nccl);
   py::class_<Communicator>(m, "Communicator", "A group of processes and stream-ordered collectives between them.")
       .def_static(
           "mpi_world",
@@ -97,6 +103,48 @@ void bind_collectives(py::module_& m) {
             return Communicator::mpi(handle);
           },
           py::arg("comm"), "The processes of an existing MPI communicator (mpi4py's, or a Fortran handle), duplicated.")
+      .def_static(
+          "nccl_unique_id",
+          [] {
+            const NcclUniqueId id = Communicator::nccl_unique_id();
+            return py::bytes(reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size());
+          },
+          "A fresh NCCL unique id (128 bytes) for rank 0 to hand to the others.")
+      .def_static(
+          "nccl",
+          [](py::bytes id, int rank, int size, py::handle device) {
+            const std::string raw = id;
+            NcclUniqueId uid;
+            GPUCLOUD_EXPECTS(raw.size() == uid.bytes.size(), "Communicator.nccl",
+                             "id: " + std::to_string(raw.size()) + " bytes, a NCCL unique id has 128");
+            std::memcpy(uid.bytes.data(), raw.data(), raw.size());
+            const Device d = to_device(device);
+            py::gil_scoped_release release;
+            return Communicator::nccl(uid, rank, size, d);
+          },
+          py::arg("id"), py::arg("rank"), py::arg("size"), py::arg("device"),
+          "Rank `rank` of `size` processes, one GPU each, joined through `id` (every rank calls it).")
+      .def_static(
+          "nccl_from_mpi",
+          [](py::object device) {
+            const Device d = device.is_none() ? Device::host() : to_device(device);
+            py::gil_scoped_release release;
+            return Communicator::nccl_from_mpi(d);
+          },
+          py::arg("device") = py::none(),
+          "The MPI job's processes over NCCL (the id broadcast through MPI); the GPU is `device`, or the "
+          "local rank's.")
+      .def_static(
+          "nccl_single_process",
+          [](const std::vector<py::handle>& devices) {
+            std::vector<Device> ds;
+            for (auto d : devices) ds.push_back(to_device(d));
+            py::gil_scoped_release release;
+            return Communicator::nccl_single_process(ds);
+          },
+          py::arg("devices"), "One process driving several GPUs: a communicator per device (use comm_group).")
+      .def_property_readonly("backend", &Communicator::backend)
+      .def_property_readonly("device", &Communicator::device)
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def_property_readonly("local_rank", &Communicator::local_rank)
@@ -164,6 +212,10 @@ void bind_collectives(py::module_& m) {
             c.barrier(stream.view);
           },
           py::arg("stream"));
+
+  m.def(
+      "comm_group", [](py::function issue) { comm_group([&] { issue(); }); }, py::arg("issue"),
+      "Calls issue() and sends the collectives it enqueues on several communicators as one NCCL group.");
 
   py::class_<PyBucketer>(m, "GradBucketer", "DDP-style gradient buckets all-reduced (averaged) as they become ready.")
       .def(py::init([](py::object comm, py::iterable grads, std::size_t bucket_bytes, std::size_t first_bucket_bytes,

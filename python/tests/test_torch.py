@@ -186,3 +186,32 @@ def test_conv2d_and_its_gradients_match_torch(host_stream, layout):
     torch.testing.assert_close(y, to(y_ref), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(dx, to(x.grad), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(dw, to(w.grad), rtol=1e-5, atol=1e-4)
+
+
+def test_the_nccl_unique_id_travels_through_a_torch_store(tmp_path):
+    """What torchrun users do: rank 0 publishes the id, every rank reads the same 128 bytes."""
+    if "built without CUDA" in gc.cuda_unavailable_reason():
+        pytest.skip("built without CUDA, so without NCCL")
+    import threading
+
+    import torch.distributed as dist
+
+    got = {}
+
+    def rank(r):
+        store = dist.FileStore(str(tmp_path / "store"), 2)
+        got[r] = gc.distributed.exchange_nccl_id(store, r)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (1, 0)]  # the reader may come first
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(got[0]) == 128 and got[0] == got[1]
+    store = dist.FileStore(str(tmp_path / "store2"), 1)
+    if "built without CUDA" in gc.cuda_unavailable_reason():
+        return  # no NCCL in this build: Communicator.nccl raises Unsupported
+    with pytest.raises(gc.InvalidArgument, match="device: NCCL communicators live on a GPU"):
+        gc.distributed.nccl_from_store(store, 0, 1, gc.Device.host())
+    with pytest.raises(gc.InvalidArgument, match="128"):
+        gc.Communicator.nccl(b"short", 0, 1, gc.Device.host())

@@ -4,7 +4,9 @@
 #include <gpucloud/error.hpp>
 
 #include "detail/access.hpp"
+#include "detail/communicator_impl.hpp"
 #include "detail/mpi_check.hpp"
+#include "detail/nccl_communicator.hpp"
 #include "detail/nvtx.hpp"
 #include "detail/stream_impl.hpp"
 
@@ -22,12 +24,6 @@
 namespace gpucloud {
 
 namespace {
-
-std::string hostname() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
 
 // ---- fp16 / bf16 on MPI: 2-byte types and reductions that add in fp32 --------------------------
 
@@ -162,17 +158,12 @@ void divide(BufferView v, int size) {
 
 }  // namespace
 
-struct Communicator::Impl {
+// The MPI backend: the communicator's duplicate of the caller's MPI communicator, and the
+// intra-node (local) and cross-node sub-communicators, built once.
+struct MpiCommunicator final : Communicator::Impl {
   MPI_Comm world = MPI_COMM_NULL, local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
-  int rank = 0, size = 1, local_rank = 0, local_size = 1, node = 0, nodes = 1;
-  bool uniform_nodes = true;
-  std::chrono::milliseconds timeout{600000};
-  std::atomic<bool> broken{false};
-  std::mutex order;   // collectives on one communicator are issued in one order on every rank
-  std::string where;  // "host:rank N" for messages
-  std::optional<AllReduceCostModel> model;
 
-  ~Impl() {
+  ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
@@ -226,24 +217,49 @@ struct Communicator::Impl {
 
   // A communicator over a duplicate of @p parent: nodes from GPUCLOUD_LOCAL_SIZE or a
   // shared-memory split, the cross-node communicator, the timeout from GPUCLOUD_COMM_TIMEOUT.
-  static std::unique_ptr<Impl> build(MPI_Comm parent, const char* call);
+  static std::unique_ptr<MpiCommunicator> build(MPI_Comm parent, const char* call);
 
-  void check_usable(const char* op) const {
-    if (broken) {
-      throw CommunicationError(op, where + ": the communicator is broken by an earlier timeout or failure", __FILE__,
-                               __LINE__);
-    }
-  }
+  void all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) override;
+  void hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) override;
+  void reduce_scatter(BufferView send, BufferView recv, ReduceOp op, StreamView stream) override;
+  void all_gather(BufferView send, BufferView recv, StreamView stream) override;
+  void broadcast(BufferView buffer, int root, StreamView stream) override;
+  void barrier(StreamView stream) override;
+  double time_all_reduce(bool intra, std::size_t bytes, int repeats) override;
 };
-
-Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Communicator::~Communicator() = default;
-Communicator::Communicator(Communicator&&) noexcept = default;
-Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 
 Communicator Communicator::mpi_world() {
   ensure_mpi();
-  return Communicator(Impl::build(MPI_COMM_WORLD, "Communicator::mpi_world"));
+  return Communicator(MpiCommunicator::build(MPI_COMM_WORLD, "Communicator::mpi_world"));
+}
+
+Communicator Communicator::nccl_from_mpi(Device device) {
+  constexpr const char* call = "Communicator::nccl_from_mpi";
+  Communicator world = mpi_world();
+  const auto& mpi = static_cast<const MpiCommunicator&>(*world.impl_);
+  if (device.is_host()) {
+    const int gpus = cuda_device_count();
+    GPUCLOUD_EXPECTS(gpus > 0, call, "device: no GPU is visible (" + cuda_unavailable_reason() + ")");
+    device = Device::cuda(mpi.local_rank % gpus);
+  }
+  // Rank 0 makes the id, MPI hands it to everyone (a failure on rank 0 is everyone's).
+  NcclUniqueId id;
+  int ok = 1;
+  std::string why;
+  if (mpi.rank == 0) {
+    try {
+      id = nccl_unique_id();
+    } catch (const Error& e) {
+      ok = 0;
+      why = e.what();
+    }
+  }
+  GPUCLOUD_MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, mpi.world));
+  if (!ok)
+    GPUCLOUD_FAIL(CommunicationError, call,
+                  "rank 0 could not make a NCCL unique id: " + (why.empty() ? std::string("see rank 0") : why));
+  GPUCLOUD_MPI_CHECK(MPI_Bcast(id.bytes.data(), static_cast<int>(id.bytes.size()), MPI_BYTE, 0, mpi.world));
+  return Communicator(detail::make_nccl_communicator(id, mpi.rank, mpi.size, device, mpi.local_size));
 }
 
 Communicator Communicator::mpi(std::int64_t fortran_handle) {
@@ -260,15 +276,15 @@ Communicator Communicator::mpi(std::int64_t fortran_handle) {
   GPUCLOUD_MPI_CHECK(MPI_Comm_test_inter(parent, &inter));
   GPUCLOUD_EXPECTS(!inter, "Communicator::mpi", "fortran_handle: an inter-communicator; pass an intra-communicator");
   ensure_mpi();
-  return Communicator(Impl::build(parent, "Communicator::mpi"));
+  return Communicator(MpiCommunicator::build(parent, "Communicator::mpi"));
 }
 
-std::unique_ptr<Communicator::Impl> Communicator::Impl::build(MPI_Comm parent, const char* call) {
-  auto c = std::make_unique<Impl>();
+std::unique_ptr<MpiCommunicator> MpiCommunicator::build(MPI_Comm parent, const char* call) {
+  auto c = std::make_unique<MpiCommunicator>();
   GPUCLOUD_MPI_CHECK(MPI_Comm_dup(parent, &c->world));
   GPUCLOUD_MPI_CHECK(MPI_Comm_rank(c->world, &c->rank));
   GPUCLOUD_MPI_CHECK(MPI_Comm_size(c->world, &c->size));
-  c->where = hostname() + ":rank " + std::to_string(c->rank);
+  c->where = detail::where(c->rank);
   if (const char* forced = std::getenv("GPUCLOUD_LOCAL_SIZE"); forced != nullptr && *forced != '\0') {
     const int local_size = std::atoi(forced);
     GPUCLOUD_EXPECTS(local_size >= 1 && c->size % local_size == 0, call,
@@ -286,24 +302,8 @@ std::unique_ptr<Communicator::Impl> Communicator::Impl::build(MPI_Comm parent, c
   int sizes[2] = {c->local_size, -c->local_size};
   GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, c->world));
   c->uniform_nodes = sizes[0] == -sizes[1];
-  if (const char* t = std::getenv("GPUCLOUD_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
-    c->timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::atof(t) * 1000.0));
-  }
+  c->timeout = detail::timeout_from_environment();
   return c;
-}
-
-int Communicator::rank() const noexcept { return impl_->rank; }
-int Communicator::size() const noexcept { return impl_->size; }
-int Communicator::local_rank() const noexcept { return impl_->local_rank; }
-int Communicator::local_size() const noexcept { return impl_->local_size; }
-int Communicator::node() const noexcept { return impl_->node; }
-int Communicator::nodes() const noexcept { return impl_->nodes; }
-std::chrono::milliseconds Communicator::timeout() const noexcept { return impl_->timeout; }
-bool Communicator::broken() const noexcept { return impl_->broken; }
-
-void Communicator::set_timeout(std::chrono::milliseconds timeout) {
-  GPUCLOUD_EXPECTS(timeout.count() > 0, "Communicator::set_timeout", "timeout: must be positive");
-  impl_->timeout = timeout;
 }
 
 namespace {
@@ -337,11 +337,10 @@ const void* send_or_in_place(BufferView send, BufferView recv) {
 
 }  // namespace
 
-void Communicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
+void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
   constexpr const char* call = "Communicator::all_reduce";
-  impl_->check_usable(call);
   check_all_reduce(send, recv, op, stream, call);
-  Impl* c = impl_.get();
+  MpiCommunicator* c = this;
   launch_host_func(stream, [c, send, recv, op] {
     detail::NvtxRange range("gpucloud all_reduce");
     std::lock_guard<std::mutex> lock(c->order);
@@ -355,12 +354,10 @@ void Communicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, Str
   });
 }
 
-void Communicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
+void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
   constexpr const char* call = "Communicator::hierarchical_all_reduce";
-  impl_->check_usable(call);
   check_all_reduce(send, recv, op, stream, call);
-  GPUCLOUD_EXPECTS(impl_->uniform_nodes, call, "nodes have different numbers of processes");
-  Impl* c = impl_.get();
+  MpiCommunicator* c = this;
   launch_host_func(stream, [c, send, recv, op] {
     detail::NvtxRange range("gpucloud hierarchical_all_reduce");
     std::lock_guard<std::mutex> lock(c->order);
@@ -394,18 +391,13 @@ void Communicator::hierarchical_all_reduce(BufferView send, BufferView recv, Red
   });
 }
 
-void Communicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
+void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
   constexpr const char* call = "Communicator::reduce_scatter";
-  impl_->check_usable(call);
   check_host(send, stream, call, "send");
   check_host(recv, stream, call, "recv");
-  GPUCLOUD_EXPECTS(send.dtype() == recv.dtype(), call, "recv: must match send's dtype");
-  GPUCLOUD_EXPECTS(send.size() == recv.size() * static_cast<std::size_t>(impl_->size), call,
-                   "send: " + std::to_string(send.size()) + " elements, expected size() * recv = " +
-                       std::to_string(recv.size() * static_cast<std::size_t>(impl_->size)));
   check_reduction(op, send.dtype(), call);
   detail::check_no_overlap(recv, send, call, "send");
-  Impl* c = impl_.get();
+  MpiCommunicator* c = this;
   launch_host_func(stream, [c, send, recv, op] {
     std::lock_guard<std::mutex> lock(c->order);
     c->check_usable(call);
@@ -418,18 +410,13 @@ void Communicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp op,
   });
 }
 
-void Communicator::all_gather(BufferView send, BufferView recv, StreamView stream) {
+void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView stream) {
   constexpr const char* call = "Communicator::all_gather";
-  impl_->check_usable(call);
   check_host(send, stream, call, "send");
   check_host(recv, stream, call, "recv");
-  GPUCLOUD_EXPECTS(send.dtype() == recv.dtype(), call, "recv: must match send's dtype");
-  GPUCLOUD_EXPECTS(recv.size() == send.size() * static_cast<std::size_t>(impl_->size), call,
-                   "recv: " + std::to_string(recv.size()) + " elements, expected size() * send = " +
-                       std::to_string(send.size() * static_cast<std::size_t>(impl_->size)));
   (void)mpi_type(send.dtype(), call);
   detail::check_no_overlap(recv, send, call, "send");
-  Impl* c = impl_.get();
+  MpiCommunicator* c = this;
   launch_host_func(stream, [c, send, recv] {
     std::lock_guard<std::mutex> lock(c->order);
     c->check_usable(call);
@@ -442,14 +429,11 @@ void Communicator::all_gather(BufferView send, BufferView recv, StreamView strea
   });
 }
 
-void Communicator::broadcast(BufferView buffer, int root, StreamView stream) {
+void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) {
   constexpr const char* call = "Communicator::broadcast";
-  impl_->check_usable(call);
   check_host(buffer, stream, call, "buffer");
-  GPUCLOUD_EXPECTS(root >= 0 && root < impl_->size, call,
-                   "root: " + std::to_string(root) + " is not a rank of " + std::to_string(impl_->size));
   (void)mpi_type(buffer.dtype(), call);
-  Impl* c = impl_.get();
+  MpiCommunicator* c = this;
   launch_host_func(stream, [c, buffer, root] {
     std::lock_guard<std::mutex> lock(c->order);
     c->check_usable(call);
@@ -461,11 +445,10 @@ void Communicator::broadcast(BufferView buffer, int root, StreamView stream) {
   });
 }
 
-void Communicator::barrier(StreamView stream) {
+void MpiCommunicator::barrier(StreamView stream) {
   constexpr const char* call = "Communicator::barrier";
-  impl_->check_usable(call);
   GPUCLOUD_EXPECTS(stream.device().is_host(), call, "stream: the MPI backend runs on host streams");
-  Impl* c = impl_.get();
+  MpiCommunicator* c = this;
   launch_host_func(stream, [c] {
     std::lock_guard<std::mutex> lock(c->order);
     c->check_usable(call);
@@ -479,62 +462,18 @@ void Communicator::barrier(StreamView stream) {
 
 namespace gpucloud {
 
-AllReduceCostModel Communicator::measure_cost_model(StreamView stream) {
-  constexpr const char* call = "Communicator::measure_cost_model";
-  impl_->check_usable(call);
-  stream.synchronize();  // ordered after the collectives enqueued before
-  Impl& c = *impl_;
-  std::lock_guard<std::mutex> lock(c.order);
-  // Seconds per all-reduce of `bytes` on `comm` (every rank times its own group; the slowest counts).
-  auto seconds = [&](MPI_Comm comm, std::size_t bytes, int reps) {
-    std::vector<float> buf(std::max<std::size_t>(bytes / 4, 1));
+double MpiCommunicator::time_all_reduce(bool intra, std::size_t bytes, int repeats) {
+  const MPI_Comm comm = intra ? local : cross;
+  std::vector<float> buf(std::max<std::size_t>(bytes / 4, 1));
+  GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, comm));
+  GPUCLOUD_MPI_CHECK(MPI_Barrier(world));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < repeats; ++i) {
     GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, comm));
-    GPUCLOUD_MPI_CHECK(MPI_Barrier(c.world));
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) {
-      GPUCLOUD_MPI_CHECK(
-          MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, comm));
-    }
-    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-    GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, c.world));
-    return t;
-  };
-  // Fit T(S) = 2(p-1) alpha + 2(p-1)/p S beta from a tiny and a large all-reduce.
-  auto fit = [&](MPI_Comm comm, int p) {
-    LinkCost link;
-    const double small = seconds(comm, 8, 50);
-    const std::size_t big_bytes = std::size_t{4} << 20;
-    const double big = seconds(comm, big_bytes, 5);
-    if (p <= 1) return link;
-    link.alpha = small / (2.0 * (p - 1));
-    link.beta = std::max(big - small, 0.0) / (2.0 * (p - 1) / p * static_cast<double>(big_bytes));
-    return link;
-  };
-  AllReduceCostModel m;
-  m.local_size = c.local_size;
-  m.nodes = c.nodes;
-  m.intra = fit(c.local, c.local_size);
-  m.inter = c.nodes > 1 ? fit(c.cross, c.nodes) : m.intra;
-  c.model = m;
-  return m;
-}
-
-void Communicator::set_cost_model(const AllReduceCostModel& model) {
-  GPUCLOUD_EXPECTS(model.local_size == impl_->local_size && model.nodes == impl_->nodes, "Communicator::set_cost_model",
-                   "model: measured for " + std::to_string(model.nodes) + " node(s) of " +
-                       std::to_string(model.local_size) + ", this job has " + std::to_string(impl_->nodes) + " of " +
-                       std::to_string(impl_->local_size));
-  impl_->model = model;
-}
-
-void Communicator::all_reduce_auto(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
-  const bool hierarchical = impl_->model && impl_->nodes > 1 && impl_->local_size > 1 && impl_->uniform_nodes &&
-                            impl_->model->prefer_hierarchical(send.size_bytes());
-  if (hierarchical) {
-    hierarchical_all_reduce(send, recv, op, stream);
-  } else {
-    all_reduce(send, recv, op, stream);
   }
+  double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / repeats;
+  GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, world));
+  return t;
 }
 
 }  // namespace gpucloud

@@ -1,0 +1,56 @@
+"""Building NCCL communicators in scripts launched by torchrun (or anything with a key-value store).
+
+NCCL needs one unique id, made by rank 0 and handed to every rank. Under ``mpirun`` use
+``Communicator.nccl_from_mpi()``; with mpi4py, broadcast ``Communicator.nccl_unique_id()``
+yourself. Under ``torchrun`` the launcher already runs a key-value store; these helpers pass
+the id through it (or through any object with ``set(key, bytes)`` and a blocking
+``get(key) -> bytes``, such as ``torch.distributed.TCPStore`` or ``FileStore``)::
+
+    comm = gpucloud.distributed.nccl_from_torchrun()        # RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*
+"""
+import os
+
+from ._core import Communicator, Device, cuda_device_count
+
+DEFAULT_KEY = "gpucloud/nccl_unique_id"
+
+
+def exchange_nccl_id(store, rank, key=DEFAULT_KEY):
+    """Rank 0 makes a NCCL unique id and publishes it under ``key``; every rank returns it (the
+    others wait for it: ``store.get`` blocks until the key exists or the store times out)."""
+    if rank == 0:
+        store.set(key, Communicator.nccl_unique_id())
+    return bytes(store.get(key))
+
+
+def nccl_from_store(store, rank, size, device=None, key=DEFAULT_KEY):
+    """A NCCL communicator, its unique id exchanged through ``store``; the GPU is ``device`` or
+    ``cuda:(rank % visible GPUs)``. A collective: every rank calls it."""
+    if not 0 <= rank < size:
+        raise ValueError(f"rank: {rank} is not a rank of {size}")
+    if device is None:
+        gpus = cuda_device_count()
+        if gpus == 0:
+            raise RuntimeError("device: no GPU is visible, and NCCL communicators live on GPUs")
+        device = Device.cuda(rank % gpus)
+    return Communicator.nccl(exchange_nccl_id(store, rank, key), rank, size, device)
+
+
+def nccl_from_torchrun(device=None, key=DEFAULT_KEY, timeout_seconds=300):
+    """Under ``torchrun``: joins the launcher's store at MASTER_ADDR:MASTER_PORT as a client
+    (torchrun's agent hosts it), exchanges the id, and builds the communicator on
+    ``cuda:LOCAL_RANK`` unless ``device`` is given. Needs PyTorch."""
+    import datetime
+
+    import torch.distributed as dist
+
+    env = os.environ
+    missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in env]
+    if missing:
+        raise RuntimeError(f"nccl_from_torchrun: {', '.join(missing)} not set: not launched by torchrun")
+    rank, size = int(env["RANK"]), int(env["WORLD_SIZE"])
+    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), size, False,
+                          datetime.timedelta(seconds=timeout_seconds))
+    if device is None and "LOCAL_RANK" in env:
+        device = Device.cuda(int(env["LOCAL_RANK"]))
+    return nccl_from_store(store, rank, size, device, key)

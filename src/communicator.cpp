@@ -1,0 +1,151 @@
+// Communicator's backend-independent layer: accessors, the timeout, the cost model and the
+// automatic flat/hierarchical choice; every operation forwards to the backend (MPI or NCCL).
+#include <gpucloud/communicator.hpp>
+#include <gpucloud/error.hpp>
+
+#include "detail/communicator_impl.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace gpucloud {
+
+namespace detail {
+
+std::chrono::milliseconds timeout_from_environment() {
+  if (const char* t = std::getenv("GPUCLOUD_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
+    const double seconds = std::atof(t);
+    GPUCLOUD_EXPECTS(seconds > 0, "Communicator",
+                     std::string("GPUCLOUD_COMM_TIMEOUT: '") + t + "' is not a positive number of seconds");
+    return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+  }
+  return std::chrono::milliseconds(600000);
+}
+
+std::string where(int rank) {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return std::string(name) + ":rank " + std::to_string(rank);
+}
+
+}  // namespace detail
+
+void Communicator::Impl::check_usable(const char* op) const {
+  if (broken) {
+    throw CommunicationError(op, where + ": the communicator is broken by an earlier timeout or failure", __FILE__,
+                             __LINE__);
+  }
+}
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+
+CommBackend Communicator::backend() const noexcept { return impl_->backend; }
+Device Communicator::device() const noexcept { return impl_->device; }
+int Communicator::rank() const noexcept { return impl_->rank; }
+int Communicator::size() const noexcept { return impl_->size; }
+int Communicator::local_rank() const noexcept { return impl_->local_rank; }
+int Communicator::local_size() const noexcept { return impl_->local_size; }
+int Communicator::node() const noexcept { return impl_->node; }
+int Communicator::nodes() const noexcept { return impl_->nodes; }
+std::chrono::milliseconds Communicator::timeout() const noexcept { return impl_->timeout; }
+bool Communicator::broken() const noexcept { return impl_->broken; }
+
+void Communicator::set_timeout(std::chrono::milliseconds timeout) {
+  GPUCLOUD_EXPECTS(timeout.count() > 0, "Communicator::set_timeout", "timeout: must be positive");
+  impl_->timeout = timeout;
+}
+
+void Communicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
+  impl_->check_usable("Communicator::all_reduce");
+  impl_->all_reduce(send, recv, op, stream);
+}
+
+void Communicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
+  constexpr const char* call = "Communicator::hierarchical_all_reduce";
+  impl_->check_usable(call);
+  GPUCLOUD_EXPECTS(impl_->uniform_nodes, call, "nodes have different numbers of processes");
+  impl_->hierarchical_all_reduce(send, recv, op, stream);
+}
+
+void Communicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
+  constexpr const char* call = "Communicator::reduce_scatter";
+  impl_->check_usable(call);
+  GPUCLOUD_EXPECTS(send.dtype() == recv.dtype(), call, "recv: must match send's dtype");
+  GPUCLOUD_EXPECTS(send.size() == recv.size() * static_cast<std::size_t>(impl_->size), call,
+                   "send: " + std::to_string(send.size()) + " elements, expected size() * recv = " +
+                       std::to_string(recv.size() * static_cast<std::size_t>(impl_->size)));
+  impl_->reduce_scatter(send, recv, op, stream);
+}
+
+void Communicator::all_gather(BufferView send, BufferView recv, StreamView stream) {
+  constexpr const char* call = "Communicator::all_gather";
+  impl_->check_usable(call);
+  GPUCLOUD_EXPECTS(send.dtype() == recv.dtype(), call, "recv: must match send's dtype");
+  GPUCLOUD_EXPECTS(recv.size() == send.size() * static_cast<std::size_t>(impl_->size), call,
+                   "recv: " + std::to_string(recv.size()) + " elements, expected size() * send = " +
+                       std::to_string(send.size() * static_cast<std::size_t>(impl_->size)));
+  impl_->all_gather(send, recv, stream);
+}
+
+void Communicator::broadcast(BufferView buffer, int root, StreamView stream) {
+  constexpr const char* call = "Communicator::broadcast";
+  impl_->check_usable(call);
+  GPUCLOUD_EXPECTS(root >= 0 && root < impl_->size, call,
+                   "root: " + std::to_string(root) + " is not a rank of " + std::to_string(impl_->size));
+  impl_->broadcast(buffer, root, stream);
+}
+
+void Communicator::barrier(StreamView stream) {
+  impl_->check_usable("Communicator::barrier");
+  impl_->barrier(stream);
+}
+
+AllReduceCostModel Communicator::measure_cost_model(StreamView stream) {
+  impl_->check_usable("Communicator::measure_cost_model");
+  stream.synchronize();  // ordered after the collectives enqueued before
+  Impl& c = *impl_;
+  std::lock_guard<std::mutex> lock(c.order);
+  // Fit T(S) = 2(p-1) alpha + 2(p-1)/p S beta from a tiny and a large all-reduce.
+  auto fit = [&](bool intra, int p) {
+    LinkCost link;
+    const double small = c.time_all_reduce(intra, 8, 50);
+    const std::size_t big_bytes = std::size_t{4} << 20;
+    const double big = c.time_all_reduce(intra, big_bytes, 5);
+    if (p <= 1) return link;
+    link.alpha = small / (2.0 * (p - 1));
+    link.beta = std::max(big - small, 0.0) / (2.0 * (p - 1) / p * static_cast<double>(big_bytes));
+    return link;
+  };
+  AllReduceCostModel m;
+  m.local_size = c.local_size;
+  m.nodes = c.nodes;
+  m.intra = fit(true, c.local_size);
+  m.inter = c.nodes > 1 ? fit(false, c.nodes) : m.intra;
+  c.model = m;
+  return m;
+}
+
+void Communicator::set_cost_model(const AllReduceCostModel& model) {
+  GPUCLOUD_EXPECTS(model.local_size == impl_->local_size && model.nodes == impl_->nodes, "Communicator::set_cost_model",
+                   "model: measured for " + std::to_string(model.nodes) + " node(s) of " +
+                       std::to_string(model.local_size) + ", this job has " + std::to_string(impl_->nodes) + " of " +
+                       std::to_string(impl_->local_size));
+  impl_->model = model;
+}
+
+void Communicator::all_reduce_auto(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
+  const bool hierarchical = impl_->model && impl_->nodes > 1 && impl_->local_size > 1 && impl_->uniform_nodes &&
+                            impl_->model->prefer_hierarchical(send.size_bytes());
+  if (hierarchical) {
+    hierarchical_all_reduce(send, recv, op, stream);
+  } else {
+    all_reduce(send, recv, op, stream);
+  }
+}
+
+}  // namespace gpucloud

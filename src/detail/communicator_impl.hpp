@@ -1,0 +1,52 @@
+// Internal: what a Communicator backend (MPI: src/mpi/, NCCL: src/cuda/) provides (not API).
+#pragma once
+
+#include <gpucloud/communicator.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace gpucloud {
+
+/// The state every backend shares, and its operations. Public entry points validate what is
+/// backend-independent; the backend checks memory and devices and enqueues the work.
+struct Communicator::Impl {
+  virtual ~Impl() = default;
+
+  CommBackend backend = CommBackend::mpi;
+  Device device = Device::host();  // where its buffers live (host for MPI)
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, node = 0, nodes = 1;
+  bool uniform_nodes = true;
+  std::chrono::milliseconds timeout{600000};
+  std::atomic<bool> broken{false};
+  std::mutex order;   // collectives on one communicator are issued in one order on every rank
+  std::string where;  // "host:rank N" for messages
+  std::optional<AllReduceCostModel> model;
+
+  /// Throws CommunicationError when an earlier timeout or failure broke the communicator.
+  void check_usable(const char* op) const;
+
+  virtual void all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) = 0;
+  virtual void hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) = 0;
+  virtual void reduce_scatter(BufferView send, BufferView recv, ReduceOp op, StreamView stream) = 0;
+  virtual void all_gather(BufferView send, BufferView recv, StreamView stream) = 0;
+  virtual void broadcast(BufferView buffer, int root, StreamView stream) = 0;
+  virtual void barrier(StreamView stream) = 0;
+  /// Seconds per all-reduce of @p bytes within the node (intra) or across nodes (!intra), the
+  /// slowest rank's; a collective (every rank calls it). Synchronous.
+  virtual double time_all_reduce(bool intra, std::size_t bytes, int repeats) = 0;
+};
+
+namespace detail {
+
+/// GPUCLOUD_COMM_TIMEOUT (seconds, fractions allowed) or the default of 600 s.
+std::chrono::milliseconds timeout_from_environment();
+
+/// "hostname:rank N", for messages.
+std::string where(int rank);
+
+}  // namespace detail
+}  // namespace gpucloud

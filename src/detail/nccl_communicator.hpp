@@ -1,0 +1,16 @@
+// Internal: building NCCL communicators (src/cuda/nccl_communicator.cpp, or src/nccl_disabled.cpp
+// in builds without CUDA). Not API.
+#pragma once
+
+#include "detail/communicator_impl.hpp"
+
+#include <memory>
+
+namespace gpucloud::detail {
+
+/// Rank @p rank of @p size on @p device joined through @p id; ranks [k L, (k+1) L) form node k
+/// for @p local_size L (which divides @p size). A collective over the @p size ranks.
+std::unique_ptr<Communicator::Impl> make_nccl_communicator(const NcclUniqueId& id, int rank, int size, Device device,
+                                                           int local_size);
+
+}  // namespace gpucloud::detail

@@ -1,0 +1,29 @@
+// Communicator's NCCL entry points in builds without CUDA: a clear Unsupported; comm_group() is
+// then a plain call (MPI collectives need no grouping).
+#include <gpucloud/error.hpp>
+
+#include "detail/nccl_communicator.hpp"
+
+namespace gpucloud {
+
+namespace {
+[[noreturn]] void no_nccl(const char* call) {
+  GPUCLOUD_FAIL(Unsupported, call,
+                "gpucloud was built without CUDA, so without NCCL (GPUCLOUD_CUDA=OFF or no toolkit)");
+}
+}  // namespace
+
+namespace detail {
+std::unique_ptr<Communicator::Impl> make_nccl_communicator(const NcclUniqueId&, int, int, Device, int) {
+  no_nccl("Communicator::nccl");
+}
+}  // namespace detail
+
+NcclUniqueId Communicator::nccl_unique_id() { no_nccl("Communicator::nccl_unique_id"); }
+Communicator Communicator::nccl(const NcclUniqueId&, int, int, Device) { no_nccl("Communicator::nccl"); }
+std::vector<Communicator> Communicator::nccl_single_process(const std::vector<Device>&) {
+  no_nccl("Communicator::nccl_single_process");
+}
+void comm_group(const std::function<void()>& issue) { issue(); }
+
+}  // namespace gpucloud

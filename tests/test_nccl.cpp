@@ -1,0 +1,120 @@
+// The NCCL backend in one process: argument checks that need no GPU, and on a GPU a one-rank
+// communicator (both constructors) through every operation and dtype, comm_group, and the errors
+// for memory and streams it cannot use. Multi-rank NCCL runs in test_collectives under mpirun when
+// there are as many GPUs as ranks.
+#include <gpucloud/buffer.hpp>
+#include <gpucloud/communicator.hpp>
+#include <gpucloud/copy.hpp>
+#include <gpucloud/error.hpp>
+#include <gpucloud/stream.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace gc = gpucloud;
+
+namespace {
+
+bool cuda_built() { return gc::cuda_unavailable_reason().find("built without CUDA") == std::string::npos; }
+
+}  // namespace
+
+TEST(Nccl, BadArgumentsAreTypedErrorsBeforeAnyGpuWork) {
+  const gc::NcclUniqueId id{};
+  if (!cuda_built()) {
+    EXPECT_THROW(gc::Communicator::nccl(id, 0, 1, gc::Device::host()), gc::Unsupported);
+    EXPECT_THROW(gc::Communicator::nccl_unique_id(), gc::Unsupported);
+    EXPECT_THROW(gc::Communicator::nccl_single_process({}), gc::Unsupported);
+    int calls = 0;
+    gc::comm_group([&] { ++calls; });  // a plain call without NCCL
+    EXPECT_EQ(calls, 1);
+    return;
+  }
+  EXPECT_THROW(gc::Communicator::nccl(id, 0, 1, gc::Device::host()), gc::InvalidArgument);
+  EXPECT_THROW(gc::Communicator::nccl(id, 2, 2, gc::Device::host()), gc::InvalidArgument);
+  EXPECT_THROW(gc::Communicator::nccl(id, -1, 2, gc::Device::host()), gc::InvalidArgument);
+  EXPECT_THROW(gc::Communicator::nccl_single_process({}), gc::InvalidArgument);
+  EXPECT_THROW(gc::Communicator::nccl_single_process({gc::Device::host()}), gc::InvalidArgument);
+  try {
+    gc::Communicator::nccl(id, 0, 1, gc::Device::host());
+  } catch (const gc::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("device: NCCL communicators live on a GPU"), std::string::npos) << e.what();
+  }
+}
+
+class NcclOnOneGpu : public ::testing::TestWithParam<bool> {  // true: nccl(id, 0, 1); false: single-process
+ protected:
+  void SetUp() override {
+    if (gc::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << gc::cuda_unavailable_reason();
+  }
+  gc::Communicator make() {
+    if (GetParam()) return gc::Communicator::nccl(gc::Communicator::nccl_unique_id(), 0, 1, gc::Device::cuda(0));
+    auto all = gc::Communicator::nccl_single_process({gc::Device::cuda(0)});
+    return std::move(all.front());
+  }
+};
+
+TEST_P(NcclOnOneGpu, EveryOperationAndDtypeOnOneRank) {
+  gc::Communicator c = make();
+  EXPECT_EQ(c.backend(), gc::CommBackend::nccl);
+  EXPECT_EQ(c.device(), gc::Device::cuda(0));
+  EXPECT_EQ(c.rank(), 0);
+  EXPECT_EQ(c.size(), 1);
+  gc::Stream s(gc::Device::cuda(0));
+  for (auto t : {gc::DType::float32, gc::DType::float64, gc::DType::int32, gc::DType::int64}) {
+    const std::size_t n = 1001;
+    gc::Buffer host(n, t, gc::Device::host(), gc::MemoryKind::pinned),
+        back(n, t, gc::Device::host(), gc::MemoryKind::pinned);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (t == gc::DType::float32) host.data_as<float>()[i] = static_cast<float>(i);
+      if (t == gc::DType::float64) host.data_as<double>()[i] = static_cast<double>(i);
+      if (t == gc::DType::int32) host.data_as<std::int32_t>()[i] = static_cast<std::int32_t>(i);
+      if (t == gc::DType::int64) host.data_as<std::int64_t>()[i] = static_cast<std::int64_t>(i);
+    }
+    gc::Buffer a(n, t, gc::Device::cuda(0)), b(n, t, gc::Device::cuda(0));
+    gc::copy(a, host, s);
+    c.all_reduce(a, b, gc::ReduceOp::sum, s);               // one rank: b = a
+    c.hierarchical_all_reduce(b, b, gc::ReduceOp::max, s);  // in place
+    c.broadcast(b, 0, s);
+    c.reduce_scatter(b, a, gc::ReduceOp::min, s);
+    c.all_gather(a, b, s);
+    c.barrier(s);
+    gc::copy(back, b, s);
+    s.synchronize();
+    EXPECT_EQ(std::memcmp(back.data(), host.data(), n * gc::dtype_size(t)), 0) << gc::dtype_name(t);
+  }
+  // comm_group: the collectives are issued as one NCCL group, then tracked.
+  gc::Buffer x(8, gc::DType::float32, gc::Device::cuda(0));
+  gc::comm_group([&] {
+    c.all_reduce(x, x, gc::ReduceOp::sum, s);
+    c.all_reduce(x, x, gc::ReduceOp::average, s);
+  });
+  s.synchronize();
+  EXPECT_FALSE(c.broken());
+}
+
+TEST_P(NcclOnOneGpu, MemoryAndStreamsItCannotUseAreRejected) {
+  gc::Communicator c = make();
+  gc::Stream gpu(gc::Device::cuda(0)), host_stream;
+  gc::Buffer device(4, gc::DType::float32, gc::Device::cuda(0));
+  std::vector<float> pageable(4);
+  gc::BufferView pageable_view(pageable.data(), 4, gc::DType::float32, gc::MemoryKind::host, gc::Device::host());
+  EXPECT_THROW(c.all_reduce(pageable_view, pageable_view, gc::ReduceOp::sum, gpu), gc::InvalidArgument);
+  EXPECT_THROW(c.all_reduce(device, device, gc::ReduceOp::sum, host_stream), gc::InvalidArgument);
+  gc::Buffer ints(4, gc::DType::int32, gc::Device::cuda(0));
+  EXPECT_THROW(c.all_reduce(ints, ints, gc::ReduceOp::average, gpu), gc::InvalidArgument);
+  EXPECT_THROW(c.all_reduce(device, ints, gc::ReduceOp::sum, gpu), gc::InvalidArgument);
+  EXPECT_THROW(c.broadcast(device, 1, gpu), gc::InvalidArgument);
+  EXPECT_FALSE(c.broken());  // rejected calls break nothing
+  c.all_reduce(device, device, gc::ReduceOp::sum, gpu);
+  gpu.synchronize();
+}
+
+std::string constructor_name(const ::testing::TestParamInfo<bool>& p) { return p.param ? "InitRank" : "SingleProcess"; }
+
+INSTANTIATE_TEST_SUITE_P(Constructors, NcclOnOneGpu, ::testing::Values(true, false), constructor_name);
