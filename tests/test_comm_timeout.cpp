@@ -1,6 +1,7 @@
-// A rank that never joins: the others get a CommunicationError within the timeout instead of
-// hanging, and the communicator is broken afterwards. The job cannot finalise MPI cleanly with
-// a collective left pending, so every rank leaves with _Exit and CTest reads the report.
+// A rank that never joins (default), or that exits at once ("exits"): the others get a
+// CommunicationError within the timeout instead of hanging, and the communicator is broken
+// afterwards. The job cannot finalise MPI cleanly with a collective left pending, so every rank
+// leaves with _Exit and CTest reads the report.
 #include <gpucloud/buffer.hpp>
 #include <gpucloud/communicator.hpp>
 #include <gpucloud/error.hpp>
@@ -14,10 +15,11 @@
 
 namespace gc = gpucloud;
 
-int main() {
+int main(int argc, char** argv) {
+  const bool exits = argc > 1 && std::string(argv[1]) == "exits";
   gc::Communicator c = gc::Communicator::mpi_world();
-  if (c.rank() != 0) {  // never joins
-    std::this_thread::sleep_for(std::chrono::seconds(4));
+  if (c.rank() != 0) {  // never joins: waits, or leaves the job at once
+    if (!exits) std::this_thread::sleep_for(std::chrono::seconds(4));
     std::fflush(stdout);
     std::_Exit(0);
   }
