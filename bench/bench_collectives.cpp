@@ -6,7 +6,11 @@
 //
 //   mpirun -np 4 bench_collectives [--benchmark_out=c.json --benchmark_out_format=json]
 //   GPUCLOUD_LOCAL_SIZE=2 mpirun -np 4 bench_collectives     (2 simulated nodes: hierarchical)
+//   mpirun -np 8 bench_collectives --nccl    (GPU buffers through the NCCL backend, one GPU per
+//                                            rank; the baseline is a raw ncclAllReduce)
 #include <gpucloud/gpucloud.hpp>
+
+#include "cuda_baselines.hpp"
 
 #include <benchmark/benchmark.h>
 #include <mpi.h>
@@ -19,12 +23,25 @@ namespace gc = gpucloud;
 
 namespace {
 
+bool use_nccl = false;  // --nccl
+
 gc::Communicator& comm() {
-  static gc::Communicator c = gc::Communicator::mpi_world();
+  static gc::Communicator c = use_nccl ? gc::Communicator::nccl_from_mpi() : gc::Communicator::mpi_world();
   return c;
 }
 
-enum Kind { kFlat = 0, kHierarchical = 1, kRawMpi = 2, kReduceScatter = 3, kAllGather = 4 };
+// The raw ncclAllReduce baseline: its own NCCL communicator, the id broadcast through MPI.
+gc::bench::RawNccl* raw() {
+  static std::shared_ptr<gc::bench::RawNccl> r = [] {
+    gc::NcclUniqueId id;
+    if (comm().rank() == 0) id = gc::Communicator::nccl_unique_id();
+    MPI_Bcast(id.bytes.data(), static_cast<int>(id.bytes.size()), MPI_BYTE, 0, MPI_COMM_WORLD);
+    return gc::bench::raw_nccl(id, comm().rank(), comm().size(), comm().device().index());
+  }();
+  return r.get();
+}
+
+enum Kind { kFlat = 0, kHierarchical = 1, kRaw = 2, kReduceScatter = 3, kAllGather = 4 };
 
 // args: kind, bytes (float32 elements = bytes / 4)
 void BM_Collective(benchmark::State& state) {
@@ -33,10 +50,16 @@ void BM_Collective(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(1));
   const std::size_t n = std::max<std::size_t>(bytes / 4, static_cast<std::size_t>(c.size()));
   const std::size_t count = n / static_cast<std::size_t>(c.size()) * static_cast<std::size_t>(c.size());
-  gc::Stream s;
-  gc::Buffer buf(count, gc::DType::float32), part(count / static_cast<std::size_t>(c.size()), gc::DType::float32);
-  std::memset(buf.data(), 0, buf.size_bytes());
-  std::memset(part.data(), 0, part.size_bytes());
+  if (kind == kRaw && use_nccl && raw() == nullptr) {
+    state.SkipWithError("the raw NCCL baseline needs a CUDA build with cuDNN and NCCL (bench/cuda_baselines.cpp)");
+    return;
+  }
+  gc::Stream s(c.device());
+  gc::Buffer buf(count, gc::DType::float32, c.device()),
+      part(count / static_cast<std::size_t>(c.size()), gc::DType::float32, c.device());
+  gc::fill(buf, 0.0, s);
+  gc::fill(part, 0.0, s);
+  s.synchronize();
   auto once = [&] {
     switch (kind) {
       case kFlat:
@@ -51,8 +74,12 @@ void BM_Collective(benchmark::State& state) {
       case kAllGather:
         c.all_gather(part, buf, s);
         break;
-      case kRawMpi:
-        MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      case kRaw:
+        if (use_nccl) {
+          gc::bench::raw_nccl_all_reduce(*raw(), buf.data(), count, s.native_handle());
+        } else {
+          MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        }
         return;
     }
     s.synchronize();
@@ -75,8 +102,9 @@ void BM_Collective(benchmark::State& state) {
       benchmark::Counter(total_bytes / 1e9 * factor, benchmark::Counter::kIsIterationInvariantRate);
   static const char* names[] = {"all_reduce flat", "all_reduce hierarchical", "MPI_Allreduce (raw)", "reduce_scatter",
                                 "all_gather"};
-  state.SetLabel(std::string(names[kind]) + ", " + std::to_string(c.size()) + " ranks, " + std::to_string(c.nodes()) +
-                 " node(s)");
+  const std::string name = kind == kRaw && use_nccl ? "ncclAllReduce (raw)" : names[kind];
+  state.SetLabel(std::string(use_nccl ? "nccl " : "mpi ") + name + ", " + std::to_string(c.size()) + " ranks, " +
+                 std::to_string(c.nodes()) + " node(s)");
 }
 
 void args(benchmark::internal::Benchmark* b) {
@@ -98,7 +126,15 @@ class Quiet : public benchmark::BenchmarkReporter {
 };
 
 int main(int argc, char** argv) {
-  (void)comm();  // MPI up before the benchmarks
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--nccl") == 0) {
+      use_nccl = true;
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      break;
+    }
+  }
+  (void)comm();  // MPI (and NCCL) up before the benchmarks
   bool file_output = false;
   for (int i = 1; i < argc; ++i) file_output |= std::strncmp(argv[i], "--benchmark_out=", 16) == 0;
   benchmark::Initialize(&argc, argv);

@@ -5,6 +5,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+#include <nccl.h>
+
+#include <cstring>
 
 #include <cstdio>
 #include <cstdlib>
@@ -160,6 +163,29 @@ double cudnn_conv_ms(int device, const ConvArgs& a, ConvPassKind pass, void* out
   return ms;
 }
 
+class RawNccl {
+ public:
+  ncclComm_t comm = nullptr;
+  ~RawNccl() {
+    if (comm) ncclCommDestroy(comm);
+  }
+};
+
+std::shared_ptr<RawNccl> raw_nccl(const NcclUniqueId& id, int rank, int size, int device) {
+  BASELINE_CHECK(cudaSetDevice(device) == cudaSuccess);
+  ncclUniqueId uid;
+  std::memcpy(&uid, id.bytes.data(), sizeof uid);
+  auto c = std::make_shared<RawNccl>();
+  BASELINE_CHECK(ncclCommInitRank(&c->comm, size, uid, rank) == ncclSuccess);
+  return c;
+}
+
+void raw_nccl_all_reduce(RawNccl& c, void* buf, std::size_t count, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  BASELINE_CHECK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, c.comm, s) == ncclSuccess);
+  BASELINE_CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+}
+
 }  // namespace gpucloud::bench
 
 #else
@@ -171,6 +197,9 @@ double cublas_gemm_ms(int, const void*, const void*, void*, DType, DType, bool, 
   return -1;
 }
 double cudnn_conv_ms(int, const ConvArgs&, ConvPassKind, void*, const void*, const void*, DType) { return -1; }
+class RawNccl {};
+std::shared_ptr<RawNccl> raw_nccl(const NcclUniqueId&, int, int, int) { return nullptr; }
+void raw_nccl_all_reduce(RawNccl&, void*, std::size_t, void*) {}
 }  // namespace gpucloud::bench
 
 #endif

@@ -2,10 +2,12 @@
 // through cuBLAS and cuDNN, on the same device buffers, in the same process. No CUDA types here.
 #pragma once
 
+#include <gpucloud/communicator.hpp>
 #include <gpucloud/conv.hpp>
 #include <gpucloud/dtype.hpp>
 
 #include <cstdint>
+#include <memory>
 
 namespace gpucloud::bench {
 
@@ -26,5 +28,13 @@ enum class ConvPassKind { forward, backward_data, backward_filter };
 /// backward_filter (dfilter, x, dy). -1 without cuDNN.
 double cudnn_conv_ms(int device, const ConvArgs& args, ConvPassKind pass, void* out, const void* in1, const void* in2,
                      DType dtype);
+
+/// A raw NCCL communicator (ncclCommInitRank on @p device), the collectives' baseline.
+class RawNccl;
+/// Joins rank @p rank of @p size through @p id; null when the baselines are not compiled in.
+std::shared_ptr<RawNccl> raw_nccl(const NcclUniqueId& id, int rank, int size, int device);
+/// One in-place float32 sum ncclAllReduce of @p count elements at @p buf on @p stream (a
+/// cudaStream_t), waited for.
+void raw_nccl_all_reduce(RawNccl& comm, void* buf, std::size_t count, void* stream);
 
 }  // namespace gpucloud::bench

@@ -46,6 +46,9 @@ if run_step configure "$out/configure.log" cmake -S . -B build/gpu "${cfg[@]}" &
     run_step "$(basename "$b")" "$out/$(basename "$b").json.log" "$b" --benchmark_out="$out/$(basename "$b").json" \
       --benchmark_out_format=json --benchmark_min_time=0.2
   done
+  run_step "bench_collectives --nccl" "$out/bench_collectives_nccl.json.log" mpirun --allow-run-as-root -np 1 \
+    build/gpu/bench/bench_collectives --nccl --benchmark_out="$out/bench_collectives_nccl.json" \
+    --benchmark_out_format=json
   run_step devices_demo "$out/devices_demo.log" build/gpu/examples/devices_demo
   run_step "train_mlp on the GPU" "$out/train_mlp.log" build/gpu/examples/train_mlp --device cuda --steps 1000 \
     --log-every 250 --overflow-at 500
