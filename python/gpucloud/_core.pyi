@@ -18,6 +18,17 @@ class CommunicationError(Error):
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
 __all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'comm_group', 'conv2d', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_output_shape', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'peak_tflops', 'prefetch', 'relu_backward', 'set_default_resource', 'supports']
+class _Noop:
+    """
+    A bare pybind11 class: the method and property baselines of the overhead bench.
+    """
+    def __init__(self) -> None:
+        ...
+    def noop(self) -> bool:
+        ...
+    @property
+    def value(self) -> int:
+        ...
 class DType:
     """
     Element types.

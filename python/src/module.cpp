@@ -4,6 +4,11 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "gpucloud's C++ core: devices, streams, events, buffers, memory resources, copies";
   m.def(
       "_noop", [] {}, "A bare pybind11 call: the baseline of bench/bench_python_overhead.py.");
+  struct Noop {};
+  py::class_<Noop>(m, "_Noop", "A bare pybind11 class: the method and property baselines of the overhead bench.")
+      .def(py::init<>())
+      .def("noop", [](Noop&) { return true; })
+      .def_property_readonly("value", [](Noop&) { return 0; });
   gpucloud::python::register_errors(m);
   gpucloud::python::bind_runtime(m);
   gpucloud::python::bind_memory(m);

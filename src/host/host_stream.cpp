@@ -39,6 +39,7 @@ void HostStream::run() {
     lock.lock();
     if (failure && !error_) error_ = failure;
     busy_ = false;
+    outstanding_.fetch_sub(1, std::memory_order_release);  // its effects are visible to query()
     if (queue_.empty()) idle_.notify_all();
   }
 }
@@ -47,6 +48,7 @@ void HostStream::launch_host_func(std::function<void()> fn, bool always_run) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(Task{std::move(fn), always_run});
+    outstanding_.fetch_add(1, std::memory_order_relaxed);
   }
   work_ready_.notify_one();
 }
@@ -64,10 +66,7 @@ std::exception_ptr HostStream::take_error() noexcept {
   return std::exchange(error_, nullptr);
 }
 
-bool HostStream::query() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return queue_.empty() && !busy_;
-}
+bool HostStream::query() { return outstanding_.load(std::memory_order_acquire) == 0; }
 
 void HostStream::wait(EventImpl& event) {
   auto record = static_cast<HostEvent&>(event).latest();

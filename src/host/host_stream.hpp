@@ -3,6 +3,7 @@
 
 #include "detail/stream_impl.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -40,6 +41,7 @@ class HostStream final : public StreamImpl {
   std::deque<Task> queue_;
   bool busy_ = false;
   bool stopping_ = false;
+  std::atomic<std::size_t> outstanding_{0};  // enqueued and not yet finished: query() reads it without the lock
   std::exception_ptr error_;
   std::thread worker_;
 };
