@@ -195,17 +195,18 @@ int main(int argc, char** argv) try {
   const gc::DType dtype = o.dtype == "fp16"   ? gc::DType::float16
                           : o.dtype == "bf16" ? gc::DType::bfloat16
                                               : gc::DType::float32;
-  const gc::Device dev = gc::Device::parse(o.device);
   const gc::LaunchInfo launch = gc::launch_info_from_environment();
+  gc::Device dev = gc::Device::parse(o.device);
+  // Several ranks on GPUs: "--device cuda" means one GPU per rank (the local rank's), and the
+  // gradients travel over NCCL; on the host they travel over MPI.
+  if (launch.size > 1 && o.device == "cuda") dev = gc::Device::cuda(launch.local_rank % gc::cuda_device_count());
   std::optional<gc::Communicator> comm;
-  if (launch.size > 1) comm.emplace(gc::Communicator::mpi_world());
+  if (launch.size > 1) {
+    comm.emplace(dev.is_cuda() ? gc::Communicator::nccl_from_mpi(dev) : gc::Communicator::mpi_world());
+  }
   const int rank = comm ? comm->rank() : 0, size = comm ? comm->size() : 1;
   if (o.batch % size != 0)
     throw gc::InvalidArgument("train_mlp", "--batch must divide by the number of ranks", __FILE__, __LINE__);
-  if (comm && dev.is_cuda()) {
-    throw gc::Unsupported("train_mlp", "several ranks on GPUs need the NCCL backend, not there yet", __FILE__,
-                          __LINE__);
-  }
   const int local = o.batch / size;
   auto say = [&](const char* fmt, auto... args) {
     if (rank == 0) std::printf(fmt, args...), std::fflush(stdout);

@@ -52,9 +52,13 @@ def main():
 
     np_dtype = {"fp16": np.float16, "bf16": np.float32, "fp32": np.float32}[args.dtype]  # bf16: cast on device
     model_dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[args.dtype]
-    dev = gc.Device(args.device)
     launch = gc.launch_info_from_environment()
-    comm = gc.Communicator.mpi_world() if launch.size > 1 else None
+    dev = gc.Device(args.device)
+    if launch.size > 1 and args.device == "cuda":  # one GPU per rank, gradients over NCCL
+        dev = gc.Device.cuda(launch.local_rank % gc.cuda_device_count())
+    comm = None
+    if launch.size > 1:
+        comm = gc.Communicator.nccl_from_mpi(dev) if dev.is_cuda else gc.Communicator.mpi_world()
     rank, size = (comm.rank, comm.size) if comm else (0, 1)
     local = args.batch // size
     say = print if rank == 0 else (lambda *a, **k: None)
