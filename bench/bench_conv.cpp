@@ -69,12 +69,8 @@ void BM_Conv(benchmark::State& state) {
     state.SetIterationTime(ms / 1e3);
   }
   const double flops = 2.0 * static_cast<double>(a.n * a.k * o.h * o.w) * static_cast<double>(a.c * a.r * a.s);
-  state.counters["TFLOPs"] = flops / (ms * 1e-3) / 1e12;
+  gc::bench::report_tflops(state, d, precision, flops, ms);
   if (d.is_cuda()) {
-    if (auto spec = gc::find_gpu_spec(gc::device_properties(d).name)) {
-      const double peak = gc::peak_tflops(*spec, precision);
-      if (peak > 0) state.counters["pct_of_peak"] = 100.0 * flops / (ms * 1e-3) / 1e12 / peak;
-    }
     s.synchronize();
     const auto kind = static_cast<gc::bench::ConvPassKind>(pass);
     const double direct = pass == 0   ? gc::bench::cudnn_conv_ms(0, a, kind, y.data(), x.data(), f.data(), t)

@@ -59,12 +59,8 @@ void BM_Gemm(benchmark::State& state) {
   }
   const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
                        static_cast<double>(g.batch);
-  state.counters["TFLOPs"] = flops / (ms * 1e-3) / 1e12;
+  gc::bench::report_tflops(state, d, precision, flops, ms);
   if (d.is_cuda()) {
-    if (auto spec = gc::find_gpu_spec(gc::device_properties(d).name)) {
-      const double peak = gc::peak_tflops(*spec, precision);
-      if (peak > 0) state.counters["pct_of_peak"] = 100.0 * flops / (ms * 1e-3) / 1e12 / peak;
-    }
     s.synchronize();
     const double direct = gc::bench::cublas_gemm_ms(d.index(), a.data(), b.data(), c.data(), pc.in, pc.out, pc.tf32,
                                                     g.m, g.n, g.k, g.batch);

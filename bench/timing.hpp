@@ -1,7 +1,9 @@
 // Event timing shared by the benchmarks: what a stream took for a piece of enqueued work.
 #pragma once
 
+#include <gpucloud/device.hpp>
 #include <gpucloud/event.hpp>
+#include <gpucloud/gpu_specs.hpp>
 #include <gpucloud/stream.hpp>
 
 #include <benchmark/benchmark.h>
@@ -33,6 +35,18 @@ void run_timed(benchmark::State& state, Stream& s, Work&& work) {
     b.record(s);
     b.synchronize();
     state.SetIterationTime(static_cast<double>(elapsed_ms(a, b)) / 1e3);
+  }
+}
+
+/// Sets the "TFLOPs" counter, and on a GPU of the spec table "pct_of_peak": the rate as a
+/// percentage of the spec sheet's dense peak in @p precision (GPU_SPECS.md).
+inline void report_tflops(benchmark::State& state, Device device, Precision precision, double flops, double ms) {
+  const double tflops = flops / (ms * 1e-3) / 1e12;
+  state.counters["TFLOPs"] = tflops;
+  if (!device.is_cuda()) return;
+  if (auto spec = find_gpu_spec(device_properties(device).name)) {
+    const double peak = peak_tflops(*spec, precision);
+    if (peak > 0) state.counters["pct_of_peak"] = 100.0 * tflops / peak;
   }
 }
 

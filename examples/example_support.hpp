@@ -8,11 +8,46 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace examples {
 
 namespace gc = gpucloud;
+
+/// How an option's value is stored into its field.
+using Setter = std::function<void(const std::string&)>;
+inline Setter into(int& v) {
+  return [&v](const std::string& s) { v = std::stoi(s); };
+}
+inline Setter into(float& v) {
+  return [&v](const std::string& s) { v = std::stof(s); };
+}
+inline Setter into(double& v) {
+  return [&v](const std::string& s) { v = std::stod(s); };
+}
+inline Setter into(std::string& v) {
+  return [&v](const std::string& s) { v = s; };
+}
+
+/// Reads "--name value" options (and value-less @p switches) into their fields; an unknown option
+/// or a missing value is an InvalidArgument naming it.
+inline void parse_options(int argc, char** argv, const char* program, const std::map<std::string, Setter>& options,
+                          const std::map<std::string, bool*>& switches = {}) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (auto sw = switches.find(a); sw != switches.end()) {
+      *sw->second = true;
+      continue;
+    }
+    auto opt = options.find(a);
+    if (opt == options.end()) throw gc::InvalidArgument(program, "unknown option " + a, __FILE__, __LINE__);
+    if (i + 1 >= argc) throw gc::InvalidArgument(program, a + ": needs a value", __FILE__, __LINE__);
+    opt->second(argv[++i]);
+  }
+}
 
 /// A standard normal number that is a pure function of (seed, a, b, c).
 inline double normal(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {

@@ -49,33 +49,17 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw gc::InvalidArgument("train_cnn", a + ": needs a value", __FILE__, __LINE__);
-      return argv[++i];
-    };
-    if (a == "--steps")
-      o.steps = std::stoi(next());
-    else if (a == "--batch")
-      o.batch = std::stoi(next());
-    else if (a == "--dtype")
-      o.dtype = next();
-    else if (a == "--lr")
-      o.lr = std::stof(next());
-    else if (a == "--log-every")
-      o.log_every = std::stoi(next());
-    else if (a == "--noise")
-      o.noise = std::stof(next());
-    else if (a == "--device")
-      o.device = next();
-    else if (a == "--overflow-at")
-      o.overflow_at = std::stoi(next());
-    else if (a == "--target")
-      o.target = std::stod(next());
-    else
-      throw gc::InvalidArgument("train_cnn", "unknown option " + a, __FILE__, __LINE__);
-  }
+  using examples::into;
+  examples::parse_options(argc, argv, "train_cnn",
+                          {{"--steps", into(o.steps)},
+                           {"--batch", into(o.batch)},
+                           {"--dtype", into(o.dtype)},
+                           {"--lr", into(o.lr)},
+                           {"--log-every", into(o.log_every)},
+                           {"--noise", into(o.noise)},
+                           {"--device", into(o.device)},
+                           {"--overflow-at", into(o.overflow_at)},
+                           {"--target", into(o.target)}});
   return o;
 }
 

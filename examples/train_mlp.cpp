@@ -50,39 +50,21 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw gc::InvalidArgument("train_mlp", a + ": needs a value", __FILE__, __LINE__);
-      return argv[++i];
-    };
-    if (a == "--steps")
-      o.steps = std::stoi(next());
-    else if (a == "--batch")
-      o.batch = std::stoi(next());
-    else if (a == "--dtype")
-      o.dtype = next();
-    else if (a == "--lr")
-      o.lr = std::stof(next());
-    else if (a == "--log-every")
-      o.log_every = std::stoi(next());
-    else if (a == "--checkpoint")
-      o.checkpoint = next();
-    else if (a == "--checkpoint-every")
-      o.checkpoint_every = std::stoi(next());
-    else if (a == "--resume")
-      o.resume = true;
-    else if (a == "--overflow-at")
-      o.overflow_at = std::stoi(next());
-    else if (a == "--device")
-      o.device = next();
-    else if (a == "--dump")
-      o.dump = next();
-    else if (a == "--crash-after")
-      o.crash_after = std::stoi(next());
-    else
-      throw gc::InvalidArgument("train_mlp", "unknown option " + a, __FILE__, __LINE__);
-  }
+  using examples::into;
+  examples::parse_options(argc, argv, "train_mlp",
+                          {{"--steps", into(o.steps)},
+                           {"--batch", into(o.batch)},
+                           {"--dtype", into(o.dtype)},
+                           {"--lr", into(o.lr)},
+                           {"--log-every", into(o.log_every)},
+                           {"--checkpoint", into(o.checkpoint)},
+                           {"--checkpoint-every", into(o.checkpoint_every)},
+                           {"--overflow-at", into(o.overflow_at)},
+                           {"--device", into(o.device)},
+                           {"--dump", into(o.dump)},
+                           {"--crash-after", into(o.crash_after)},
+                           {"--target", into(o.target)}},
+                          {{"--resume", &o.resume}});
   return o;
 }
 

@@ -8,6 +8,7 @@
 #include "detail/cuda_backend.hpp"
 #include "detail/cuda_check.hpp"
 #include "detail/cudnn_check.hpp"
+#include "detail/plan_cache.hpp"
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -198,23 +199,8 @@ PlanKey key_of(int device, const ConvPlan& p) {
           0};
 }
 
-class PlanCache {
- public:
-  Plan& get(int device, const ConvPlan& p, cudnnHandle_t handle) {
-    const PlanKey key = key_of(device, p);
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, make_plan(handle, p)).first;
-    return *it->second;
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
-};
-
-PlanCache& plans() {
-  static PlanCache cache;
+detail::PlanCache<PlanKey, Plan>& plans() {
+  static detail::PlanCache<PlanKey, Plan> cache;
   return cache;
 }
 
@@ -244,16 +230,9 @@ void conv2d(const ConvPlan& p, BufferView out, BufferView in1, BufferView in2, S
     }
     return;
   }
-  Plan& plan = plans().get(device, p, h.handle);
-  void* workspace = plan.workspace > 0 ? allocate_async(plan.workspace, device, &stream) : nullptr;
-  struct Release {
-    void* workspace;
-    int device;
-    StreamImpl* stream;
-    ~Release() {
-      if (workspace) deallocate_async(workspace, device, stream);
-    }
-  } release{workspace, device, &stream};
+  Plan& plan = plans().get(key_of(device, p), [&] { return make_plan(h.handle, p); });
+  const AsyncScratch scratch(plan.workspace, device, stream);
+  void* workspace = scratch.get();
   switch (p.pass) {
     case ConvPass::forward:
       if (p.has_bias) {

@@ -6,6 +6,7 @@
 #include "detail/cuda_backend.hpp"
 #include "detail/cuda_check.hpp"
 #include "detail/library_check.hpp"
+#include "detail/plan_cache.hpp"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -191,23 +192,8 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, DType a, DType b, DType
   return plan;
 }
 
-class PlanCache {
- public:
-  Plan& get(int device, DType a, DType b, DType c, const GemmPlan& p, cublasLtHandle_t handle) {
-    const PlanKey key = key_of(device, a, b, c, p);
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, make_plan(handle, a, b, c, p)).first;
-    return *it->second;
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
-};
-
-PlanCache& plans() {
-  static PlanCache cache;
+detail::PlanCache<PlanKey, Plan>& plans() {
+  static detail::PlanCache<PlanKey, Plan> cache;
   return cache;
 }
 
@@ -224,26 +210,18 @@ void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& p, StreamImp
   DeviceGuard guard(device);
   const auto native = static_cast<cudaStream_t>(stream.native_handle());
   cublasLtHandle_t handle = handles().get(device);
-  Plan& plan = plans().get(device, a.dtype(), b.dtype(), c.dtype(), p, handle);
+  Plan& plan = plans().get(key_of(device, a.dtype(), b.dtype(), c.dtype(), p),
+                           [&] { return make_plan(handle, a.dtype(), b.dtype(), c.dtype(), p); });
 
   // Stream-ordered scratch from CUDA's async pool: the workspace, and the fp8 scales.
-  void* workspace = plan.workspace > 0 ? allocate_async(plan.workspace, device, &stream) : nullptr;
-  float* scales = nullptr;
+  const AsyncScratch workspace_scratch(plan.workspace, device, stream);
+  const AsyncScratch scales_scratch(fp8 ? 2 * sizeof(float) : 0, device, stream);
+  void* workspace = workspace_scratch.get();
+  auto* scales = static_cast<float*>(scales_scratch.get());
   if (fp8) {
-    scales = static_cast<float*>(allocate_async(2 * sizeof(float), device, &stream));
     const float host_scales[2] = {g.scale_b, g.scale_a};  // cuBLASLt's A is our B
     GPUCLOUD_CUDA_CHECK(cudaMemcpyAsync(scales, host_scales, sizeof host_scales, cudaMemcpyHostToDevice, native));
   }
-  struct Release {
-    void* workspace;
-    float* scales;
-    int device;
-    StreamImpl* stream;
-    ~Release() {
-      if (workspace) deallocate_async(workspace, device, stream);
-      if (scales) deallocate_async(scales, device, stream);
-    }
-  } release{workspace, scales, device, &stream};
 
   std::lock_guard<std::mutex> lock(plan.mutex);
   if (p.has_bias) {

@@ -263,6 +263,8 @@ struct NcclCommunicator final : Communicator::Impl {
     check_memory(recv, stream, call, "recv");
     GPUCLOUD_EXPECTS(send.dtype() == recv.dtype() && send.size() == recv.size(), call,
                      "recv: must match send's dtype and size");
+    // Its copies into and out of the padded scratch would run before a group's collectives.
+    GPUCLOUD_EXPECTS(group_depth == 0, call, "cannot run inside comm_group(): it mixes copies with collectives");
     const ncclDataType_t type = nccl_type(send.dtype(), call);
     const ncclRedOp_t rop = nccl_op(op, send.dtype(), call);  // average: mean of node means (uniform nodes)
     if (send.empty()) return;
@@ -271,14 +273,8 @@ struct NcclCommunicator final : Communicator::Impl {
     enqueue(call, stream, [&](cudaStream_t s) {
       // Pad to L equal shards in scratch: reduce-scatter inside the node, all-reduce each shard
       // across nodes, all-gather inside the node, all in place; copy the n results out.
-      auto* scratch =
-          static_cast<unsigned char*>(detail::cuda::allocate_async(shard * L * elem, device.index(), stream.impl()));
-      struct Release {
-        void* p;
-        int device;
-        detail::StreamImpl* s;
-        ~Release() { detail::cuda::deallocate_async(p, device, s); }
-      } release{scratch, device.index(), stream.impl()};
+      const detail::cuda::AsyncScratch padded(shard * L * elem, device.index(), *stream.impl());
+      auto* scratch = static_cast<unsigned char*>(padded.get());
       GPUCLOUD_CUDA_CHECK(cudaMemcpyAsync(scratch, send.data(), n * elem, cudaMemcpyDefault, s));
       if (shard * L > n) GPUCLOUD_CUDA_CHECK(cudaMemsetAsync(scratch + n * elem, 0, (shard * L - n) * elem, s));
       unsigned char* mine = scratch + static_cast<std::size_t>(local_rank) * shard * elem;

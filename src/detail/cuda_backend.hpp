@@ -36,6 +36,25 @@ void deallocate(MemoryKind kind, void* p, int device) noexcept;
 void* allocate_async(std::size_t bytes, int device, StreamImpl* stream);
 void deallocate_async(void* p, int device, StreamImpl* stream) noexcept;
 
+/// Stream-ordered scratch from CUDA's async pool, handed back in stream order when it goes out of
+/// scope (after the work enqueued on the stream meanwhile). Empty for 0 bytes.
+class AsyncScratch {
+ public:
+  AsyncScratch(std::size_t bytes, int device, StreamImpl& stream)
+      : p_(bytes > 0 ? allocate_async(bytes, device, &stream) : nullptr), device_(device), stream_(&stream) {}
+  ~AsyncScratch() {
+    if (p_ != nullptr) deallocate_async(p_, device_, stream_);
+  }
+  AsyncScratch(const AsyncScratch&) = delete;
+  AsyncScratch& operator=(const AsyncScratch&) = delete;
+  void* get() const noexcept { return p_; }
+
+ private:
+  void* p_;
+  int device_;
+  StreamImpl* stream_;
+};
+
 void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamImpl& stream);
 void prefetch(const void* p, std::size_t bytes, Device target, StreamImpl& stream);
 void advise(const void* p, std::size_t bytes, MemoryAdvice advice, Device target);
