@@ -337,7 +337,8 @@ TEST(ConvBackends, CudnnAgreesWithTheHostModel) {
       SCOPED_TRACE(describe(a, t.dtype));
       const auto n = counts(a);
       const auto x = random_values(n[0], rng), f = random_values(n[2], rng), dy = random_values(n[1], rng);
-      std::vector<float> results[2][3];
+      const auto y0 = random_values(n[1], rng), bias = random_values(static_cast<std::size_t>(a.k), rng);
+      std::vector<float> results[2][4];
       int side = 0;
       for (gc::Stream* s : {&host, &gpu}) {
         const gc::Device d = s->device();
@@ -347,9 +348,15 @@ TEST(ConvBackends, CudnnAgreesWithTheHostModel) {
         gc::conv2d_backward_data(dx, dyb, fb, a, *s);
         gc::conv2d_backward_filter(df, xb, dyb, a, *s);
         results[side][0] = read(y, *s), results[side][1] = read(dx, *s), results[side][2] = read(df, *s);
+        // The fused epilogue (cudnnConvolutionBiasActivationForward on the GPU), with alpha and beta.
+        gc::Buffer fused = make(y0, t.dtype, d, *s), bb = make(bias, t.dtype, d, *s);
+        gc::ConvArgs e = a;
+        e.alpha = 0.75f, e.beta = 0.5f, e.epilogue = gc::Epilogue::bias_relu, e.bias = bb;
+        gc::conv2d_forward(fused, xb, fb, e, *s);
+        results[side][3] = read(fused, *s);
         ++side;
       }
-      for (int pass = 0; pass < 3; ++pass) {
+      for (int pass = 0; pass < 4; ++pass) {
         std::vector<double> host_values(results[0][pass].begin(), results[0][pass].end());
         EXPECT_LT(rel_error(results[1][pass], host_values), t.tolerance) << "pass " << pass;
       }

@@ -323,7 +323,7 @@ struct NcclCommunicator final : Communicator::Impl {
         stream.device() == device, call,
         "stream: the NCCL communicator lives on " + device.str() + ", the stream on " + stream.device().str());
     enqueue(call, stream, [&](cudaStream_t s) {
-      GPUCLOUD_NCCL_CHECK(ncclAllReduce(barrier_word, barrier_word, 1, ncclInt32, ncclSum, comm, s));
+      GPUCLOUD_NCCL_CHECK(ncclAllReduce(barrier_word, barrier_word, 1, ncclInt32, ncclMax, comm, s));
     });
   }
 
@@ -373,6 +373,7 @@ struct NcclCommunicator final : Communicator::Impl {
 
   // The node structure, the barrier's word, the timeout and the watchdog, once comm exists.
   void finish_setup(int local_size_, ncclConfig_t* config) {
+    detail::DeviceGuard guard(device.index());
     local_size = local_size_;
     local_rank = rank % local_size;
     node = rank / local_size;
@@ -388,6 +389,7 @@ struct NcclCommunicator final : Communicator::Impl {
       cross = comm;
     }
     barrier_word = detail::cuda::allocate(MemoryKind::device, sizeof(int), device.index());
+    GPUCLOUD_CUDA_CHECK(cudaMemset(barrier_word, 0, sizeof(int)));
     start_watchdog();
   }
 };
