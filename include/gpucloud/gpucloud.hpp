@@ -6,6 +6,7 @@
 #include <gpucloud/build_info.hpp>
 #include <gpucloud/cast.hpp>
 #include <gpucloud/communicator.hpp>
+#include <gpucloud/conv.hpp>
 #include <gpucloud/copy.hpp>
 #include <gpucloud/copy_pipeline.hpp>
 #include <gpucloud/cost_model.hpp>
@@ -13,7 +14,6 @@
 #include <gpucloud/dtype.hpp>
 #include <gpucloud/error.hpp>
 #include <gpucloud/event.hpp>
-#include <gpucloud/conv.hpp>
 #include <gpucloud/gemm.hpp>
 #include <gpucloud/gpu_specs.hpp>
 #include <gpucloud/grad_buckets.hpp>
