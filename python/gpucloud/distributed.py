@@ -36,10 +36,11 @@ def nccl_from_store(store, rank, size, device=None, key=DEFAULT_KEY):
     return Communicator.nccl(exchange_nccl_id(store, rank, key), rank, size, device)
 
 
-def nccl_from_torchrun(device=None, key=DEFAULT_KEY, timeout_seconds=300):
-    """Under ``torchrun``: joins the launcher's store at MASTER_ADDR:MASTER_PORT as a client
-    (torchrun's agent hosts it), exchanges the id, and builds the communicator on
-    ``cuda:LOCAL_RANK`` unless ``device`` is given. Needs PyTorch."""
+def torchrun_store(timeout_seconds=300):
+    """The key-value store of a ``torchrun`` job and this process's (rank, size), as
+    ``init_process_group("env://")`` finds them: a TCPStore at MASTER_ADDR:MASTER_PORT, hosted by
+    torchrun's agent when TORCHELASTIC_USE_AGENT_STORE is "True" (static rendezvous), else by
+    rank 0 (c10d rendezvous). Needs PyTorch."""
     import datetime
 
     import torch.distributed as dist
@@ -47,10 +48,18 @@ def nccl_from_torchrun(device=None, key=DEFAULT_KEY, timeout_seconds=300):
     env = os.environ
     missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in env]
     if missing:
-        raise RuntimeError(f"nccl_from_torchrun: {', '.join(missing)} not set: not launched by torchrun")
+        raise RuntimeError(f"torchrun_store: {', '.join(missing)} not set: not launched by torchrun")
     rank, size = int(env["RANK"]), int(env["WORLD_SIZE"])
-    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), size, False,
+    hosted_by_agent = env.get("TORCHELASTIC_USE_AGENT_STORE", "False") == "True"
+    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), size, rank == 0 and not hosted_by_agent,
                           datetime.timedelta(seconds=timeout_seconds))
-    if device is None and "LOCAL_RANK" in env:
-        device = Device.cuda(int(env["LOCAL_RANK"]))
+    return store, rank, size
+
+
+def nccl_from_torchrun(device=None, key=DEFAULT_KEY, timeout_seconds=300):
+    """Under ``torchrun``: the id exchanged through the job's store (``torchrun_store``), the
+    communicator built on ``cuda:LOCAL_RANK`` unless ``device`` is given. Needs PyTorch."""
+    store, rank, size = torchrun_store(timeout_seconds)
+    if device is None and "LOCAL_RANK" in os.environ:
+        device = Device.cuda(int(os.environ["LOCAL_RANK"]))
     return nccl_from_store(store, rank, size, device, key)

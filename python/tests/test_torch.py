@@ -1,6 +1,8 @@
 """PyTorch interop on the CPU: tensors borrowed without copying, and gpucloud's GEMM, fused
 optimizers and clipping against torch's own (torch.matmul, torch.optim.SGD/AdamW,
 clip_grad_norm_). Skipped where torch is not importable (CI installs Debian's python3-torch)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -215,3 +217,48 @@ def test_the_nccl_unique_id_travels_through_a_torch_store(tmp_path):
         gc.distributed.nccl_from_store(store, 0, 1, gc.Device.host())
     with pytest.raises(gc.InvalidArgument, match="128"):
         gc.Communicator.nccl(b"short", 0, 1, gc.Device.host())
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("agent_store", [False, True])
+def test_torchrun_store_exchanges_the_id_the_way_init_process_group_does(agent_store):
+    """Two processes with torchrun's environment (Debian's torch 1.13 torchrun itself does not start
+    under Python 3.11): rank 0 hosts the store (c10d rendezvous), or the launcher does (static)."""
+    import datetime
+    import subprocess
+    import sys
+
+    import torch.distributed as dist
+
+    if "built without CUDA" in gc.cuda_unavailable_reason():
+        pytest.skip("built without CUDA, so without NCCL")
+    port = _free_port()
+    agent = None
+    if agent_store:  # what torchrun's agent does for static rendezvous
+        agent = dist.TCPStore("127.0.0.1", port, 3, True, datetime.timedelta(seconds=60), wait_for_workers=False)
+    script = (
+        "import gpucloud as gc\n"
+        "store, rank, size = gc.distributed.torchrun_store(60)\n"
+        "print(rank, size, gc.distributed.exchange_nccl_id(store, rank).hex(), flush=True)\n"
+        "store.set(f'done{rank}', b'1')\n"
+        "[store.get(f'done{r}') for r in range(size)]  # rank 0's store lives until everyone has read\n"
+    )
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE=str(agent_store))
+        procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    lines = sorted(o[0].split() for o in outs)
+    assert [line[:2] for line in lines] == [["0", "2"], ["1", "2"]]
+    assert lines[0][2] == lines[1][2] and len(bytes.fromhex(lines[0][2])) == 128
+    del agent
