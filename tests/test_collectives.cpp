@@ -347,6 +347,12 @@ TEST(Collectives, NcclBackendAgreesWithTheExactAnswers) {
     }
   });
   EXPECT_EQ(wrong, 0u);
+  // GPUCLOUD_COMM_CHECKS=1: ranks that disagree on the count get an error, not corrupted data.
+  setenv("GPUCLOUD_COMM_CHECKS", "1", 1);
+  gc::Communicator checked = gc::Communicator::nccl_from_mpi();
+  unsetenv("GPUCLOUD_COMM_CHECKS");
+  gc::Buffer mismatched(static_cast<std::size_t>(c.rank()) + 1, gc::DType::float32, checked.device());
+  EXPECT_THROW(checked.all_reduce(mismatched, mismatched, gc::ReduceOp::sum, s), gc::CommunicationError);
 }
 
 TEST(Collectives, CommunicatorFromTheCallersMpiCommunicator) {

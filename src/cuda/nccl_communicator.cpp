@@ -20,6 +20,7 @@
 #include <nccl.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -96,6 +97,8 @@ struct NcclCommunicator final : Communicator::Impl {
   ncclComm_t local = nullptr;  // this node's ranks (== comm with one node; null with one rank per node)
   ncclComm_t cross = nullptr;  // the ranks of this local rank on every node (null with one node)
   void* barrier_word = nullptr;
+  void* agree_words = nullptr;         // GPUCLOUD_COMM_CHECKS=1: four int64 for the count/dtype agreement
+  std::int64_t* agree_host = nullptr;  // and their pinned copy (a pageable one would block the copy)
   bool aborted = false;
 
   std::mutex watch_mutex;  // guards pending, aborted, stop
@@ -119,6 +122,8 @@ struct NcclCommunicator final : Communicator::Impl {
       if (comm != nullptr) ncclCommDestroy(comm);
     }
     if (barrier_word != nullptr) detail::cuda::deallocate(MemoryKind::device, barrier_word, device.index());
+    if (agree_words != nullptr) detail::cuda::deallocate(MemoryKind::device, agree_words, device.index());
+    if (agree_host != nullptr) detail::cuda::deallocate(MemoryKind::pinned, agree_host, device.index());
   }
 
   cudaStream_t native(StreamView s) const { return static_cast<cudaStream_t>(s.impl()->native_handle()); }
@@ -130,13 +135,52 @@ struct NcclCommunicator final : Communicator::Impl {
     detail::check_access(v, s, detail::Access::kernel, call, arg);
   }
 
+  // GPUCLOUD_COMM_CHECKS=1: every rank must agree on the operation's count and dtype before it
+  // runs (the MPI backend always checks; here it costs a host synchronisation per collective, as
+  // PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL does). A mismatch is an error on every rank.
+  void agree(const char* op, std::int64_t count, DType dtype, cudaStream_t s) {
+    const std::int64_t t = static_cast<std::int64_t>(dtype);
+    std::int64_t* all = agree_host;
+    all[0] = count, all[1] = -count, all[2] = t, all[3] = -t;
+    const std::size_t bytes = 4 * sizeof(std::int64_t);
+    GPUCLOUD_CUDA_CHECK(cudaMemcpyAsync(agree_words, all, bytes, cudaMemcpyHostToDevice, s));
+    GPUCLOUD_NCCL_CHECK(ncclAllReduce(agree_words, agree_words, 4, ncclInt64, ncclMax, comm, s));
+    GPUCLOUD_CUDA_CHECK(cudaMemcpyAsync(all, agree_words, bytes, cudaMemcpyDeviceToHost, s));
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {  // wait, but never past the timeout: a missing rank must not hang the check
+      const cudaError_t q = cudaStreamQuery(s);
+      if (q == cudaSuccess) break;
+      if (q != cudaErrorNotReady) GPUCLOUD_CUDA_CHECK(q);
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+      if (waited > timeout) {
+        const std::string why = where + ": " + op + " waited " + std::to_string(waited.count()) +
+                                " ms for the other ranks to agree on its count (GPUCLOUD_COMM_TIMEOUT); the "
+                                "communicator is aborted (ncclCommAbort): later collectives on it fail";
+        {
+          std::lock_guard<std::mutex> watching(watch_mutex);
+          if (!aborted) fail(why);
+        }
+        throw CommunicationError(op, why, __FILE__, __LINE__);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (all[0] != -all[1] || all[2] != -all[3]) {
+      throw CommunicationError(op,
+                               where + ": ranks disagree on the count (" + std::to_string(-all[1]) + " to " +
+                                   std::to_string(all[0]) + ") or the dtype; nothing was exchanged",
+                               __FILE__, __LINE__);
+    }
+  }
+
   // Issues @p issue (NCCL calls on the native stream) in order, then tracks its completion.
   template <class Issue>
-  void enqueue(const char* op, StreamView stream, Issue issue) {
+  void enqueue(const char* op, StreamView stream, std::int64_t count, DType dtype, Issue issue) {
     std::lock_guard<std::mutex> lock(order);
     check_usable(op);
     detail::DeviceGuard guard(device.index());
     const cudaStream_t s = native(stream);
+    if (agree_words != nullptr && group_depth == 0) agree(op, count, dtype, s);
     {
       detail::NvtxRange range(op);
       issue(s);
@@ -248,7 +292,7 @@ struct NcclCommunicator final : Communicator::Impl {
                      "recv: must match send's dtype and size");
     const ncclDataType_t type = nccl_type(send.dtype(), call);
     const ncclRedOp_t rop = nccl_op(op, send.dtype(), call);
-    enqueue(call, stream, [&](cudaStream_t s) {
+    enqueue(call, stream, static_cast<std::int64_t>(send.size()), send.dtype(), [&](cudaStream_t s) {
       GPUCLOUD_NCCL_CHECK(ncclAllReduce(send.data(), recv.data(), recv.size(), type, rop, comm, s));
     });
   }
@@ -270,7 +314,7 @@ struct NcclCommunicator final : Communicator::Impl {
     if (send.empty()) return;
     const std::size_t n = send.size(), elem = dtype_size(send.dtype());
     const std::size_t L = static_cast<std::size_t>(local_size), shard = (n + L - 1) / L;
-    enqueue(call, stream, [&](cudaStream_t s) {
+    enqueue(call, stream, static_cast<std::int64_t>(n), send.dtype(), [&](cudaStream_t s) {
       // Pad to L equal shards in scratch: reduce-scatter inside the node, all-reduce each shard
       // across nodes, all-gather inside the node, all in place; copy the n results out.
       const detail::cuda::AsyncScratch padded(shard * L * elem, device.index(), *stream.impl());
@@ -292,7 +336,7 @@ struct NcclCommunicator final : Communicator::Impl {
     detail::check_no_overlap(recv, send, call, "send");
     const ncclDataType_t type = nccl_type(send.dtype(), call);
     const ncclRedOp_t rop = nccl_op(op, send.dtype(), call);
-    enqueue(call, stream, [&](cudaStream_t s) {
+    enqueue(call, stream, static_cast<std::int64_t>(recv.size()), recv.dtype(), [&](cudaStream_t s) {
       GPUCLOUD_NCCL_CHECK(ncclReduceScatter(send.data(), recv.data(), recv.size(), type, rop, comm, s));
     });
   }
@@ -303,7 +347,7 @@ struct NcclCommunicator final : Communicator::Impl {
     check_memory(recv, stream, call, "recv");
     detail::check_no_overlap(recv, send, call, "send");
     const ncclDataType_t type = nccl_type(send.dtype(), call);
-    enqueue(call, stream, [&](cudaStream_t s) {
+    enqueue(call, stream, static_cast<std::int64_t>(send.size()), send.dtype(), [&](cudaStream_t s) {
       GPUCLOUD_NCCL_CHECK(ncclAllGather(send.data(), recv.data(), send.size(), type, comm, s));
     });
   }
@@ -312,7 +356,7 @@ struct NcclCommunicator final : Communicator::Impl {
     constexpr const char* call = "Communicator::broadcast";
     check_memory(buffer, stream, call, "buffer");
     const ncclDataType_t type = nccl_type(buffer.dtype(), call);
-    enqueue(call, stream, [&](cudaStream_t s) {
+    enqueue(call, stream, static_cast<std::int64_t>(buffer.size()), buffer.dtype(), [&](cudaStream_t s) {
       GPUCLOUD_NCCL_CHECK(ncclBroadcast(buffer.data(), buffer.data(), buffer.size(), type, root, comm, s));
     });
   }
@@ -322,7 +366,7 @@ struct NcclCommunicator final : Communicator::Impl {
     GPUCLOUD_EXPECTS(
         stream.device() == device, call,
         "stream: the NCCL communicator lives on " + device.str() + ", the stream on " + stream.device().str());
-    enqueue(call, stream, [&](cudaStream_t s) {
+    enqueue(call, stream, 0, DType::int32, [&](cudaStream_t s) {
       GPUCLOUD_NCCL_CHECK(ncclAllReduce(barrier_word, barrier_word, 1, ncclInt32, ncclMax, comm, s));
     });
   }
@@ -390,6 +434,11 @@ struct NcclCommunicator final : Communicator::Impl {
     }
     barrier_word = detail::cuda::allocate(MemoryKind::device, sizeof(int), device.index());
     GPUCLOUD_CUDA_CHECK(cudaMemset(barrier_word, 0, sizeof(int)));
+    if (const char* checks = std::getenv("GPUCLOUD_COMM_CHECKS"); checks != nullptr && std::string(checks) == "1") {
+      agree_words = detail::cuda::allocate(MemoryKind::device, 4 * sizeof(std::int64_t), device.index());
+      agree_host = static_cast<std::int64_t*>(
+          detail::cuda::allocate(MemoryKind::pinned, 4 * sizeof(std::int64_t), device.index()));
+    }
     start_watchdog();
   }
 };
