@@ -348,6 +348,7 @@ TEST(Collectives, NcclBackendAgreesWithTheExactAnswers) {
   });
   EXPECT_EQ(wrong, 0u);
   // GPUCLOUD_COMM_CHECKS=1: ranks that disagree on the count get an error, not corrupted data.
+  if (c.size() == 1) return;  // one rank cannot disagree
   setenv("GPUCLOUD_COMM_CHECKS", "1", 1);
   gc::Communicator checked = gc::Communicator::nccl_from_mpi();
   unsetenv("GPUCLOUD_COMM_CHECKS");
