@@ -63,11 +63,7 @@ void BM_Conv(benchmark::State& state) {
     if (pass == 1) gc::conv2d_backward_data(x, y, f, a, s);
     if (pass == 2) gc::conv2d_backward_filter(f, x, y, a, s);
   };
-  double ms = 0;
-  for (auto _ : state) {
-    ms = gc::bench::time_ms(s, run);
-    state.SetIterationTime(ms / 1e3);
-  }
+  const double ms = gc::bench::run_timed(state, s, run);
   const double flops = 2.0 * static_cast<double>(a.n * a.k * o.h * o.w) * static_cast<double>(a.c * a.r * a.s);
   gc::bench::report_tflops(state, d, precision, flops, ms);
   if (d.is_cuda()) {

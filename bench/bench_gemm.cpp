@@ -52,11 +52,7 @@ void BM_Gemm(benchmark::State& state) {
   gc::Buffer c(static_cast<std::size_t>(g.m * g.n * g.batch), pc.out, d);
   gc::fill(a, 0.5, s);
   gc::fill(b, 0.25, s);
-  double ms = 0;
-  for (auto _ : state) {
-    ms = gc::bench::time_ms(s, [&] { gc::gemm(c, a, b, g, s); });
-    state.SetIterationTime(ms / 1e3);
-  }
+  const double ms = gc::bench::run_timed(state, s, [&] { gc::gemm(c, a, b, g, s); });
   const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
                        static_cast<double>(g.batch);
   gc::bench::report_tflops(state, d, precision, flops, ms);

@@ -8,6 +8,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
+
 namespace gpucloud::bench {
 
 /// Milliseconds the stream spent on @p work (which enqueues on @p s), after one warm-up run.
@@ -23,19 +25,26 @@ double time_ms(Stream& s, Work&& work) {
   return elapsed_ms(a, b);
 }
 
-/// Google Benchmark manual time: every iteration event-timed on @p s.
+/// Google Benchmark manual time: one warm-up, then every iteration event-timed on @p s.
+/// Returns the mean milliseconds per iteration.
 template <class Work>
-void run_timed(benchmark::State& state, Stream& s, Work&& work) {
+double run_timed(benchmark::State& state, Stream& s, Work&& work) {
   Event a(s.device()), b(s.device());
   work();
   s.synchronize();
+  double total = 0;
+  std::int64_t n = 0;
   for (auto _ : state) {
     a.record(s);
     work();
     b.record(s);
     b.synchronize();
-    state.SetIterationTime(static_cast<double>(elapsed_ms(a, b)) / 1e3);
+    const double ms = static_cast<double>(elapsed_ms(a, b));
+    state.SetIterationTime(ms / 1e3);
+    total += ms;
+    ++n;
   }
+  return n > 0 ? total / static_cast<double>(n) : 0.0;
 }
 
 /// Sets the "TFLOPs" counter, and on a GPU of the spec table "pct_of_peak": the rate as a
