@@ -46,3 +46,11 @@ def test_two_ranks_under_mpirun():
     assert "2 rank(s)" in out
     l = losses(out)
     assert l[-1] < 0.5 * l[0], l
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_the_cnn_twin_reaches_its_accuracy_and_skips_the_forced_overflow(dtype):
+    cnn = EXAMPLE.with_name("train_cnn.py")
+    out = run([sys.executable, str(cnn), "--steps", "250", "--overflow-at", "120", "--dtype", dtype])
+    assert "target 0.95: reached" in out, out
+    assert re.search(r"step +121 .* skipped 1", out), out

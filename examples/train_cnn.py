@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Mixed-precision training of a small convolutional network from Python: the twin of
+examples/train_cnn.cpp.
+
+12 x 12 images hold one line (horizontal, vertical, diagonal or anti-diagonal, at a random offset)
+in Gaussian noise; the class is its orientation, which 3 x 3 filters separate, so 100 % is
+achievable and the run must reach --target on 1024 held-out images. NHWC throughout:
+
+    x (n,12,12,1) -conv 3x3 pad 1, 8 filters, bias+ReLU-> (n,12,12,8)
+      -conv 3x3 stride 2 pad 1, 16 filters, bias+ReLU-> (n,6,6,16) -GEMM 576x4 + bias-> scores
+      -> MSE against the one-hot class
+
+The Prefetcher streams NumPy batches, conv2d / conv2d_backward_* and gemm do the work, the loss
+scaler (fp16) skips a forced overflow, FusedAdam keeps fp32 masters.
+
+    python examples/train_cnn.py [--steps 400] [--batch 64] [--dtype fp16|bf16|fp32] [--device host|cuda]
+"""
+import argparse
+import time
+
+import numpy as np
+
+import gpucloud as gc
+
+SIDE, CLASSES, C1, C2, SIDE2 = 12, 4, 8, 16, 6
+FLAT = SIDE2 * SIDE2 * C2
+HELD_OUT = 1024
+
+
+def images(seed, n, noise):
+    """n images (n, 12, 12, 1) float32 and their classes, a pure function of seed."""
+    rng = np.random.default_rng([31, seed])
+    cls = rng.integers(0, CLASSES, n)
+    offset = rng.integers(0, SIDE, n)
+    y, z = np.meshgrid(np.arange(SIDE), np.arange(SIDE), indexing="ij")
+    on = np.stack([(c == 0) & (y == o) | (c == 1) & (z == o) | (c == 2) & (z == (y + o) % SIDE) |
+                   (c == 3) & (z == (o - y) % SIDE) for c, o in zip(cls, offset)])
+    x = on.astype(np.float32) + noise * rng.standard_normal((n, SIDE, SIDE)).astype(np.float32)
+    return x[..., None], cls
+
+
+def batches(steps, n, noise):
+    for step in range(steps):
+        x, cls = images(step, n, noise)
+        yield x, np.eye(CLASSES, dtype=np.float32)[cls]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--noise", type=float, default=0.35)
+    ap.add_argument("--log-every", type=int, default=100)
+    ap.add_argument("--overflow-at", type=int, default=200)
+    ap.add_argument("--device", default="host")
+    ap.add_argument("--target", type=float, default=0.95)
+    args = ap.parse_args()
+    dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[args.dtype]
+    dev = gc.Device(args.device)
+    s = gc.Stream(dev)
+    n = args.batch
+    print(f"train_cnn.py: {dev}, {dtype}, batch {n}, {args.steps} steps")
+
+    def on_device(array, dt=dtype):
+        f32 = gc.Buffer(array.shape, "float32", dev)
+        gc.copy(f32, np.ascontiguousarray(array, np.float32), s)
+        out = gc.Buffer(array.shape, dt, dev)
+        gc.cast(out, f32, s)
+        s.synchronize()
+        return out
+
+    def to_numpy(view):
+        f32 = gc.Buffer(view.shape, "float32", dev)
+        gc.cast(f32, view, s)
+        host = np.empty(view.shape, np.float32)
+        gc.copy(host, f32, s)
+        s.synchronize()
+        return host
+
+    rng = np.random.default_rng(5)
+    w1 = on_device(rng.standard_normal((C1, 3, 3, 1)) * np.sqrt(2 / 9))  # KRSC
+    w2 = on_device(rng.standard_normal((C2, 3, 3, C1)) * np.sqrt(2 / (9 * C1)))
+    w3 = on_device(rng.standard_normal((FLAT, CLASSES)) * np.sqrt(2 / FLAT))
+    b1, b2, b3 = (on_device(np.zeros(k)) for k in (C1, C2, CLASSES))
+    params = [w3, b3, w2, b2, w1, b1]  # backward order
+    grads = [gc.Buffer(p.shape, dtype, dev) for p in params]
+    dw3, db3, dw2, db2, dw1, db1 = grads
+    opt = gc.FusedAdam(list(zip(params, grads)), s, lr=args.lr, weight_decay=0.01, decoupled_weight_decay=True)
+    scaler = gc.LossScaler(dev, s, init_scale=65536.0 if dtype == "float16" else 1.0, dynamic=dtype == "float16")
+
+    h1, dh1 = (gc.Buffer((n, SIDE, SIDE, C1), dtype, dev) for _ in range(2))
+    h2, dh2 = (gc.Buffer((n, SIDE2, SIDE2, C2), dtype, dev) for _ in range(2))
+    scores, loss, b3f = gc.Buffer((n, CLASSES), "float32", dev), gc.Buffer(1, "float32", dev), gc.Buffer(CLASSES, "float32", dev)
+    dscores = gc.Buffer((n, CLASSES), dtype, dev)
+    xbuf = gc.Buffer((n, SIDE, SIDE, 1), dtype, dev)
+    conv1 = dict(padding=1, layout="nhwc")
+    conv2 = dict(padding=1, stride=2, layout="nhwc")
+
+    def forward(x):
+        gc.conv2d(h1, x, w1, s, epilogue="bias_relu", bias=b1, **conv1)
+        gc.conv2d(h2, h1, w2, s, epilogue="bias_relu", bias=b2, **conv2)
+        gc.cast(b3f, b3, s)  # the fp32 output's bias is given in fp32
+        gc.gemm(scores, h2.reshape((n, FLAT)), w3, s, epilogue="bias", bias=b3f)
+
+    prefetcher = gc.Prefetcher(batches(args.steps, n, args.noise), dev, depth=3)
+    first = last = None
+    t0, since = time.perf_counter(), 0
+    for step in range(args.steps):
+        batch = prefetcher.next(s)
+        x, y = batch.arrays
+        gc.cast(xbuf, x.reshape((n, SIDE, SIDE, 1)), s)  # fp32 batch -> the model dtype
+        forward(xbuf)
+        gc.mse_loss(scores, y, loss, dscores, s, scaler)
+        gc.gemm(dw3, h2.reshape((n, FLAT)), dscores, s, trans_a=True)
+        gc.bias_grad(dscores, db3, s)
+        gc.gemm(dh2.reshape((n, FLAT)), dscores, w3, s, trans_b=True)
+        gc.relu_backward(dh2, h2, s)
+        gc.bias_grad(dh2.reshape((n * SIDE2 * SIDE2, C2)), db2, s)
+        gc.conv2d_backward_filter(dw2, h1, dh2, s, **conv2)
+        if step == args.overflow_at:
+            gc.fill(dw2, float("inf"), s)  # a forced overflow: skipped and logged
+        gc.conv2d_backward_data(dh1, dh2, w2, s, **conv2)
+        gc.relu_backward(dh1, h1, s)
+        gc.bias_grad(dh1.reshape((n * SIDE * SIDE, C1)), db1, s)
+        gc.conv2d_backward_filter(dw1, xbuf, dh1, s, **conv1)
+        scaler.unscale(grads, s)
+        opt.step(s, scaler)
+        scaler.update(s)
+        del batch
+        since += 1
+        if step == 0 or (step + 1) % args.log_every == 0 or step + 1 == args.steps or step == args.overflow_at:
+            value = float(to_numpy(loss)[0])
+            first = value if first is None else first
+            last = value
+            skipped = step + 1 - opt.step_count(s)
+            rate = since * n / max(time.perf_counter() - t0, 1e-9)
+            print(f"step {step + 1:5d}  loss {value:.5f}  scale {scaler.state(s).scale:8.0f}  images/s {rate:8.0f}  "
+                  f"skipped {skipped}")
+            t0, since = time.perf_counter(), 0
+    correct = seen = 0
+    for b in range(0, HELD_OUT, n):
+        x, cls = images(1_000_000 + b, n, args.noise)
+        gc.cast(xbuf, x, s)
+        forward(xbuf)
+        predicted = to_numpy(scores).argmax(axis=1)
+        take = min(n, HELD_OUT - seen)
+        correct += int((predicted[:take] == cls[:take]).sum())
+        seen += take
+    accuracy = correct / seen
+    print(f"final: loss {last:.5f} (first {first:.5f}), held-out accuracy {accuracy:.4f} on {seen} images "
+          f"(target {args.target:.2f}: {'reached' if accuracy >= args.target else 'NOT reached'}), "
+          f"skipped steps {args.steps - opt.step_count(s)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
