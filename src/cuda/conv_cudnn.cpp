@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,16 @@ cudnnDataType_t cudnn_type(DType t) {
 }
 
 int i32(std::int64_t v) { return static_cast<int>(v); }  // validated to fit before we get here
+
+// GPUCLOUD_CUDNN_BENCHMARK=1 (PyTorch's cudnn.benchmark): time every algorithm once per shape
+// (cudnnFind*, synchronous, with its own scratch) instead of taking the heuristic's choice.
+bool benchmark() {
+  static const bool on = [] {
+    const char* v = std::getenv("GPUCLOUD_CUDNN_BENCHMARK");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
 
 // One cuDNN handle per device, created on first use, destroyed at exit (no-throw).
 class Handles {
@@ -149,23 +160,32 @@ std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const ConvPlan& p) {
             plan->act, relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY, CUDNN_NOT_PROPAGATE_NAN, 0.0));
       }
       cudnnConvolutionFwdAlgoPerf_t perf[kCount];
-      GPUCLOUD_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, plan->x, plan->filter, plan->conv, plan->y,
-                                                                  kCount, &returned, perf));
+      GPUCLOUD_CUDNN_CHECK(benchmark()
+                               ? cudnnFindConvolutionForwardAlgorithm(handle, plan->x, plan->filter, plan->conv,
+                                                                      plan->y, kCount, &returned, perf)
+                               : cudnnGetConvolutionForwardAlgorithm_v7(handle, plan->x, plan->filter, plan->conv,
+                                                                        plan->y, kCount, &returned, perf));
       const bool identity_bias = p.has_bias && p.args.epilogue == Epilogue::bias;
       choose(*plan, perf, returned, identity_bias ? CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM : -1);
       break;
     }
     case ConvPass::backward_data: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kCount];
-      GPUCLOUD_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, plan->filter, plan->y, plan->conv,
-                                                                       plan->x, kCount, &returned, perf));
+      GPUCLOUD_CUDNN_CHECK(benchmark()
+                               ? cudnnFindConvolutionBackwardDataAlgorithm(handle, plan->filter, plan->y, plan->conv,
+                                                                           plan->x, kCount, &returned, perf)
+                               : cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, plan->filter, plan->y, plan->conv,
+                                                                             plan->x, kCount, &returned, perf));
       choose(*plan, perf, returned, -1);
       break;
     }
     case ConvPass::backward_filter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kCount];
-      GPUCLOUD_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, plan->x, plan->y, plan->conv,
-                                                                         plan->filter, kCount, &returned, perf));
+      GPUCLOUD_CUDNN_CHECK(benchmark()
+                               ? cudnnFindConvolutionBackwardFilterAlgorithm(handle, plan->x, plan->y, plan->conv,
+                                                                             plan->filter, kCount, &returned, perf)
+                               : cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, plan->x, plan->y, plan->conv,
+                                                                               plan->filter, kCount, &returned, perf));
       choose(*plan, perf, returned, -1);
       break;
     }
