@@ -124,6 +124,7 @@ double cudnn_conv_ms(int device, const ConvArgs& a, ConvPassKind pass, void* out
       cudnnConvolutionFwdAlgoPerf_t perf;
       BASELINE_CHECK(cudnnFindConvolutionForwardAlgorithm(h, x, f, conv, y, 1, &found, &perf) == CUDNN_STATUS_SUCCESS);
       workspace(perf.memory);
+      BASELINE_CHECK(cudnnSetConvolutionMathType(conv, perf.mathType) == CUDNN_STATUS_SUCCESS);
       ms = time_calls(stream, [&] {
         BASELINE_CHECK(cudnnConvolutionForward(h, &alpha, x, in1, f, in2, conv, perf.algo, ws, perf.memory, &beta, y,
                                                out) == CUDNN_STATUS_SUCCESS);
@@ -135,6 +136,7 @@ double cudnn_conv_ms(int device, const ConvArgs& a, ConvPassKind pass, void* out
       BASELINE_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(h, f, y, conv, x, 1, &found, &perf) ==
                      CUDNN_STATUS_SUCCESS);
       workspace(perf.memory);
+      BASELINE_CHECK(cudnnSetConvolutionMathType(conv, perf.mathType) == CUDNN_STATUS_SUCCESS);
       ms = time_calls(stream, [&] {
         BASELINE_CHECK(cudnnConvolutionBackwardData(h, &alpha, f, in2, y, in1, conv, perf.algo, ws, perf.memory, &beta,
                                                     x, out) == CUDNN_STATUS_SUCCESS);
@@ -146,6 +148,7 @@ double cudnn_conv_ms(int device, const ConvArgs& a, ConvPassKind pass, void* out
       BASELINE_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(h, x, y, conv, f, 1, &found, &perf) ==
                      CUDNN_STATUS_SUCCESS);
       workspace(perf.memory);
+      BASELINE_CHECK(cudnnSetConvolutionMathType(conv, perf.mathType) == CUDNN_STATUS_SUCCESS);
       ms = time_calls(stream, [&] {
         BASELINE_CHECK(cudnnConvolutionBackwardFilter(h, &alpha, x, in1, y, in2, conv, perf.algo, ws, perf.memory,
                                                       &beta, f, out) == CUDNN_STATUS_SUCCESS);

@@ -103,16 +103,19 @@ struct Plan {
   }
 };
 
-// Picks the heuristic's first algorithm that succeeds within the workspace cap (and, when
-// @p only is not -1, is that algorithm: cuDNN's fused bias with an identity activation needs
-// IMPLICIT_PRECOMP_GEMM).
+// Picks the first algorithm that succeeds within the workspace cap (and, when @p only is not -1,
+// is that algorithm: cuDNN's fused bias with an identity activation needs IMPLICIT_PRECOMP_GEMM),
+// and sets the math type it was measured with on the descriptor, as PyTorch does. fp32 takes only
+// FMA-math algorithms, so that no TF32 creeps in.
 template <class Perf>
-void choose(Plan& plan, const Perf* perf, int returned, int only) {
+void choose(Plan& plan, const Perf* perf, int returned, int only, bool fp32) {
   for (int i = 0; i < returned; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kMaxWorkspace) continue;
     if (only >= 0 && static_cast<int>(perf[i].algo) != only) continue;
+    if (fp32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
     plan.algo = static_cast<int>(perf[i].algo);
     plan.workspace = perf[i].memory;
+    GPUCLOUD_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, perf[i].mathType));
     return;
   }
   GPUCLOUD_FAIL(Unsupported, kCall,
@@ -149,6 +152,7 @@ std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const ConvPlan& p) {
   }
   constexpr int kCount = 16;
   int returned = 0;
+  const bool fp32 = p.dtype == DType::float32;
   switch (p.pass) {
     case ConvPass::forward: {
       if (p.has_bias) {
@@ -166,7 +170,7 @@ std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const ConvPlan& p) {
                                : cudnnGetConvolutionForwardAlgorithm_v7(handle, plan->x, plan->filter, plan->conv,
                                                                         plan->y, kCount, &returned, perf));
       const bool identity_bias = p.has_bias && p.args.epilogue == Epilogue::bias;
-      choose(*plan, perf, returned, identity_bias ? CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM : -1);
+      choose(*plan, perf, returned, identity_bias ? CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM : -1, fp32);
       break;
     }
     case ConvPass::backward_data: {
@@ -176,7 +180,7 @@ std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const ConvPlan& p) {
                                                                            plan->x, kCount, &returned, perf)
                                : cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, plan->filter, plan->y, plan->conv,
                                                                              plan->x, kCount, &returned, perf));
-      choose(*plan, perf, returned, -1);
+      choose(*plan, perf, returned, -1, fp32);
       break;
     }
     case ConvPass::backward_filter: {
@@ -186,7 +190,7 @@ std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const ConvPlan& p) {
                                                                              plan->filter, kCount, &returned, perf)
                                : cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, plan->x, plan->y, plan->conv,
                                                                                plan->filter, kCount, &returned, perf));
-      choose(*plan, perf, returned, -1);
+      choose(*plan, perf, returned, -1, fp32);
       break;
     }
   }
