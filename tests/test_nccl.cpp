@@ -3,9 +3,11 @@
 // for memory and streams it cannot use. Multi-rank NCCL runs in test_collectives under mpirun when
 // there are as many GPUs as ranks.
 #include <gpucloud/buffer.hpp>
+#include <gpucloud/cast.hpp>
 #include <gpucloud/communicator.hpp>
 #include <gpucloud/copy.hpp>
 #include <gpucloud/error.hpp>
+#include <gpucloud/grad_buckets.hpp>
 #include <gpucloud/stream.hpp>
 
 #include <gtest/gtest.h>
@@ -96,6 +98,34 @@ TEST_P(NcclOnOneGpu, EveryOperationAndDtypeOnOneRank) {
   });
   s.synchronize();
   EXPECT_FALSE(c.broken());
+}
+
+TEST_P(NcclOnOneGpu, GradientBucketsRunOverNcclOnDeviceGradients) {
+  gc::Communicator c = make();
+  gc::Stream s(gc::Device::cuda(0));
+  std::vector<gc::Buffer> grads;
+  std::vector<gc::BufferView> views;
+  gc::BucketOptions options;
+  options.first_bucket_bytes = 1024;
+  options.bucket_bytes = 16384;
+  options.wire_dtype = gc::DType::bfloat16;
+  for (std::size_t n : {10u, 5000u, 300u, 70000u}) {
+    grads.emplace_back(n, gc::DType::float32, gc::Device::cuda(0));
+    gc::fill(grads.back(), 1.5, s);  // exact in bfloat16: compression changes nothing
+    views.push_back(grads.back());
+  }
+  gc::GradBucketer buckets(c, views, options);
+  EXPECT_GT(buckets.bucket_count(), 1u);
+  for (std::size_t i = views.size(); i-- > 0;) buckets.mark_ready(i, s);
+  buckets.wait(s);
+  std::size_t wrong = 0;
+  for (auto& g : grads) {
+    gc::Buffer host(g.size(), gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
+    gc::copy(host, g, s);
+    s.synchronize();
+    for (std::size_t i = 0; i < g.size(); ++i) wrong += host.data_as<float>()[i] != 1.5f;  // the average of one rank
+  }
+  EXPECT_EQ(wrong, 0u);
 }
 
 TEST_P(NcclOnOneGpu, MemoryAndStreamsItCannotUseAreRejected) {
