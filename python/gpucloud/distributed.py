@@ -1,8 +1,8 @@
 """Building NCCL communicators in scripts launched by torchrun (or anything with a key-value store).
 
 NCCL needs one unique id, made by rank 0 and handed to every rank. Under ``mpirun`` use
-``Communicator.nccl_from_mpi()``; with mpi4py, broadcast ``Communicator.nccl_unique_id()``
-yourself. Under ``torchrun`` the launcher already runs a key-value store; these helpers pass
+``Communicator.nccl_from_mpi()`` (all ranks) or ``nccl_from_mpi4py(comm)`` (the ranks of any
+mpi4py communicator). Under ``torchrun`` the launcher already runs a key-value store; these helpers pass
 the id through it (or through any object with ``set(key, bytes)`` and a blocking
 ``get(key) -> bytes``, such as ``torch.distributed.TCPStore`` or ``FileStore``)::
 
@@ -34,6 +34,24 @@ def nccl_from_store(store, rank, size, device=None, key=DEFAULT_KEY):
             raise RuntimeError("device: no GPU is visible, and NCCL communicators live on GPUs")
         device = Device.cuda(rank % gpus)
     return Communicator.nccl(exchange_nccl_id(store, rank, key), rank, size, device)
+
+
+def exchange_nccl_id_mpi(comm):
+    """Rank 0 of an mpi4py communicator makes a NCCL unique id and broadcasts it; every rank returns
+    it (a collective over ``comm``)."""
+    return comm.bcast(Communicator.nccl_unique_id() if comm.Get_rank() == 0 else None, root=0)
+
+
+def nccl_from_mpi4py(comm, device=None):
+    """A NCCL communicator over the ranks of an mpi4py communicator (any split of the world), the
+    id broadcast through it; the GPU is ``device`` or ``cuda:(rank % visible GPUs)``."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if device is None:
+        gpus = cuda_device_count()
+        if gpus == 0:
+            raise RuntimeError("device: no GPU is visible, and NCCL communicators live on GPUs")
+        device = Device.cuda(rank % gpus)
+    return Communicator.nccl(exchange_nccl_id_mpi(comm), rank, size, device)
 
 
 def torchrun_store(timeout_seconds=300):

@@ -65,6 +65,9 @@ def from_mpi4py():
     assert (y == comm.size).all()
     with np.testing.assert_raises(gc.InvalidArgument):
         gc.Communicator.mpi("world")
+    if "built without CUDA" not in gc.cuda_unavailable_reason():  # NCCL ids need a CUDA build
+        ids = world.allgather(gc.distributed.exchange_nccl_id_mpi(world))  # what nccl_from_mpi4py hands NCCL
+        assert len(ids[0]) == 128 and all(i == ids[0] for i in ids), "every rank must get rank 0's id"
     world.Barrier()
     if r == 0:
         print(f"mpi4py communicators on {n} ranks: ok")
