@@ -10,8 +10,9 @@ figure is the median of the rounds.
     python bench/bench_train_step_torch.py [--batch 256] [--hidden 128] [--dtype fp32]
         [--device host|cuda] [--steps 50] [--rounds 7] [--json out.json]
 
-On the host (CPU) it compares against torch's CPU build in fp32, with every core for both (torch.set_num_threads; gpucloud's GEMM is
-OpenBLAS's, threaded). On a
+On the host (CPU) it compares against torch's CPU build in fp32. torch runs with one intra-op
+thread by default (--threads): in one process its OpenMP pool and OpenBLAS's threads (gpucloud's
+GEMMs) spin against each other, and on a 2-core machine both get slower with more. On a
 GPU (--device cuda, torch with CUDA) both run on the GPU; fp16/bf16 there use gpucloud's loss
 scaler and fp32 masters, and torch.autocast + GradScaler. It prints samples/s of each and
 gpucloud / torch (above 1: gpucloud is faster), and with --json writes Google-Benchmark-shaped
@@ -20,7 +21,6 @@ as a check that both did the same work.
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -185,8 +185,9 @@ def main():
     ap.add_argument("--steps", type=int, default=50, help="steps per timed round")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--threads", type=int, default=os.cpu_count(),
-                    help="torch's intra-op threads on the CPU (default: every core, as gpucloud's OpenBLAS uses)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch's intra-op threads on the CPU (default 1: its fastest here; with more, its "
+                         "OpenMP pool and OpenBLAS's threads spin against each other in one process)")
     ap.add_argument("--json", help="write Google-Benchmark-shaped JSON here")
     args = ap.parse_args()
     if torch is None:

@@ -173,13 +173,34 @@ const float* as_fp32(const void* base, DType t, std::int64_t offset, std::int64_
 }
 
 // The epilogue on one stored value of C (v already holds alpha AB + beta C).
-float finish(float v, const detail::GemmPlan& plan, std::int64_t column) {
-  const GemmArgs& g = plan.args;
-  if (plan.has_bias) v += load_as_float(g.bias.data(), column, g.bias.dtype());
-  if (g.epilogue == Epilogue::relu || g.epilogue == Epilogue::bias_relu) v = v > 0.0f ? v : 0.0f;
-  if (g.epilogue == Epilogue::gelu || g.epilogue == Epilogue::bias_gelu) v = gelu_tanh(v);
-  return v;
-}
+// The epilogue on one row of C in fp32 (v already holds alpha AB + beta C): bias (widened to fp32
+// once per call), then ReLU or GELU, as tight loops the compiler vectorises.
+struct Epiloguer {
+  std::vector<float> bias;  // empty: no bias
+  bool relu = false, gelu = false;
+
+  explicit Epiloguer(const detail::GemmPlan& plan) {
+    const GemmArgs& g = plan.args;
+    if (plan.has_bias) {
+      bias.resize(static_cast<std::size_t>(g.n));
+      for (std::int64_t j = 0; j < g.n; ++j)
+        bias[static_cast<std::size_t>(j)] = load_as_float(g.bias.data(), j, g.bias.dtype());
+    }
+    relu = g.epilogue == Epilogue::relu || g.epilogue == Epilogue::bias_relu;
+    gelu = g.epilogue == Epilogue::gelu || g.epilogue == Epilogue::bias_gelu;
+  }
+  void row(float* v, std::int64_t n) const {
+    if (!bias.empty()) {
+      for (std::int64_t j = 0; j < n; ++j) v[j] += bias[static_cast<std::size_t>(j)];
+    }
+    if (relu) {
+      for (std::int64_t j = 0; j < n; ++j) v[j] = v[j] > 0.0f ? v[j] : 0.0f;
+    }
+    if (gelu) {
+      for (std::int64_t j = 0; j < n; ++j) v[j] = gelu_tanh(v[j]);
+    }
+  }
+};
 
 void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan& plan) {
   const GemmArgs& g = plan.args;
@@ -191,6 +212,7 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan&
   const bool fp8 = is_fp8(a.dtype());
   const auto ta = g.trans_a == Transpose::transpose ? CblasTrans : CblasNoTrans;
   const auto tb = g.trans_b == Transpose::transpose ? CblasTrans : CblasNoTrans;
+  const Epiloguer epilogue(plan);
   for (std::int64_t p = 0; p < g.batch; ++p) {
     const float* pa = as_fp32(a.data(), a.dtype(), p * g.stride_a, ext_a, g.tf32, fp8 ? g.scale_a : 1.0f, a32);
     const float* pb = as_fp32(b.data(), b.dtype(), p * g.stride_b, ext_b, g.tf32, fp8 ? g.scale_b : 1.0f, b32);
@@ -200,9 +222,7 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan&
       cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha,
                   pa, static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), g.beta, pc, static_cast<int>(g.ldc));
       if (g.epilogue != Epilogue::none) {
-        for (std::int64_t i = 0; i < g.m; ++i) {
-          for (std::int64_t j = 0; j < g.n; ++j) pc[i * g.ldc + j] = finish(pc[i * g.ldc + j], plan, j);
-        }
+        for (std::int64_t i = 0; i < g.m; ++i) epilogue.row(pc + i * g.ldc, g.n);
       }
       continue;
     }
@@ -210,12 +230,13 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan&
     cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, pa,
                 static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), 0.0f, out.data(), static_cast<int>(g.n));
     for (std::int64_t i = 0; i < g.m; ++i) {
-      for (std::int64_t j = 0; j < g.n; ++j) {
-        const std::int64_t ci = p * g.stride_c + i * g.ldc + j;
-        float v = out[static_cast<std::size_t>(i * g.n + j)];
-        if (g.beta != 0.0f) v += g.beta * load_as_float(c.data(), ci, c.dtype());
-        store_from_float(c.data(), ci, c.dtype(), finish(v, plan, j));
+      float* row = out.data() + i * g.n;
+      const std::int64_t c0 = p * g.stride_c + i * g.ldc;
+      if (g.beta != 0.0f) {
+        for (std::int64_t j = 0; j < g.n; ++j) row[j] += g.beta * load_as_float(c.data(), c0 + j, c.dtype());
       }
+      epilogue.row(row, g.n);
+      for (std::int64_t j = 0; j < g.n; ++j) store_from_float(c.data(), c0 + j, c.dtype(), row[j]);
     }
   }
 }
