@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+import example_support as support
 import gpucloud as gc
 
 SIDE, CLASSES, C1, C2, SIDE2 = 12, 4, 8, 16, 6
@@ -63,21 +64,11 @@ def main():
     n = args.batch
     print(f"train_cnn.py: {dev}, {dtype}, batch {n}, {args.steps} steps")
 
-    def on_device(array, dt=dtype):
-        f32 = gc.Buffer(array.shape, "float32", dev)
-        gc.copy(f32, np.ascontiguousarray(array, np.float32), s)
-        out = gc.Buffer(array.shape, dt, dev)
-        gc.cast(out, f32, s)
-        s.synchronize()
-        return out
+    def on_device(array):
+        return support.to_device(array, dtype, dev, s)
 
     def to_numpy(view):
-        f32 = gc.Buffer(view.shape, "float32", dev)
-        gc.cast(f32, view, s)
-        host = np.empty(view.shape, np.float32)
-        gc.copy(host, f32, s)
-        s.synchronize()
-        return host
+        return support.to_numpy(view, dev, s)
 
     rng = np.random.default_rng(5)
     w1 = on_device(rng.standard_normal((C1, 3, 3, 1)) * np.sqrt(2 / 9))  # KRSC

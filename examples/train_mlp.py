@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+import example_support as support
 import gpucloud as gc
 
 IN, HIDDEN, TEACHER = 32, 128, 16
@@ -66,21 +67,11 @@ def main():
 
     s = gc.Stream(dev)
 
-    def on_device(array, dtype=model_dtype):
-        f32 = gc.Buffer(array.shape, "float32", dev)
-        gc.copy(f32, np.ascontiguousarray(array, np.float32), s)
-        out = gc.Buffer(array.shape, dtype, dev)
-        gc.cast(out, f32, s)
-        s.synchronize()
-        return out
+    def on_device(array):
+        return support.to_device(array, model_dtype, dev, s)
 
     def to_numpy(view):
-        f32 = gc.Buffer(view.shape, "float32", dev)
-        gc.cast(f32, view, s)
-        host = np.empty(view.shape, np.float32)
-        gc.copy(host, f32, s)
-        s.synchronize()
-        return host
+        return support.to_numpy(view, dev, s)
 
     rng = np.random.default_rng(3)
     dims = [IN, HIDDEN, HIDDEN, 1]
