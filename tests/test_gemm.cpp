@@ -12,8 +12,10 @@
 #include <gtest/gtest.h>
 
 #include "buffer_values.hpp"
+#include "detail/alignment.hpp"
 #include "device_cases.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -183,6 +185,45 @@ TEST_P(GemmTest, KZeroStillAppliesBeta) {
   Problem p = random_problem(rng, 5, 9, 0, gc::Transpose::none, gc::Transpose::none, 2, gc::Epilogue::none, 2.0f);
   const auto got = run(p, kPrecisions[0], device(), s);
   EXPECT_LT(relative_error(p, p.a, p.b, got), 1e-6);
+}
+
+// Views one element into larger buffers: cuBLASLt must not run an algorithm chosen for 256-byte
+// aligned matrices on them, and a plan cached for aligned buffers must not be reused for these.
+TEST_P(GemmTest, ViewsAtUnalignedOffsets) {
+  gc::Stream s(device());
+  std::mt19937 rng(37);
+  const Problem p =
+      random_problem(rng, 24, 40, 64, gc::Transpose::none, gc::Transpose::transpose, 1, gc::Epilogue::bias, 0.0f);
+  for (const Precision& prec : {kPrecisions[0], kPrecisions[3]}) {
+    const auto aligned = run(p, prec, device(), s);  // caches the aligned plan first
+    EXPECT_LT(relative_error(p, p.a, p.b, aligned), prec.tolerance) << prec.name;
+    auto shifted = [&](const std::vector<float>& v, gc::DType t) {
+      std::vector<float> padded(v.size() + 1, 0.0f);
+      std::copy(v.begin(), v.end(), padded.begin() + 1);
+      return make(padded, t, device(), s);
+    };
+    gc::Buffer a = shifted(p.a, prec.in), b = shifted(p.b, prec.in), c = shifted(p.c0, prec.out);
+    gc::Buffer bias = make(p.bias, gc::DType::float32, device(), s);
+    const gc::BufferView cv = gc::BufferView(c).slice(1, p.c0.size());
+    gc::fill(cv, std::nan(""), s);
+    gc::GemmArgs args = p.args;
+    args.bias = bias;
+    gc::gemm(cv, gc::BufferView(a).slice(1, p.a.size()), gc::BufferView(b).slice(1, p.b.size()), args, s);
+    EXPECT_LT(relative_error(p, p.a, p.b, read(cv, s)), prec.tolerance) << prec.name << " at an offset";
+  }
+}
+
+TEST(PointerAlignment, LargestPowerOfTwoUpToTheCap) {
+  alignas(256) static unsigned char bytes[512];
+  EXPECT_EQ(gc::detail::pointer_alignment(bytes), 256u);
+  EXPECT_EQ(gc::detail::pointer_alignment(bytes + 256), 256u);
+  EXPECT_EQ(gc::detail::pointer_alignment(bytes + 1), 1u);
+  EXPECT_EQ(gc::detail::pointer_alignment(bytes + 2), 2u);
+  EXPECT_EQ(gc::detail::pointer_alignment(bytes + 12), 4u);
+  EXPECT_EQ(gc::detail::pointer_alignment(bytes + 48), 16u);
+  EXPECT_EQ(gc::detail::pointer_alignment(bytes + 128), 128u);
+  EXPECT_EQ(gc::detail::pointer_alignment(bytes + 64, 16), 16u);
+  EXPECT_EQ(gc::detail::pointer_alignment(nullptr), 256u);
 }
 
 TEST_P(GemmTest, Fp8WithPerTensorScales) {

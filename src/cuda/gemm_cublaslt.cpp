@@ -3,6 +3,7 @@
 #include <gpucloud/error.hpp>
 #include <gpucloud/pool_resource.hpp>
 
+#include "detail/alignment.hpp"
 #include "detail/cuda_backend.hpp"
 #include "detail/cuda_check.hpp"
 #include "detail/library_check.hpp"
@@ -17,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 namespace gpucloud::detail::cuda {
 
@@ -89,10 +91,21 @@ Handles& handles() {
   return h;
 }
 
+// The alignments of A, B and C (= D) that the algorithm may assume. cuBLASLt's heuristic assumes
+// 256 bytes unless told otherwise, and a view into a larger buffer often has less: an algorithm
+// chosen for aligned pointers then fails or reads out of bounds. Part of the plan's key.
+struct Alignments {
+  std::uint32_t a = 256, b = 256, c = 256;
+};
+
+Alignments alignments_of(const BufferView& a, const BufferView& b, const BufferView& c) {
+  return {pointer_alignment(a.data()), pointer_alignment(b.data()), pointer_alignment(c.data())};
+}
+
 // Everything a plan depends on.
 using PlanKey = std::array<std::int64_t, 22>;
 
-PlanKey key_of(int device, DType a, DType b, DType c, const GemmPlan& p) {
+PlanKey key_of(int device, DType a, DType b, DType c, const GemmPlan& p, Alignments align) {
   const GemmArgs& g = p.args;
   return {device,
           g.m,
@@ -114,8 +127,8 @@ PlanKey key_of(int device, DType a, DType b, DType c, const GemmPlan& p) {
           p.has_bias ? static_cast<std::int64_t>(g.bias.dtype()) : -1,
           g.tf32 ? 1 : 0,
           g.beta != 0.0f ? 1 : 0,
-          0,
-          0};
+          static_cast<std::int64_t>(align.a) | static_cast<std::int64_t>(align.b) << 16,
+          align.c};
 }
 
 struct Plan {
@@ -141,7 +154,8 @@ void set_batch(cublasLtMatrixLayout_t layout, std::int64_t batch, std::int64_t s
       cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
 }
 
-std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, DType a, DType b, DType c, const GemmPlan& p) {
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, DType a, DType b, DType c, const GemmPlan& p,
+                                Alignments align) {
   const GemmArgs& g = p.args;
   auto plan = std::make_unique<Plan>();
   const cublasComputeType_t compute = g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -178,6 +192,16 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, DType a, DType b, DType
   const cublasStatus_t st = [&] {
     cublasStatus_t s =
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws);
+    // cuBLASLt's A is our B. C and D are the same buffer.
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, std::uint32_t> minimum[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align.b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align.a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align.c},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align.c}};
+    for (const auto& [attribute, bytes] : minimum) {
+      if (s != CUBLAS_STATUS_SUCCESS) return s;
+      s = cublasLtMatmulPreferenceSetAttribute(pref, attribute, &bytes, sizeof bytes);
+    }
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     return cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->la, plan->lb, plan->lc, plan->lc, pref, 1, &result,
                                           &found);
@@ -210,8 +234,9 @@ void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& p, StreamImp
   DeviceGuard guard(device);
   const auto native = static_cast<cudaStream_t>(stream.native_handle());
   cublasLtHandle_t handle = handles().get(device);
-  Plan& plan = plans().get(key_of(device, a.dtype(), b.dtype(), c.dtype(), p),
-                           [&] { return make_plan(handle, a.dtype(), b.dtype(), c.dtype(), p); });
+  const Alignments align = alignments_of(a, b, c);
+  Plan& plan = plans().get(key_of(device, a.dtype(), b.dtype(), c.dtype(), p, align),
+                           [&] { return make_plan(handle, a.dtype(), b.dtype(), c.dtype(), p, align); });
 
   // Stream-ordered scratch from CUDA's async pool: the workspace, and the fp8 scales.
   const AsyncScratch workspace_scratch(plan.workspace, device, stream);
