@@ -20,6 +20,7 @@
 #include <gpucloud/loss_scaler.hpp>
 #include <gpucloud/managed_memory.hpp>
 #include <gpucloud/memory_resource.hpp>
+#include <gpucloud/monitor.hpp>
 #include <gpucloud/nn_ops.hpp>
 #include <gpucloud/optimizers.hpp>
 #include <gpucloud/plain_resource.hpp>

@@ -17,7 +17,7 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'comm_group', 'conv2d', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_output_shape', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'peak_tflops', 'prefetch', 'relu_backward', 'set_default_resource', 'supports']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'comm_group', 'conv2d', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_output_shape', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'set_default_resource', 'supports']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -1236,6 +1236,169 @@ class GradBucketer:
     @property
     def bucket_count(self) -> int:
         ...
+class DeviceMetrics:
+    """
+    One reading of a device's load and health; a figure the platform cannot report is None.
+    """
+    def __repr__(self) -> str:
+        ...
+    def as_dict(self) -> dict:
+        """
+        The figures as a dict, for logging.
+        """
+    @property
+    def clock_mhz(self) -> float | None:
+        """
+        SM clock (host: mean CPU core clock), MHz.
+        """
+    @property
+    def device(self) -> Device:
+        """
+        The device read.
+        """
+    @property
+    def memory_total(self) -> int:
+        """
+        Bytes in all.
+        """
+    @property
+    def memory_used(self) -> int:
+        """
+        Bytes in use on the device.
+        """
+    @property
+    def memory_utilization(self) -> float | None:
+        """
+        GPU: % of the last sample period device memory was read or written.
+        """
+    @property
+    def power_limit_w(self) -> float | None:
+        """
+        The enforced power limit, watts.
+        """
+    @property
+    def power_w(self) -> float | None:
+        """
+        Watts drawn.
+        """
+    @property
+    def source(self) -> str:
+        """
+        Where the figures came from: 'nvml', 'cuda' or 'procfs'.
+        """
+    @property
+    def temperature_c(self) -> float | None:
+        """
+        Degrees Celsius.
+        """
+    @property
+    def utilization(self) -> float | None:
+        """
+        % of the last sample period the device was busy.
+        """
+class MetricStats:
+    """
+    Minimum, mean and maximum of one figure over a monitored run.
+    """
+    @property
+    def count(self) -> int:
+        """
+        Readings that reported the figure (0: never reported).
+        """
+    @property
+    def max(self) -> float:
+        """
+        Largest reading.
+        """
+    @property
+    def mean(self) -> float:
+        """
+        Mean of the readings.
+        """
+    @property
+    def min(self) -> float:
+        """
+        Smallest reading.
+        """
+class MetricsSummary:
+    """
+    What a MetricsMonitor saw since it started or was reset.
+    """
+    def as_dict(self) -> dict:
+        """
+        The statistics as nested dicts, for logging and JSON.
+        """
+    @property
+    def device(self) -> Device:
+        """
+        The device monitored.
+        """
+    @property
+    def energy_j(self) -> float | None:
+        """
+        Joules (power integrated over time), or None.
+        """
+    @property
+    def memory_used(self) -> MetricStats:
+        """
+        Bytes in use.
+        """
+    @property
+    def memory_utilization(self) -> MetricStats:
+        """
+        GPU memory traffic, %.
+        """
+    @property
+    def power_w(self) -> MetricStats:
+        """
+        Watts.
+        """
+    @property
+    def samples(self) -> int:
+        """
+        Readings taken.
+        """
+    @property
+    def seconds(self) -> float:
+        """
+        From the first reading to the last.
+        """
+    @property
+    def temperature_c(self) -> MetricStats:
+        """
+        Degrees Celsius.
+        """
+    @property
+    def utilization(self) -> MetricStats:
+        """
+        % busy.
+        """
+class MetricsMonitor:
+    """
+    Samples a device every `interval` seconds on a background thread; a context manager that stops on exit.
+    """
+    def __enter__(self) -> MetricsMonitor:
+        ...
+    def __exit__(self, *args) -> None:
+        ...
+    def __init__(self, device: Device, interval: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
+        ...
+    def latest(self) -> DeviceMetrics:
+        """
+        The most recent reading.
+        """
+    def reset(self) -> None:
+        """
+        Forgets the statistics and starts a new period.
+        """
+    def stop(self) -> None:
+        """
+        Stops sampling; the statistics stay readable.
+        """
+    def summary(self) -> MetricsSummary:
+        """
+        The statistics since the start or the last reset(), including a reading taken now.
+        """
 def _noop() -> None:
     """
     A bare pybind11 call: the baseline of bench/bench_python_overhead.py.
@@ -1344,6 +1507,10 @@ def mse_loss(pred: typing.Any, target: typing.Any, loss: typing.Any, grad: typin
     """
     loss = mean((pred - target)^2); grad = 2 (pred - target) / N, times the scaler's scale when given.
     """
+def nvml_unavailable_reason() -> str:
+    """
+    Why GPU readings lack NVML's figures (no driver library, no GPU), or '' when NVML works.
+    """
 def peak_tflops(spec: GpuSpec, precision: Precision) -> float:
     """
     Dense peak TFLOP/s in a precision.
@@ -1351,6 +1518,10 @@ def peak_tflops(spec: GpuSpec, precision: Precision) -> float:
 def prefetch(buffer: typing.Any, target: typing.Any, stream: Stream) -> None:
     """
     Migrate managed memory to `target` in stream order.
+    """
+def read_metrics(device: Device) -> DeviceMetrics:
+    """
+    Reads a device's utilisation, memory, temperature, power and clock now.
     """
 def relu_backward(grad: typing.Any, activation: typing.Any, stream: Stream) -> None:
     """

@@ -20,6 +20,7 @@ void bind_movement(py::module_& m);
 void bind_amp(py::module_& m);
 void bind_gemm(py::module_& m);
 void bind_collectives(py::module_& m);
+void bind_monitor(py::module_& m);
 
 /// Python's Stream: an owned stream, or a borrowed one (a pipeline's internal stream handed to a
 /// compute step). The owned stream's destructor waits for its work, which may need the GIL

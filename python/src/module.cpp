@@ -16,4 +16,5 @@ PYBIND11_MODULE(_core, m) {
   gpucloud::python::bind_amp(m);
   gpucloud::python::bind_gemm(m);
   gpucloud::python::bind_collectives(m);
+  gpucloud::python::bind_monitor(m);
 }

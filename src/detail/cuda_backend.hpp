@@ -6,6 +6,7 @@
 #include <gpucloud/device.hpp>
 #include <gpucloud/managed_memory.hpp>
 #include <gpucloud/memory_resource.hpp>
+#include <gpucloud/monitor.hpp>
 
 #include "detail/conv_plan.hpp"
 #include "detail/gemm_plan.hpp"
@@ -68,6 +69,12 @@ void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& plan, Stream
 /// cuDNN convolution (src/cuda/conv_cudnn.cpp) of a validated plan: out = y, dx or dfilter; in1,
 /// in2 = (x, filter), (dy, filter) or (x, dy) by the plan's pass.
 void conv2d(const ConvPlan& plan, BufferView out, BufferView in1, BufferView in2, StreamImpl& stream);
+
+/// NVML's figures for CUDA device @p device (src/cuda/nvml_metrics.cpp), or the runtime's memory
+/// figures alone when NVML is unavailable.
+void read_metrics(int device, DeviceMetrics& m);
+/// Why NVML is unusable, or empty.
+std::string nvml_unavailable_reason();
 
 /// Kernels (kernels/cast.cu).
 void cast(BufferView dst, BufferView src, StreamImpl& stream);

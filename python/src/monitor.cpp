@@ -1,0 +1,127 @@
+// Device monitoring: read_metrics, DeviceMetrics, MetricsMonitor (a context manager).
+#include "bindings.hpp"
+
+#include <gpucloud/monitor.hpp>
+
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+
+namespace gpucloud::python {
+
+namespace {
+
+py::dict stats_dict(const MetricStats& s) {
+  py::dict d;
+  d["count"] = s.count;
+  d["min"] = s.min;
+  d["mean"] = s.mean;
+  d["max"] = s.max;
+  return d;
+}
+
+}  // namespace
+
+void bind_monitor(py::module_& m) {
+  py::class_<DeviceMetrics>(m, "DeviceMetrics",
+                            "One reading of a device's load and health; a figure the platform cannot report is None.")
+      .def_readonly("device", &DeviceMetrics::device, "The device read.")
+      .def_readonly("source", &DeviceMetrics::source, "Where the figures came from: 'nvml', 'cuda' or 'procfs'.")
+      .def_readonly("utilization", &DeviceMetrics::utilization, "% of the last sample period the device was busy.")
+      .def_readonly("memory_utilization", &DeviceMetrics::memory_utilization,
+                    "GPU: % of the last sample period device memory was read or written.")
+      .def_readonly("memory_used", &DeviceMetrics::memory_used, "Bytes in use on the device.")
+      .def_readonly("memory_total", &DeviceMetrics::memory_total, "Bytes in all.")
+      .def_readonly("temperature_c", &DeviceMetrics::temperature_c, "Degrees Celsius.")
+      .def_readonly("power_w", &DeviceMetrics::power_w, "Watts drawn.")
+      .def_readonly("power_limit_w", &DeviceMetrics::power_limit_w, "The enforced power limit, watts.")
+      .def_readonly("clock_mhz", &DeviceMetrics::clock_mhz, "SM clock (host: mean CPU core clock), MHz.")
+      .def(
+          "as_dict",
+          [](const DeviceMetrics& d) {
+            py::dict out;
+            out["device"] = d.device.str();
+            out["source"] = d.source;
+            out["utilization"] = d.utilization;
+            out["memory_utilization"] = d.memory_utilization;
+            out["memory_used"] = d.memory_used;
+            out["memory_total"] = d.memory_total;
+            out["temperature_c"] = d.temperature_c;
+            out["power_w"] = d.power_w;
+            out["power_limit_w"] = d.power_limit_w;
+            out["clock_mhz"] = d.clock_mhz;
+            return out;
+          },
+          "The figures as a dict, for logging.")
+      .def("__repr__", [](const DeviceMetrics& d) {
+        return "DeviceMetrics(device=" + d.device.str() + ", source=" + d.source +
+               ", memory_used=" + std::to_string(d.memory_used) + "/" + std::to_string(d.memory_total) + ")";
+      });
+
+  py::class_<MetricStats>(m, "MetricStats", "Minimum, mean and maximum of one figure over a monitored run.")
+      .def_readonly("count", &MetricStats::count, "Readings that reported the figure (0: never reported).")
+      .def_readonly("min", &MetricStats::min, "Smallest reading.")
+      .def_readonly("mean", &MetricStats::mean, "Mean of the readings.")
+      .def_readonly("max", &MetricStats::max, "Largest reading.");
+
+  py::class_<MetricsSummary>(m, "MetricsSummary", "What a MetricsMonitor saw since it started or was reset.")
+      .def_readonly("device", &MetricsSummary::device, "The device monitored.")
+      .def_readonly("samples", &MetricsSummary::samples, "Readings taken.")
+      .def_readonly("seconds", &MetricsSummary::seconds, "From the first reading to the last.")
+      .def_readonly("utilization", &MetricsSummary::utilization, "% busy.")
+      .def_readonly("memory_utilization", &MetricsSummary::memory_utilization, "GPU memory traffic, %.")
+      .def_readonly("memory_used", &MetricsSummary::memory_used, "Bytes in use.")
+      .def_readonly("temperature_c", &MetricsSummary::temperature_c, "Degrees Celsius.")
+      .def_readonly("power_w", &MetricsSummary::power_w, "Watts.")
+      .def_readonly("energy_j", &MetricsSummary::energy_j, "Joules (power integrated over time), or None.")
+      .def(
+          "as_dict",
+          [](const MetricsSummary& s) {
+            py::dict out;
+            out["device"] = s.device.str();
+            out["samples"] = s.samples;
+            out["seconds"] = s.seconds;
+            out["utilization"] = stats_dict(s.utilization);
+            out["memory_utilization"] = stats_dict(s.memory_utilization);
+            out["memory_used"] = stats_dict(s.memory_used);
+            out["temperature_c"] = stats_dict(s.temperature_c);
+            out["power_w"] = stats_dict(s.power_w);
+            out["energy_j"] = s.energy_j;
+            return out;
+          },
+          "The statistics as nested dicts, for logging and JSON.");
+
+  m.def(
+      "read_metrics",
+      [](const Device& d) {
+        py::gil_scoped_release release;  // the host's first reading measures over 100 ms
+        return read_metrics(d);
+      },
+      py::arg("device"), "Reads a device's utilisation, memory, temperature, power and clock now.");
+  m.def("nvml_unavailable_reason", &nvml_unavailable_reason,
+        "Why GPU readings lack NVML's figures (no driver library, no GPU), or '' when NVML works.");
+
+  py::class_<MetricsMonitor>(m, "MetricsMonitor",
+                             "Samples a device every `interval` seconds on a background thread; a context manager "
+                             "that stops on exit.")
+      .def(py::init([](const Device& d, double interval) {
+             const auto ms = std::chrono::milliseconds(static_cast<std::int64_t>(interval * 1000.0));
+             py::gil_scoped_release release;
+             return std::make_unique<MetricsMonitor>(d, ms);
+           }),
+           py::arg("device"), py::arg("interval") = 0.5)
+      .def("latest", &MetricsMonitor::latest, "The most recent reading.")
+      .def("summary", &MetricsMonitor::summary, py::call_guard<py::gil_scoped_release>(),
+           "The statistics since the start or the last reset(), including a reading taken now.")
+      .def("reset", &MetricsMonitor::reset, "Forgets the statistics and starts a new period.")
+      .def("stop", &MetricsMonitor::stop, py::call_guard<py::gil_scoped_release>(),
+           "Stops sampling; the statistics stay readable.")
+      .def("__enter__", [](MetricsMonitor& self) -> MetricsMonitor& { return self; })
+      .def("__exit__", [](MetricsMonitor& self, const py::args&) {
+        py::gil_scoped_release release;
+        self.stop();
+      });
+}
+
+}  // namespace gpucloud::python

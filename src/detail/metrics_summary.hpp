@@ -1,0 +1,16 @@
+// Internal: how a MetricsMonitor folds one reading into its statistics (not API).
+#pragma once
+
+#include <gpucloud/monitor.hpp>
+
+#include <chrono>
+#include <optional>
+
+namespace gpucloud::detail {
+
+/// Adds @p m to @p s: each reported figure's min/mean/max, and the energy as the trapezoid from
+/// @p previous's power to @p m's; @p first is the period's first reading's time.
+void accumulate(MetricsSummary& s, const std::optional<DeviceMetrics>& previous, const DeviceMetrics& m,
+                std::chrono::steady_clock::time_point first);
+
+}  // namespace gpucloud::detail
