@@ -1,12 +1,13 @@
 // What the training examples share: a counter-based normal generator (the same number for the same
 // (seed, a, b, c) on every rank and after a restart), and float values into and out of buffers of
-// any float dtype on any device.
+// any float dtype on any device, and the device figures of the progress lines.
 #pragma once
 
 #include <gpucloud/gpucloud.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -16,6 +17,35 @@
 namespace examples {
 
 namespace gc = gpucloud;
+
+/// The device's load for a progress line: "util  37%  mem  1.23 GiB" ("-" where not reported).
+inline std::string brief(const gc::DeviceMetrics& m) {
+  char text[64];
+  if (m.utilization) {
+    std::snprintf(text, sizeof text, "util %3.0f%%  mem %5.2f GiB", *m.utilization,
+                  static_cast<double>(m.memory_used) / 1073741824.0);
+  } else {
+    std::snprintf(text, sizeof text, "util    -  mem %5.2f GiB", static_cast<double>(m.memory_used) / 1073741824.0);
+  }
+  return text;
+}
+
+/// The run's device figures for the final summary (what nvidia-smi would have shown meanwhile).
+inline std::string describe(const gc::MetricsSummary& s) {
+  char text[256];
+  int n = std::snprintf(text, sizeof text, "device %s: %zu readings over %.1f s", s.device.str().c_str(), s.samples,
+                        s.seconds);
+  auto more = [&](const char* fmt, auto... args) {
+    if (n >= 0 && static_cast<std::size_t>(n) < sizeof text)
+      n += std::snprintf(text + n, sizeof text - n, fmt, args...);
+  };
+  if (s.utilization.count > 0) more(", util mean %.0f%% max %.0f%%", s.utilization.mean, s.utilization.max);
+  more(", memory peak %.2f GiB", s.memory_used.max / 1073741824.0);
+  if (s.temperature_c.count > 0) more(", temperature max %.0f C", s.temperature_c.max);
+  if (s.power_w.count > 0) more(", power mean %.0f W", s.power_w.mean);
+  if (s.energy_j) more(", energy %.0f J", *s.energy_j);
+  return text;
+}
 
 /// How an option's value is stored into its field.
 using Setter = std::function<void(const std::string&)>;

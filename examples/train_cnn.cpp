@@ -124,6 +124,7 @@ int main(int argc, char** argv) try {
                                                                   : "float32");
   const gc::Device dev = gc::Device::parse(o.device);
   gc::Stream s(dev);
+  gc::MetricsMonitor monitor(dev);  // the device's load, for the progress lines and the summary
   std::printf("train_cnn: %s, %s, batch %d, %d steps\n", dev.str().c_str(), gc::dtype_name(dtype), o.batch, o.steps);
 
   // Parameters (He initialisation), in backward order: W3, b3, W2, b2, W1, b1.
@@ -222,8 +223,8 @@ int main(int argc, char** argv) try {
       if (first_loss < 0) first_loss = value;
       last_loss = value;
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("step %5d  loss %.5f  scale %8.0f  samples/s %8.0f  skipped %d\n", step + 1, value, st.scale,
-                  since * n / (secs > 0 ? secs : 1e-9), skipped);
+      std::printf("step %5d  loss %.5f  scale %8.0f  samples/s %8.0f  skipped %d  %s\n", step + 1, value, st.scale,
+                  since * n / (secs > 0 ? secs : 1e-9), skipped, examples::brief(monitor.latest()).c_str());
       if (skipped > skipped_logged) {
         std::printf("  overflow: %d step(s) skipped so far (the scale backed off to %.0f)\n", skipped, st.scale);
         skipped_logged = skipped;
@@ -254,6 +255,7 @@ int main(int argc, char** argv) try {
       "final: loss %.5f (first %.5f), held-out accuracy %.4f on %d images (target %.2f: %s), skipped steps %d\n",
       last_loss, first_loss, accuracy, seen, o.target, accuracy >= o.target ? "reached" : "NOT reached",
       o.steps - static_cast<int>(adam.step_count(s)));
+  std::printf("%s\n", examples::describe(monitor.summary()).c_str());
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "train_cnn: %s\n", e.what());

@@ -61,6 +61,7 @@ def main():
     dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[args.dtype]
     dev = gc.Device(args.device)
     s = gc.Stream(dev)
+    monitor = gc.MetricsMonitor(dev)  # the device's load, for the progress lines and the summary
     n = args.batch
     print(f"train_cnn.py: {dev}, {dtype}, batch {n}, {args.steps} steps")
 
@@ -128,7 +129,7 @@ def main():
             skipped = step + 1 - opt.step_count(s)
             rate = since * n / max(time.perf_counter() - t0, 1e-9)
             print(f"step {step + 1:5d}  loss {value:.5f}  scale {scaler.state(s).scale:8.0f}  images/s {rate:8.0f}  "
-                  f"skipped {skipped}")
+                  f"skipped {skipped}  {support.brief(monitor.latest())}")
             t0, since = time.perf_counter(), 0
     correct = seen = 0
     for b in range(0, HELD_OUT, n):
@@ -143,6 +144,7 @@ def main():
     print(f"final: loss {last:.5f} (first {first:.5f}), held-out accuracy {accuracy:.4f} on {seen} images "
           f"(target {args.target:.2f}: {'reached' if accuracy >= args.target else 'NOT reached'}), "
           f"skipped steps {args.steps - opt.step_count(s)}")
+    print(support.describe(monitor.summary()))
     return 0
 
 

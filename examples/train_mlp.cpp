@@ -197,6 +197,9 @@ int main(int argc, char** argv) try {
       o.batch, o.steps);
 
   gc::Stream s(dev);
+  // Rank 0 watches its device's load (nvidia-smi's figures) for the progress lines and the summary.
+  std::optional<gc::MetricsMonitor> monitor;
+  if (rank == 0) monitor.emplace(dev);
   // Model: 32 -> 128 -> 128 -> 1, ReLU; He-initialised (the same on every rank).
   std::vector<Layer> layers;
   const int dims[4] = {kIn, kHidden, kHidden, 1};
@@ -346,8 +349,9 @@ int main(int argc, char** argv) try {
       if (first_loss < 0) first_loss = l;
       last_loss = l;
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      say("step %5d  loss %.5f  scale %8.0f  samples/s %8.0f  skipped %d\n", step + 1, l, st.scale,
-          since_log * o.batch / std::max(secs, 1e-9), skipped);
+      say("step %5d  loss %.5f  scale %8.0f  samples/s %8.0f  skipped %d  %s\n", step + 1, l, st.scale,
+          since_log * o.batch / std::max(secs, 1e-9), skipped,
+          monitor ? examples::brief(monitor->latest()).c_str() : "");
       if (skipped > skipped_logged) {
         say("  overflow: %d step(s) skipped so far (the scale backed off to %.0f)\n", skipped, st.scale);
         skipped_logged = skipped;
@@ -387,6 +391,7 @@ int main(int argc, char** argv) try {
   say("final: loss %.5f (first logged %.5f, ratio %.4f, target < %.2f: %s), skipped steps %d, steps done %zu\n",
       last_loss, first_loss, ratio, o.target, ratio < o.target ? "reached" : "NOT reached", skipped,
       adam.step_count(s));
+  if (monitor) say("%s\n", examples::describe(monitor->summary()).c_str());
   return 0;  // the target is reported, not enforced: short test runs stop before it
 } catch (const std::exception& e) {
   std::fprintf(stderr, "train_mlp: %s\n", e.what());

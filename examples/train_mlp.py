@@ -66,6 +66,8 @@ def main():
     say(f"train_mlp.py: {size} rank(s) on {dev}, {model_dtype}, global batch {args.batch}, {args.steps} steps")
 
     s = gc.Stream(dev)
+    # Rank 0 watches its device's load (nvidia-smi's figures) for the progress lines and the summary.
+    monitor = gc.MetricsMonitor(dev) if rank == 0 else None
 
     def on_device(array):
         return support.to_device(array, model_dtype, dev, s)
@@ -155,7 +157,8 @@ def main():
             first = value if first is None else first
             last = value
             rate = since * args.batch / max(time.perf_counter() - t0, 1e-9)
-            say(f"step {step + 1:5d}  loss {value:.5f}  scale {state.scale:8.0f}  samples/s {rate:8.0f}  skipped {skipped}")
+            say(f"step {step + 1:5d}  loss {value:.5f}  scale {state.scale:8.0f}  samples/s {rate:8.0f}  skipped {skipped}  "
+                f"{support.brief(monitor.latest()) if monitor else ''}")
             t0, since = time.perf_counter(), 0
         if args.checkpoint and (step + 1) % args.checkpoint_every == 0 and rank == 0:
             state = scaler.state(s)
@@ -174,6 +177,8 @@ def main():
     ratio = last / first
     say(f"final: loss {last:.5f} (first logged {first:.5f}, ratio {ratio:.4f}, target < 0.05: "
         f"{'reached' if ratio < 0.05 else 'NOT reached'}), skipped steps {skipped}")
+    if monitor:
+        say(support.describe(monitor.summary()))
     return 0
 
 
