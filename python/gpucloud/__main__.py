@@ -22,6 +22,13 @@ def main() -> int:
             f"{mem.free / 2**30:.1f} of {mem.total / 2**30:.1f} GiB free, {p.multiprocessor_count} "
             f"{'SMs' if device.is_cuda else 'hardware threads'}"
         )
+        m = gpucloud.read_metrics(device)
+        figures = [f"{name} {value:.0f}{unit}" for name, value, unit in (
+            ("util", m.utilization, "%"), ("temperature", m.temperature_c, " C"), ("power", m.power_w, " W"),
+            ("power limit", m.power_limit_w, " W"), ("clock", m.clock_mhz, " MHz")) if value is not None]
+        print(f"    now ({m.source}): {', '.join(figures) or 'no load figures'}")
+    if gpucloud.cuda_device_count() > 0 and gpucloud.nvml_unavailable_reason():
+        print(f"  NVML: {gpucloud.nvml_unavailable_reason()}")
     return 0
 
 

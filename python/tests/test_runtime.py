@@ -93,6 +93,7 @@ def test_python_dash_m_prints_configuration_and_devices():
     out = subprocess.run([sys.executable, "-m", "gpucloud"], check=True, capture_output=True, text=True).stdout
     assert out.startswith(f"gpucloud {gc.__version__}")
     assert "devices:" in out and "host:" in out
+    assert "now (procfs): util" in out  # the host's load, read through read_metrics
 
 
 def test_dropping_a_stream_with_python_work_queued_finishes_it_without_deadlock(device):
