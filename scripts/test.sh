@@ -13,7 +13,7 @@
 #   host   GPUCLOUD_CUDA=OFF: the library without any CUDA, all tests
 #   asan   host tests under AddressSanitizer + UndefinedBehaviorSanitizer (not packaging, not
 #          MPI: OpenMPI's initialisation leaks by design)
-#   tsan   stream, memory and kernel tests (everything stream-ordered) under ThreadSanitizer
+#   tsan   stream, memory, kernel and monitor tests (everything threaded) under ThreadSanitizer
 # GPUCLOUD_CUDA_ARCHS (default 80) narrows the CUDA architectures compiled for tests; real builds
 # keep the library's default list.
 set -euo pipefail
@@ -62,7 +62,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  configure_build_test tsan "-L stream|memory|kernels|movement|amp|gemm" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
+  configure_build_test tsan "-L stream|memory|kernels|movement|amp|gemm|monitor" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF
 echo
 echo "all configurations passed: main, python, interop, host, asan, tsan"
