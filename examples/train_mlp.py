@@ -49,6 +49,7 @@ def main():
     ap.add_argument("--checkpoint")
     ap.add_argument("--checkpoint-every", type=int, default=500)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--dump", help="write the final fp32 weights (masters where the model is fp16/bf16) to this .npz")
     args = ap.parse_args()
 
     np_dtype = {"fp16": np.float16, "bf16": np.float32, "fp32": np.float32}[args.dtype]  # bf16: cast on device
@@ -171,6 +172,9 @@ def main():
             np.savez(args.checkpoint, **arrays)
             say(f"checkpoint: step {step + 1} -> {args.checkpoint}")
     s.synchronize()
+    if args.dump and rank == 0:
+        np.savez(args.dump, **{f"w{i}": to_numpy(opt.master(i) if opt.master(i).size else p.reshape(p.size))
+                               for i, (p, _) in enumerate(params)})
     if first is None:
         say(f"final: nothing to do, the checkpoint is already at step {start}")
         return 0

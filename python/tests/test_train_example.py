@@ -1,5 +1,6 @@
 """The Python training example runs, its loss falls, a forced overflow is skipped and logged, it
-runs data-parallel under mpirun, and a resumed run continues from its checkpoint."""
+runs data-parallel under mpirun to the one-rank weights, and a resumed run continues from its checkpoint
+to the uninterrupted run's weights."""
 import os
 import re
 import shutil
@@ -23,29 +24,48 @@ def losses(out):
     return [float(x) for x in re.findall(r"loss (\d+\.\d+)\s+scale", out)]
 
 
+def worst_difference(a, b):
+    """The largest relative difference between two --dump files' weights."""
+    import numpy as np
+
+    with np.load(a) as x, np.load(b) as y:
+        assert sorted(x.files) == sorted(y.files)
+        return max(float(np.max(np.abs(x[k] - y[k])) / max(float(np.max(np.abs(x[k]))), 1e-30)) for k in x.files)
+
+
 def test_single_process_trains_and_skips_the_forced_overflow(tmp_path):
-    out = run([sys.executable, str(EXAMPLE), *ARGS])
+    whole = str(tmp_path / "whole.npz")
+    out = run([sys.executable, str(EXAMPLE), *ARGS, "--dump", whole])
     l = losses(out)
     assert l[-1] < 0.5 * l[0], l
     assert re.search(r"step +51 .* skipped [1-9]", out), out
+    assert re.search(r"device host: \d+ readings", out), out  # the monitor's summary
     ck = str(tmp_path / "ck.npz")
     first_half = run([sys.executable, str(EXAMPLE), *ARGS[2:], "--steps", "60", "--checkpoint", ck, "--checkpoint-every", "60"])
     assert "checkpoint: step 60" in first_half
-    resumed = run([sys.executable, str(EXAMPLE), *ARGS, "--checkpoint", ck, "--resume"])
+    resumed_dump = str(tmp_path / "resumed.npz")
+    resumed = run([sys.executable, str(EXAMPLE), *ARGS, "--checkpoint", ck, "--resume", "--dump", resumed_dump])
     assert "resumed from" in resumed and "at step 60" in resumed
     assert abs(losses(resumed)[-1] - l[-1]) < 1e-3 * l[0], (losses(resumed), l)  # the same trajectory
+    assert worst_difference(whole, resumed_dump) == 0.0  # and exactly the same weights
 
 
-def test_two_ranks_under_mpirun():
+def test_two_ranks_under_mpirun_match_one_rank(tmp_path):
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
     env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    fp32 = [*ARGS, "--dtype", "fp32"]
+    one, two = str(tmp_path / "one.npz"), str(tmp_path / "two.npz")
+    run([sys.executable, str(EXAMPLE), *fp32, "--dump", one])
     out = run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", sys.executable,
-               str(EXAMPLE), *ARGS], env=env)
+               str(EXAMPLE), *fp32, "--dump", two], env=env)
     assert "2 rank(s)" in out
     l = losses(out)
     assert l[-1] < 0.5 * l[0], l
+    # The same global batch split over two ranks ends with the one-rank weights, within rounding
+    # (the gradient average sums in another order).
+    assert worst_difference(one, two) < 1e-5
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
