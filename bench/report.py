@@ -38,9 +38,17 @@ def pct(value, peak):
     return f"{100.0 * value / peak:.0f} %" if peak else "–"
 
 
+def power(r):
+    """The board's mean watts and GFLOP per joule while a run's iterations ran (GPU runs), or dashes."""
+    if "watts" not in r:
+        return "– | –"
+    efficiency = f"{r['GFLOPs_per_J']:.1f}" if "GFLOPs_per_J" in r else "–"
+    return f"{r['watts']:.0f} | {efficiency}"
+
+
 def gemm_table(runs, spec):
-    rows = ["| shape (m×n×k×batch) | precision | TFLOP/s | % of peak | vs direct OpenBLAS / cuBLAS |",
-            "|---|---|---|---|---|"]
+    rows = ["| shape (m×n×k×batch) | precision | TFLOP/s | % of peak | vs direct OpenBLAS / cuBLAS | W | GFLOP/J |",
+            "|---|---|---|---|---|---|---|"]
     for r in runs:
         m = re.search(r"m:(\d+)/n:(\d+)/k:(\d+)/batch:(\d+)", r["name"])
         label = r.get("label", "")
@@ -50,12 +58,13 @@ def gemm_table(runs, spec):
         peak = gc.peak_tflops(spec, getattr(gc.Precision, prec.group(1))) if spec and "cuda" in label else 0
         direct = r.get("ratio_vs_openblas", r.get("ratio_vs_cublas"))
         ratio = f"{direct:.2f}" if direct is not None else "–"
-        rows.append(f"| {'×'.join(m.groups())} | {label} | {r['TFLOPs']:.3f} | {pct(r['TFLOPs'], peak)} | {ratio} |")
+        rows.append(f"| {'×'.join(m.groups())} | {label} | {r['TFLOPs']:.3f} | {pct(r['TFLOPs'], peak)} | {ratio} | "
+                    f"{power(r)} |")
     return rows
 
 
 def conv_table(runs, spec):
-    rows = ["| layer, pass | run | TFLOP/s | % of peak | vs direct cuDNN |", "|---|---|---|---|---|"]
+    rows = ["| layer, pass | run | TFLOP/s | % of peak | vs direct cuDNN | W | GFLOP/J |", "|---|---|---|---|---|---|---|"]
     for r in runs:
         if not r["name"].startswith("BM_Conv/"):
             continue
@@ -65,7 +74,7 @@ def conv_table(runs, spec):
         ratio = f"{r['ratio_vs_cudnn']:.2f}" if "ratio_vs_cudnn" in r else "–"
         batch = re.search(r"batch:(\d+)", r["name"])
         rows.append(f"| {label} | batch {batch.group(1) if batch else '?'} | {r['TFLOPs']:.3f} | "
-                    f"{pct(r['TFLOPs'], peak)} | {ratio} |")
+                    f"{pct(r['TFLOPs'], peak)} | {ratio} | {power(r)} |")
     return rows
 
 

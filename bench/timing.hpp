@@ -4,11 +4,14 @@
 #include <gpucloud/device.hpp>
 #include <gpucloud/event.hpp>
 #include <gpucloud/gpu_specs.hpp>
+#include <gpucloud/monitor.hpp>
 #include <gpucloud/stream.hpp>
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 
 namespace gpucloud::bench {
 
@@ -26,12 +29,16 @@ double time_ms(Stream& s, Work&& work) {
 }
 
 /// Google Benchmark manual time: one warm-up, then every iteration event-timed on @p s.
-/// Returns the mean milliseconds per iteration.
+/// Returns the mean milliseconds per iteration. On a GPU, also the board's mean power and
+/// utilisation while the iterations ran (NVML, sampled every 50 ms; NVML averages power over up to
+/// a second, so short cases read approximately) as the counters "watts" and "util_pct".
 template <class Work>
 double run_timed(benchmark::State& state, Stream& s, Work&& work) {
   Event a(s.device()), b(s.device());
   work();
   s.synchronize();
+  std::optional<MetricsMonitor> monitor;
+  if (s.device().is_cuda()) monitor.emplace(s.device(), std::chrono::milliseconds(50));
   double total = 0;
   std::int64_t n = 0;
   for (auto _ : state) {
@@ -44,14 +51,23 @@ double run_timed(benchmark::State& state, Stream& s, Work&& work) {
     total += ms;
     ++n;
   }
+  if (monitor) {
+    const MetricsSummary m = monitor->summary();
+    if (m.power_w.count > 0) state.counters["watts"] = m.power_w.mean;
+    if (m.utilization.count > 0) state.counters["util_pct"] = m.utilization.mean;
+  }
   return n > 0 ? total / static_cast<double>(n) : 0.0;
 }
 
-/// Sets the "TFLOPs" counter, and on a GPU of the spec table "pct_of_peak": the rate as a
-/// percentage of the spec sheet's dense peak in @p precision (GPU_SPECS.md).
+/// Sets the "TFLOPs" counter; with a "watts" counter, "GFLOPs_per_J" (energy efficiency); and on a
+/// GPU of the spec table "pct_of_peak": the rate as a percentage of the spec sheet's dense peak in
+/// @p precision (GPU_SPECS.md).
 inline void report_tflops(benchmark::State& state, Device device, Precision precision, double flops, double ms) {
   const double tflops = flops / (ms * 1e-3) / 1e12;
   state.counters["TFLOPs"] = tflops;
+  if (const auto w = state.counters.find("watts"); w != state.counters.end() && w->second.value > 0) {
+    state.counters["GFLOPs_per_J"] = tflops * 1e3 / w->second.value;
+  }
   if (!device.is_cuda()) return;
   if (auto spec = find_gpu_spec(device_properties(device).name)) {
     const double peak = peak_tflops(*spec, precision);

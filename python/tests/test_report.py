@@ -10,7 +10,7 @@ REPORT = Path(__file__).resolve().parents[2] / "bench" / "report.py"
 def test_report_places_figures_next_to_the_spec_sheet(tmp_path):
     runs = {"benchmarks": [
         {"name": "BM_Gemm/device:1/precision:3/m:8192/n:8192/k:8192/batch:1/manual_time", "run_type": "iteration",
-         "TFLOPs": 791.2, "label": "cuda:0 bf16 -> bfloat16"},
+         "TFLOPs": 791.2, "watts": 652.0, "GFLOPs_per_J": 1213.5, "label": "cuda:0 bf16 -> bfloat16"},
         {"name": "BM_Gemm/device:0/precision:0/m:512/n:512/k:512/batch:1/manual_time", "run_type": "iteration",
          "TFLOPs": 0.2, "ratio_vs_openblas": 1.01, "label": "host fp32 -> float32"},
         {"name": "BM_AdamWStep/device:1/layers:24/manual_time", "run_type": "iteration", "bytes_per_second": 3.9e12,
@@ -22,8 +22,8 @@ def test_report_places_figures_next_to_the_spec_sheet(tmp_path):
     out = subprocess.run([sys.executable, str(REPORT), str(tmp_path), "--gpu", "NVIDIA H200"], capture_output=True,
                          text=True, check=True).stdout
     assert "GPU spec row: H200 SXM" in out
-    assert "| 8192×8192×8192×1 | cuda:0 bf16 -> bfloat16 | 791.200 | 80 % |" in out  # of 989
-    assert "| 1.01 |" in out
+    assert "| 8192×8192×8192×1 | cuda:0 bf16 -> bfloat16 | 791.200 | 80 % | – | 652 | 1213.5 |" in out  # of 989
+    assert "| 1.01 | – | – |" in out  # no power figures on the host
     assert "81 %" in out  # 3900 GB/s of 4800
     assert "| all_reduce flat, 4 ranks, 2 node(s) | 4096 | 1.500 | 2.250 |" in out
     assert "V100 SXM2 32GB (needs CUDA 12)" in out
