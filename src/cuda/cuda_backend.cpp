@@ -3,6 +3,7 @@
 
 #include <gpucloud/error.hpp>
 
+#include "detail/cleanup_queue.hpp"
 #include "detail/cuda_check.hpp"
 
 #include <cuda_runtime_api.h>
@@ -59,10 +60,12 @@ class CudaStream final : public StreamImpl {
   }
   ~CudaStream() override {
     GPUCLOUD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));
+    cleanups_.wait(detail::CleanupQueue::shared());  // they refer to this stream
     GPUCLOUD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
   }
   void synchronize() override {
     GPUCLOUD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cleanups_.wait(detail::CleanupQueue::shared());  // done means released too, as on the host
     std::lock_guard<std::mutex> lock(mutex_);
     if (host_error_) std::rethrow_exception(std::exchange(host_error_, nullptr));
   }
@@ -73,7 +76,7 @@ class CudaStream final : public StreamImpl {
       return false;
     }
     GPUCLOUD_CUDA_CHECK(status);
-    return true;
+    return cleanups_.idle();
   }
   void wait(EventImpl& event) override;
   void launch_host_func(std::function<void()> fn, bool always_run) override {
@@ -95,23 +98,50 @@ class CudaStream final : public StreamImpl {
     CudaStream* owner;
     bool always_run;
   };
+  // Runs on CUDA's callback thread, which must not call CUDA nor wait for the GIL. A cleanup
+  // (always_run: it frees buffers, releases Python objects) may do both, so it is handed to the
+  // cleanup thread (detail/cleanup_queue.hpp); synchronize() and query() wait for it to finish.
   static void CUDART_CB trampoline(void* data) {
     std::unique_ptr<Payload> payload(static_cast<Payload*>(data));
     CudaStream& s = *payload->owner;
+    if (payload->always_run) {
+      s.cleanups_.begin();
+      try {
+        detail::CleanupQueue::shared().post([p = payload.get()] {
+          CudaStream* owner = p->owner;
+          {
+            const std::unique_ptr<Payload> own(p);  // what the cleanup captured goes with it
+            owner->run(*own);
+          }
+          owner->cleanups_.end();
+        });
+        (void)payload.release();
+      } catch (...) {  // could not queue it (out of memory): run it here rather than never
+        s.run(*payload);
+        payload.reset();
+        s.cleanups_.end();
+      }
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(s.mutex_);
-      if (s.host_error_ && !payload->always_run) return;  // same contract as the host backend
+      if (s.host_error_) return;  // same contract as the host backend
     }
+    s.run(*payload);
+  }
+  // Runs @p p's function; an exception becomes the stream's error, raised at synchronize().
+  void run(Payload& p) noexcept {
     try {
-      payload->fn();
+      p.fn();
     } catch (...) {
-      std::lock_guard<std::mutex> lock(s.mutex_);
-      if (!s.host_error_) s.host_error_ = std::current_exception();
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!host_error_) host_error_ = std::current_exception();
     }
   }
   cudaStream_t stream_ = nullptr;
   std::mutex mutex_;
   std::exception_ptr host_error_;
+  detail::PendingCleanups cleanups_;
 };
 
 class CudaEvent final : public EventImpl {
