@@ -3,6 +3,7 @@
 
 #include "detail/amp_checks.hpp"
 #include "detail/nn_ops_launch.hpp"
+#include "detail/stream_scratch.hpp"
 
 namespace gpucloud {
 
@@ -31,8 +32,7 @@ void mse_loss(BufferView pred, BufferView target, BufferView loss, BufferView gr
                    "target/grad: need pred's " + std::to_string(pred.size()) + " elements (and at least one)");
   GPUCLOUD_EXPECTS(scaler == nullptr || scaler->device() == stream.device(), call, "scaler: on another device");
   const Grid grid = elementwise_grid(pred.size(), 64);
-  auto partials =
-      std::make_shared<Buffer>(grid_size(grid), DType::float32, stream.device(), MemoryKind::device, stream);
+  const detail::StreamScratch partials(grid_size(grid), stream);
   const MseBody body{pred.data(),
                      target.data(),
                      grad.data(),
@@ -41,7 +41,7 @@ void mse_loss(BufferView pred, BufferView target, BufferView loss, BufferView gr
                      type_code(grad),
                      static_cast<std::int64_t>(pred.size()),
                      scaler != nullptr ? static_cast<const float*>(scaler->scale_value().data()) : nullptr,
-                     partials->data_as<float>()};
+                     partials.get()};
   float* out = loss.data_as<float>();
   if (stream.device().is_cuda()) {
     detail::cuda::nn_mse(body, grid, out, *stream.impl());

@@ -5,6 +5,7 @@
 
 #include "detail/amp_checks.hpp"
 #include "detail/amp_launch.hpp"
+#include "detail/stream_scratch.hpp"
 
 #include <cstring>
 #include <limits>
@@ -218,35 +219,40 @@ const AdamOptions& FusedAdam::options() const { return impl_->options; }
 // ---- norms ----------------------------------------------------------------------------------
 
 namespace {
-// Sum of squares of @p tensors into partials, then norm (and clip coefficient) on the device.
-Buffer norm_into(const std::vector<BufferView>& tensors, float max_norm, StreamView s, const char* call, Buffer& coef) {
+// @p tensors as one multi-tensor list, each checked (before anything is allocated or enqueued).
+detail::amp::Rows1 checked_rows(const std::vector<BufferView>& tensors, StreamView s, const char* call) {
   detail::amp::Rows1 rows;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     detail::check_float_tensor(tensors[i], s, call, "tensors[" + std::to_string(i) + "]");
     rows.push_back({tensors[i]});
   }
+  return rows;
+}
+
+// Sum of squares of @p rows into partials, then norm (and the clip coefficient into @p coef) on
+// the device.
+Buffer norm_into(const detail::amp::Rows1& rows, float max_norm, StreamView s, float* coef) {
   const std::size_t count = detail::amp::partial_count(rows);
-  Buffer partials(std::max<std::size_t>(count, 1), DType::float32, s.device(), MemoryKind::device, s);
+  const detail::StreamScratch partials(count, s);
   Buffer norm(1, DType::float32, s.device(), MemoryKind::device, s);
-  coef = Buffer(1, DType::float32, s.device(), MemoryKind::device, s);
-  detail::amp::sum_squares(rows, partials.data_as<float>(), s);
-  detail::amp::finish_norm(partials.data_as<float>(), count, max_norm, norm.data_as<float>(), coef.data_as<float>(), s);
+  detail::amp::sum_squares(rows, partials.get(), s);
+  detail::amp::finish_norm(partials.get(), count, max_norm, norm.data_as<float>(), coef, s);
   return norm;
 }
 }  // namespace
 
 Buffer global_norm(const std::vector<BufferView>& tensors, StreamView stream) {
-  Buffer coef;
-  return norm_into(tensors, 1.0f, stream, "global_norm", coef);
+  const detail::amp::Rows1 rows = checked_rows(tensors, stream, "global_norm");
+  const detail::StreamScratch coef(1, stream);
+  return norm_into(rows, 1.0f, stream, coef.get());
 }
 
 Buffer clip_grad_norm(const std::vector<BufferView>& grads, float max_norm, StreamView stream) {
   detail::check_range(max_norm, 0.0, kFloatMax, true, "clip_grad_norm", "max_norm");
-  Buffer coef;
-  Buffer norm = norm_into(grads, max_norm, stream, "clip_grad_norm", coef);
-  detail::amp::Rows1 rows;
-  for (const auto& g : grads) rows.push_back({g});
-  detail::amp::scale_by(rows, coef.data_as<float>(), stream);
+  const detail::amp::Rows1 rows = checked_rows(grads, stream, "clip_grad_norm");
+  const detail::StreamScratch coef(1, stream);
+  Buffer norm = norm_into(rows, max_norm, stream, coef.get());
+  detail::amp::scale_by(rows, coef.get(), stream);
   return norm;
 }
 

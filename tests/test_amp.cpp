@@ -424,6 +424,20 @@ TEST_P(AmpTest, ClipGradNormMatchesTorch) {
   // Already small enough: unchanged (coefficient clamped to 1).
   gc::clip_grad_norm({ga, gb}, 100.0f, s);
   EXPECT_EQ(download<float>(ga, s), clipped);
+  // A tensor it cannot take: a typed error naming it, before anything is allocated or enqueued.
+  gc::Buffer ints(3, gc::DType::int32, device());
+  s.synchronize();
+  for (auto call : {+[](const std::vector<gc::BufferView>& t, gc::StreamView st) { gc::clip_grad_norm(t, 1.0f, st); },
+                    +[](const std::vector<gc::BufferView>& t, gc::StreamView st) { gc::global_norm(t, st); }}) {
+    try {
+      call({ga, ints}, s);
+      FAIL() << "no error";
+    } catch (const gc::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("tensors[1]"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(s.query());
+  }
+  EXPECT_EQ(download<float>(ga, s), clipped);
 }
 
 TEST_P(AmpTest, BadOptimizerInputIsATypedErrorAndChangesNothing) {
