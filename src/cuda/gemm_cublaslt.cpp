@@ -136,7 +136,8 @@ struct Plan {
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;  // cuBLASLt's A (our B), B (our A), C
   cublasLtMatmulAlgo_t algo{};
   std::size_t workspace = 0;
-  std::mutex mutex;  // the descriptor's pointer attributes are set per call
+  DType bias_type = DType::float32;  // the bias as cuBLASLt reads it (converted per call if not the caller's)
+  std::mutex mutex;                  // the descriptor's pointer attributes are set per call
   ~Plan() {
     if (lc) cublasLtMatrixLayoutDestroy(lc);
     if (lb) cublasLtMatrixLayoutDestroy(lb);
@@ -154,8 +155,9 @@ void set_batch(cublasLtMatrixLayout_t layout, std::int64_t batch, std::int64_t s
       cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
 }
 
-std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, DType a, DType b, DType c, const GemmPlan& p,
-                                Alignments align) {
+// The plan with the bias read as @p bias_type, or null when cuBLASLt has no algorithm for it.
+std::unique_ptr<Plan> try_plan(cublasLtHandle_t handle, DType a, DType b, DType c, const GemmPlan& p, Alignments align,
+                               DType bias_type) {
   const GemmArgs& g = p.args;
   auto plan = std::make_unique<Plan>();
   const cublasComputeType_t compute = g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -169,9 +171,10 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, DType a, DType b, DType
   GPUCLOUD_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
   if (p.has_bias) {
-    const cudaDataType_t bias_type = cuda_type(g.bias.dtype());
+    const cudaDataType_t type = cuda_type(bias_type);
     GPUCLOUD_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type));
+    plan->bias_type = bias_type;
   }
   // Layouts of the storage, column-major: a row-major rows x cols matrix is cols x rows.
   GPUCLOUD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->la, cuda_type(b), static_cast<std::uint64_t>(p.cols_b),
@@ -207,13 +210,24 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, DType a, DType b, DType
                                           &found);
   }();
   cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return nullptr;
   GPUCLOUD_CUBLAS_CHECK(st);
-  if (found == 0) {
-    GPUCLOUD_FAIL(Unsupported, "gemm", "cuBLASLt has no algorithm for this shape, layout and dtype combination");
-  }
   plan->algo = result.algo;
   plan->workspace = result.workspaceSize;
   return plan;
+}
+
+// The plan: the bias in its own dtype, or, where cuBLASLt takes no float32 bias with this output
+// (it documents the output's dtype as the bias's default), converted to the output's dtype per
+// call: the host model adds the float32 bias, a difference far inside the 16-bit tolerance.
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, DType a, DType b, DType c, const GemmPlan& p,
+                                Alignments align) {
+  const DType bias_type = p.has_bias ? p.args.bias.dtype() : c;
+  if (auto plan = try_plan(handle, a, b, c, p, align, bias_type)) return plan;
+  if (p.has_bias && bias_type != c) {
+    if (auto plan = try_plan(handle, a, b, c, p, align, c)) return plan;
+  }
+  GPUCLOUD_FAIL(Unsupported, "gemm", "cuBLASLt has no algorithm for this shape, layout and dtype combination");
 }
 
 detail::PlanCache<PlanKey, Plan>& plans() {
@@ -241,6 +255,14 @@ void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& p, StreamImp
   // Stream-ordered scratch from CUDA's async pool: the workspace, and the fp8 scales.
   const AsyncScratch workspace_scratch(plan.workspace, device, stream);
   const AsyncScratch scales_scratch(fp8 ? 2 * sizeof(float) : 0, device, stream);
+  const bool convert_bias = p.has_bias && plan.bias_type != g.bias.dtype();
+  const AsyncScratch bias_scratch(convert_bias ? g.bias.size() * dtype_size(plan.bias_type) : 0, device, stream);
+  const void* bias = p.has_bias ? g.bias.data() : nullptr;
+  if (convert_bias) {
+    const BufferView converted(bias_scratch.get(), g.bias.size(), plan.bias_type, MemoryKind::device, stream.device());
+    cast(converted, g.bias, stream);
+    bias = converted.data();
+  }
   void* workspace = workspace_scratch.get();
   auto* scales = static_cast<float*>(scales_scratch.get());
   if (fp8) {
@@ -250,7 +272,6 @@ void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& p, StreamImp
 
   std::lock_guard<std::mutex> lock(plan.mutex);
   if (p.has_bias) {
-    const void* bias = g.bias.data();
     GPUCLOUD_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   }
