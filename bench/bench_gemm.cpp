@@ -6,7 +6,9 @@
 #include <gpucloud/gpucloud.hpp>
 
 #include <benchmark/benchmark.h>
+#if GPUCLOUD_BENCH_WITH_BLAS
 #include <cblas.h>
+#endif
 
 #include "cuda_baselines.hpp"
 #include "timing.hpp"
@@ -61,7 +63,9 @@ void BM_Gemm(benchmark::State& state) {
     const double direct = gc::bench::cublas_gemm_ms(d.index(), a.data(), b.data(), c.data(), pc.in, pc.out, pc.tf32,
                                                     g.m, g.n, g.k, g.batch);
     if (direct > 0) state.counters["ratio_vs_cublas"] = direct / ms;
-  } else if (pc.in == gc::DType::float32 && !pc.tf32 && g.batch == 1) {
+  }
+#if GPUCLOUD_BENCH_WITH_BLAS
+  else if (pc.in == gc::DType::float32 && !pc.tf32 && g.batch == 1) {
     // The same product through OpenBLAS directly, on the same buffers, timed the same way.
     const double direct_ms = gc::bench::time_ms(s, [&] {
       gc::launch_host_func(s, [&] {
@@ -72,6 +76,7 @@ void BM_Gemm(benchmark::State& state) {
     });
     state.counters["ratio_vs_openblas"] = direct_ms / ms;
   }
+#endif
   state.SetLabel(d.str() + " " + gc::precision_name(precision) + " -> " + gc::dtype_name(pc.out));
 }
 

@@ -12,7 +12,8 @@
 #          communicators run instead of skipping
 #   host   GPUCLOUD_CUDA=OFF: the library without any CUDA, all tests
 #   asan   host tests under AddressSanitizer + UndefinedBehaviorSanitizer (not packaging, not
-#          MPI: OpenMPI's initialisation leaks by design)
+#          MPI: OpenMPI's initialisation leaks by design), with GPUCLOUD_BLAS=OFF: the host GEMM's
+#          built-in loop nest (what builds without OpenBLAS run) under the same tests
 #   tsan   stream, memory, kernel and monitor tests (everything threaded) under ThreadSanitizer
 # GPUCLOUD_CUDA_ARCHS (default 80) narrows the CUDA architectures compiled for tests; real builds
 # keep the library's default list.
@@ -60,7 +61,7 @@ python_package interop /usr/bin/python3 --system-site-packages
 configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
-  -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF
+  -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF -DGPUCLOUD_BLAS=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   configure_build_test tsan "-L stream|memory|kernels|movement|amp|gemm|monitor" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF

@@ -6,10 +6,9 @@
 #include "detail/access.hpp"
 #include "detail/conv_plan.hpp"
 #include "detail/cuda_backend.hpp"
+#include "detail/host_sgemm.hpp"
 #include "detail/host_values.hpp"
 #include "detail/stream_impl.hpp"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <climits>
@@ -288,11 +287,11 @@ void host_forward(BufferView y, BufferView x, BufferView f, const ConvPlan& plan
       const std::int64_t ld = in_place ? b.ld : b.cols;
       const float alpha = in_place ? a.alpha : 1.0f, beta = in_place ? a.beta : 0.0f;
       if (g.nhwc) {  // out (pixels x kg) = col (pixels x taps) * filters^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i32(pixels), i32(kg), i32(taps), alpha, col.data(),
-                    i32(taps), filters, i32(taps), beta, out, i32(ld));
+        detail::host_sgemm(false, true, i32(pixels), i32(kg), i32(taps), alpha, col.data(), i32(taps), filters,
+                           i32(taps), beta, out, i32(ld));
       } else {  // out (kg x pixels) = filters (kg x taps) * colT (taps x pixels)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i32(kg), i32(pixels), i32(taps), alpha, filters,
-                    i32(taps), col.data(), i32(pixels), beta, out, i32(ld));
+        detail::host_sgemm(false, false, i32(kg), i32(pixels), i32(taps), alpha, filters, i32(taps), col.data(),
+                           i32(pixels), beta, out, i32(ld));
       }
       if (in_place) continue;
       for (std::int64_t i = 0; i < b.rows; ++i) {
@@ -330,11 +329,11 @@ void host_backward_data(BufferView dx, BufferView dy, BufferView f, const ConvPl
       const Block b = y_block(g, img, grp);
       const float* filters = fs.data + grp * kg * taps;
       if (g.nhwc) {  // col (pixels x taps) = dy_g (pixels x kg) * filters (kg x taps)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i32(pixels), i32(taps), i32(kg), 1.0f,
-                    dys.data + b.offset, i32(b.ld), filters, i32(taps), 0.0f, col.data(), i32(taps));
+        detail::host_sgemm(false, false, i32(pixels), i32(taps), i32(kg), 1.0f, dys.data + b.offset, i32(b.ld), filters,
+                           i32(taps), 0.0f, col.data(), i32(taps));
       } else {  // colT (taps x pixels) = filters^T (taps x kg) * dy_g (kg x pixels)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i32(taps), i32(pixels), i32(kg), 1.0f, filters, i32(taps),
-                    dys.data + b.offset, i32(b.ld), 0.0f, col.data(), i32(pixels));
+        detail::host_sgemm(true, false, i32(taps), i32(pixels), i32(kg), 1.0f, filters, i32(taps), dys.data + b.offset,
+                           i32(b.ld), 0.0f, col.data(), i32(pixels));
       }
       col2im(col, g, grp, acc.data());
     }
@@ -354,11 +353,11 @@ void host_backward_filter(BufferView df, BufferView x, BufferView dy, const Conv
         const Block b = y_block(g, img, grp);
         float* dfilters = acc.data() + grp * kg * taps;
         if (g.nhwc) {  // dfilters (kg x taps) += dy_g^T (kg x pixels) * col (pixels x taps)
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i32(kg), i32(taps), i32(pixels), 1.0f,
-                      dys.data + b.offset, i32(b.ld), col.data(), i32(taps), 1.0f, dfilters, i32(taps));
+          detail::host_sgemm(true, false, i32(kg), i32(taps), i32(pixels), 1.0f, dys.data + b.offset, i32(b.ld),
+                             col.data(), i32(taps), 1.0f, dfilters, i32(taps));
         } else {  // dfilters (kg x taps) += dy_g (kg x pixels) * colT^T (pixels x taps)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i32(kg), i32(taps), i32(pixels), 1.0f,
-                      dys.data + b.offset, i32(b.ld), col.data(), i32(pixels), 1.0f, dfilters, i32(taps));
+          detail::host_sgemm(false, true, i32(kg), i32(taps), i32(pixels), 1.0f, dys.data + b.offset, i32(b.ld),
+                             col.data(), i32(pixels), 1.0f, dfilters, i32(taps));
         }
       }
     }

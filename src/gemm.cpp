@@ -4,10 +4,9 @@
 #include "detail/access.hpp"
 #include "detail/cuda_backend.hpp"
 #include "detail/gemm_plan.hpp"
+#include "detail/host_sgemm.hpp"
 #include "detail/host_values.hpp"
 #include "detail/stream_impl.hpp"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -210,25 +209,25 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan&
   const std::int64_t ext_a = extent(plan.rows_a, plan.cols_a, g.lda);
   const std::int64_t ext_b = extent(plan.rows_b, plan.cols_b, g.ldb);
   const bool fp8 = is_fp8(a.dtype());
-  const auto ta = g.trans_a == Transpose::transpose ? CblasTrans : CblasNoTrans;
-  const auto tb = g.trans_b == Transpose::transpose ? CblasTrans : CblasNoTrans;
+  const bool ta = g.trans_a == Transpose::transpose;
+  const bool tb = g.trans_b == Transpose::transpose;
   const Epiloguer epilogue(plan);
   for (std::int64_t p = 0; p < g.batch; ++p) {
     const float* pa = as_fp32(a.data(), a.dtype(), p * g.stride_a, ext_a, g.tf32, fp8 ? g.scale_a : 1.0f, a32);
     const float* pb = as_fp32(b.data(), b.dtype(), p * g.stride_b, ext_b, g.tf32, fp8 ? g.scale_b : 1.0f, b32);
     if (fp32_out) {
-      // Straight into C: OpenBLAS applies alpha and beta (and reads no C when beta is 0).
+      // Straight into C: host_sgemm applies alpha and beta (and reads no C when beta is 0).
       float* pc = c.data_as<float>() + p * g.stride_c;
-      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha,
-                  pa, static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), g.beta, pc, static_cast<int>(g.ldc));
+      detail::host_sgemm(ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, pa,
+                         static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), g.beta, pc, static_cast<int>(g.ldc));
       if (g.epilogue != Epilogue::none) {
         for (std::int64_t i = 0; i < g.m; ++i) epilogue.row(pc + i * g.ldc, g.n);
       }
       continue;
     }
     // Narrow output: accumulate in fp32, add beta C and the epilogue, round once.
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, pa,
-                static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), 0.0f, out.data(), static_cast<int>(g.n));
+    detail::host_sgemm(ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, pa,
+                       static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), 0.0f, out.data(), static_cast<int>(g.n));
     for (std::int64_t i = 0; i < g.m; ++i) {
       float* row = out.data() + i * g.n;
       const std::int64_t c0 = p * g.stride_c + i * g.ldc;
