@@ -46,8 +46,10 @@ struct ReluBackwardBody {
   std::int64_t n;
   GPUCLOUD_HD void operator()(ThreadIndex t, Grid g) const {
     for (std::size_t i = global_index(t, g); i < static_cast<std::size_t>(n); i += grid_size(g)) {
-      if (!(load(act, static_cast<std::int64_t>(i), act_t) > 0.0f))
-        store(grad, static_cast<std::int64_t>(i), grad_t, 0.0f);
+      const auto k = static_cast<std::int64_t>(i);
+      const float v = load(grad, k, grad_t);
+      // Branch-free (a select): half the activations are negative, a branch mispredicts on them.
+      store(grad, k, grad_t, load(act, k, act_t) > 0.0f ? v : 0.0f);
     }
   }
 };

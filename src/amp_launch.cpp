@@ -55,7 +55,7 @@ int sum_squares(const Rows1& tensors, float* partials, StreamView s) {
     offset += static_cast<std::size_t>(meta.blocks);
     if (on_gpu(s)) return cuda::amp_sum_squares(meta, out, *s.impl());
     host_task(s, [meta, out] {
-      const Grid g = mta_grid(meta);
+      const Grid g = host_block_grid(mta_grid(meta));
       for (std::uint32_t b = 0; b < g.blocks; ++b) {  // each block reduces its threads' sums
         float block_sum = 0.0f;
         for (std::uint32_t t = 0; t < g.threads; ++t) block_sum += thread_sum_of_squares(ThreadIndex{b, t}, g, meta);

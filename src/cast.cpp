@@ -25,7 +25,7 @@ void cast(BufferView dst, BufferView src, StreamView stream) {
     kernels::dispatch_dtype(src.dtype(), [&](auto src_tag) {
       using Src = typename decltype(src_tag)::type;
       const kernels::CastBody<Dst, Src> body{dst.data_as<Dst>(), src.data_as<Src>(), dst.size()};
-      const kernels::Grid grid = kernels::elementwise_grid(dst.size());
+      const kernels::Grid grid = kernels::host_range_grid(kernels::elementwise_grid(dst.size()));
       stream.impl()->launch_host_func([body, grid] { kernels::host_launch(grid, body); }, /*always_run=*/false);
     });
   });
@@ -41,7 +41,7 @@ void fill(BufferView dst, double value, StreamView stream) {
   kernels::dispatch_dtype(dst.dtype(), [&](auto tag) {
     using Dst = typename decltype(tag)::type;
     const kernels::FillBody<Dst> body{dst.data_as<Dst>(), kernels::convert<Dst>(value), dst.size()};
-    const kernels::Grid grid = kernels::elementwise_grid(dst.size());
+    const kernels::Grid grid = kernels::host_range_grid(kernels::elementwise_grid(dst.size()));
     stream.impl()->launch_host_func([body, grid] { kernels::host_launch(grid, body); }, /*always_run=*/false);
   });
 }

@@ -16,7 +16,8 @@ std::uint8_t type_code(BufferView v) {
 
 template <class Body>
 void run(StreamView s, const Body& body, Grid grid) {
-  s.impl()->launch_host_func([body, grid] { host_launch(grid, body); }, /*always_run=*/false);
+  const Grid walk = host_range_grid(grid);
+  s.impl()->launch_host_func([body, walk] { host_launch(walk, body); }, /*always_run=*/false);
 }
 }  // namespace
 
@@ -31,8 +32,9 @@ void mse_loss(BufferView pred, BufferView target, BufferView loss, BufferView gr
   GPUCLOUD_EXPECTS(pred.size() == target.size() && pred.size() == grad.size() && !pred.empty(), call,
                    "target/grad: need pred's " + std::to_string(pred.size()) + " elements (and at least one)");
   GPUCLOUD_EXPECTS(scaler == nullptr || scaler->device() == stream.device(), call, "scaler: on another device");
-  const Grid grid = elementwise_grid(pred.size(), 64);
-  const detail::StreamScratch partials(grid_size(grid), stream);
+  const bool gpu = stream.device().is_cuda();
+  const Grid grid = gpu ? elementwise_grid(pred.size(), 64) : host_range_grid(elementwise_grid(pred.size(), 64));
+  const detail::StreamScratch partials(grid_size(grid), stream);  // one per thread of the grid
   const MseBody body{pred.data(),
                      target.data(),
                      grad.data(),
@@ -43,7 +45,7 @@ void mse_loss(BufferView pred, BufferView target, BufferView loss, BufferView gr
                      scaler != nullptr ? static_cast<const float*>(scaler->scale_value().data()) : nullptr,
                      partials.get()};
   float* out = loss.data_as<float>();
-  if (stream.device().is_cuda()) {
+  if (gpu) {
     detail::cuda::nn_mse(body, grid, out, *stream.impl());
   } else {
     stream.impl()->launch_host_func(

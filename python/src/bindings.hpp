@@ -66,9 +66,14 @@ struct PyScaler {
   }
 };
 
-/// Keeps Python objects alive until the work enqueued on @p stream so far has finished, then
-/// releases them (taking the GIL) from whatever thread the stream runs cleanup on.
+/// Keeps Python objects alive until the work enqueued on @p stream so far has finished; they are
+/// released on a Python thread (GIL held) at a later borrowing call or Stream.synchronize(), so no
+/// stream thread ever waits for the GIL.
 void keep_alive_until_done(StreamView stream, std::vector<py::object> objects);
+/// Releases the borrowed objects whose work has finished (GIL held).
+void release_finished_borrows();
+/// At interpreter exit: waits for every borrowing work to finish, then releases all.
+void release_all_borrows_at_exit();
 
 /// A Python object that can be destroyed from any thread: the last release takes the GIL.
 std::shared_ptr<py::object> gil_safe(py::object object);

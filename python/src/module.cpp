@@ -17,4 +17,7 @@ PYBIND11_MODULE(_core, m) {
   gpucloud::python::bind_gemm(m);
   gpucloud::python::bind_collectives(m);
   gpucloud::python::bind_monitor(m);
+  // Borrowed objects still held at exit are released while the interpreter can still do it.
+  py::module_::import("atexit").attr("register")(
+      py::cpp_function([] { gpucloud::python::release_all_borrows_at_exit(); }));
 }

@@ -4,8 +4,13 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <iterator>
 #include <string>
+#include <thread>
 
 namespace gpucloud::python {
 
@@ -26,11 +31,52 @@ std::shared_ptr<py::object> gil_safe(py::object object) {
   });
 }
 
+namespace {
+// Objects that enqueued work borrows, each with a flag that the stream sets (without the GIL) once
+// it has passed that work. They are released here, on a Python thread that holds the GIL, at the
+// next binding call or synchronize(): a stream thread taking the GIL to release them would stall
+// its stream whenever Python holds it (the host backend's worker, at every borrowed array).
+struct PendingBorrow {
+  std::shared_ptr<std::atomic<bool>> done;
+  py::object objects;
+};
+std::vector<PendingBorrow>& borrowed() {  // guarded by the GIL; never destroyed (cleared at exit)
+  static auto* list = new std::vector<PendingBorrow>();
+  return *list;
+}
+}  // namespace
+
+void release_finished_borrows() {
+  auto& list = borrowed();
+  if (list.empty()) return;
+  // Moved out first: releasing an object can run Python code that calls back into gpucloud.
+  std::vector<PendingBorrow> finished;
+  auto keep = std::stable_partition(list.begin(), list.end(),
+                                    [](const PendingBorrow& b) { return !b.done->load(std::memory_order_acquire); });
+  std::move(keep, list.end(), std::back_inserter(finished));
+  list.erase(keep, list.end());
+  finished.clear();
+}
+
+void release_all_borrows_at_exit() {
+  auto& list = borrowed();
+  {
+    py::gil_scoped_release release;  // the streams finish their work, then set the flags
+    for (const auto& b : list) {
+      while (!b.done->load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  std::vector<PendingBorrow> all;
+  all.swap(list);
+}
+
 void keep_alive_until_done(StreamView stream, std::vector<py::object> objects) {
+  release_finished_borrows();
   if (objects.empty()) return;
-  auto held = gil_safe(py::cast(std::move(objects)));
-  // always_run: the release must happen even if earlier work on the stream failed.
-  launch_cleanup(stream, [held]() mutable { held.reset(); });
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  // always_run: the flag must be set even if earlier work on the stream failed.
+  launch_cleanup(stream, [done] { done->store(true, std::memory_order_release); });
+  borrowed().push_back(PendingBorrow{std::move(done), py::cast(std::move(objects))});
 }
 
 DType to_dtype(py::handle h) {
@@ -124,8 +170,11 @@ void bind_runtime(py::module_& m) {
       .def(
           "synchronize",
           [](PyStream& s) {
-            py::gil_scoped_release release;
-            s.view.synchronize();
+            {
+              py::gil_scoped_release release;
+              s.view.synchronize();
+            }
+            release_finished_borrows();
           },
           "Wait for the work enqueued so far; raises the first error that work raised.")
       .def(
@@ -148,8 +197,11 @@ void bind_runtime(py::module_& m) {
       .def(
           "synchronize",
           [](Event& e) {
-            py::gil_scoped_release release;
-            e.synchronize();
+            {
+              py::gil_scoped_release release;
+              e.synchronize();
+            }
+            release_finished_borrows();
           },
           "Block until the latest record has completed.");
   m.def("elapsed_ms", &elapsed_ms, py::arg("start"), py::arg("end"),
