@@ -89,3 +89,20 @@ def test_stream_ordered_buffer_and_managed_hints(device, stream):
     assert (np.asarray(b) == 2.5).all()
     with pytest.raises(gc.InvalidArgument, match="not managed"):
         gc.prefetch(gc.Buffer(4, "float32", device), device, stream)
+
+
+def test_borrowed_arrays_are_released_once_their_work_is_done(device):
+    import weakref
+
+    s = gc.Stream(device)
+    buf = gc.Buffer(4096, "float32", device)
+    a = np.arange(4096, dtype=np.float32)
+    alive = weakref.ref(a)
+    gc.copy(buf, a, s)  # the stream borrows a until the copy has run
+    del a
+    s.synchronize()  # ...after which nothing holds it
+    assert alive() is None
+    out = np.empty(4096, np.float32)
+    gc.copy(out, buf, s)
+    s.synchronize()
+    assert out[4095] == 4095.0
