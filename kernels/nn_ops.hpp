@@ -54,17 +54,36 @@ struct ReluBackwardBody {
   }
 };
 
-/// out[j] = sum_i grad[i * cols + j]: one thread per column, rows summed in order.
+/// out[j] = sum_i grad[i * cols + j], each column's rows summed in order in fp32. A thread owns a
+/// contiguous run of columns: one on a GPU-sized grid (neighbouring threads read neighbouring
+/// columns: coalesced); many on the host's one-thread walk, where strips of kStrip columns are
+/// summed row by row so memory is read in order (column by column would stride through it).
 struct BiasGradBody {
+  static constexpr int kStrip = 32;
   const void* grad;
   void* out;
   std::uint8_t grad_t, out_t;
   std::int64_t rows, cols;
   GPUCLOUD_HD void operator()(ThreadIndex t, Grid g) const {
-    for (std::size_t j = global_index(t, g); j < static_cast<std::size_t>(cols); j += grid_size(g)) {
+    const auto threads = static_cast<std::int64_t>(grid_size(g));
+    const std::int64_t per = (cols + threads - 1) / threads;
+    const std::int64_t j0 = static_cast<std::int64_t>(global_index(t, g)) * per;
+    const std::int64_t j1 = j0 + per < cols ? j0 + per : cols;
+    if (per == 1) {
+      if (j0 >= cols) return;
       float sum = 0.0f;
-      for (std::int64_t i = 0; i < rows; ++i) sum += load(grad, i * cols + static_cast<std::int64_t>(j), grad_t);
-      store(out, static_cast<std::int64_t>(j), out_t, sum);
+      for (std::int64_t i = 0; i < rows; ++i) sum += load(grad, i * cols + j0, grad_t);
+      store(out, j0, out_t, sum);
+      return;
+    }
+    for (std::int64_t jb = j0; jb < j1; jb += kStrip) {
+      const int w = static_cast<int>(j1 - jb < kStrip ? j1 - jb : kStrip);
+      float acc[kStrip];
+      for (int q = 0; q < w; ++q) acc[q] = 0.0f;
+      for (std::int64_t i = 0; i < rows; ++i) {
+        for (int q = 0; q < w; ++q) acc[q] += load(grad, i * cols + jb + q, grad_t);
+      }
+      for (int q = 0; q < w; ++q) store(out, jb + q, out_t, acc[q]);
     }
   }
 };

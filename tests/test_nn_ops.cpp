@@ -69,4 +69,38 @@ TEST_P(NnOpsTest, ReluBackwardAndBiasGrad) {
   EXPECT_THROW(gc::bias_grad(grad, 4, 3, bias, s), gc::InvalidArgument);
 }
 
+// Shapes around the host's 32-column strips and odd sizes, fp32 and fp16 gradients: each column's
+// rows summed in order in fp32 (the reference sums the same values in double).
+TEST_P(NnOpsTest, BiasGradAndReluBackwardOnRandomShapes) {
+  gc::Stream s(device());
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {7, 33}, {100, 70}, {3, 100}, {257, 31}, {64, 32}};
+  for (const auto& [rows, cols] : shapes) {
+    for (auto dtype : {gc::DType::float32, gc::DType::float16}) {
+      const auto n = static_cast<std::size_t>(rows * cols);
+      std::vector<float> g(n), act(n);
+      for (auto& x : g) x = normal(rng);
+      for (auto& x : act) x = normal(rng);
+      gc::Buffer grad = make(g, dtype, device(), s), a = make(act, dtype, device(), s);
+      const std::vector<float> g_as_stored = read(grad, s), a_as_stored = read(a, s);
+      gc::relu_backward(grad, a, s);
+      const std::vector<float> masked = read(grad, s);
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(masked[i], a_as_stored[i] > 0.0f ? g_as_stored[i] : 0.0f) << rows << "x" << cols << " at " << i;
+      }
+      gc::Buffer bias(static_cast<std::size_t>(cols), gc::DType::float32, device());
+      gc::fill(bias, std::nan(""), s);  // every column must be written
+      gc::bias_grad(grad, rows, cols, bias, s);
+      const std::vector<float> got = read(bias, s);
+      for (std::int64_t j = 0; j < cols; ++j) {
+        double ref = 0;
+        for (std::int64_t i = 0; i < rows; ++i) ref += masked[static_cast<std::size_t>(i * cols + j)];
+        EXPECT_NEAR(got[static_cast<std::size_t>(j)], ref, 1e-5 * (1 + std::fabs(ref)))
+            << rows << "x" << cols << " column " << j << " " << gc::dtype_name(dtype);
+      }
+    }
+  }
+}
+
 GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(NnOpsTest);
