@@ -260,7 +260,10 @@ void conv2d(const ConvPlan& p, BufferView out, BufferView in1, BufferView in2, S
   switch (p.pass) {
     case ConvPass::forward:
       if (p.has_bias) {
-        // y = act(alpha * conv(x) + beta * z + bias), z = y.
+        // y = act(alpha * conv(x) + beta * z + bias), z = y. cuDNN does not document that z goes
+        // unread when alpha2 (beta) is 0, and 0 * NaN is NaN: a y that was never written is
+        // cleared first, so beta = 0 never reads it (as the unfused call promises).
+        if (beta == 0.0f) GPUCLOUD_CUDA_CHECK(cudaMemsetAsync(out.data(), 0, out.size_bytes(), native));
         GPUCLOUD_CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
             h.handle, &alpha, plan.x, in1.data(), plan.filter, in2.data(), plan.conv,
             static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), workspace, plan.workspace, &beta, plan.y, out.data(),
