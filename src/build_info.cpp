@@ -1,6 +1,7 @@
 #include <gpucloud/build_info.hpp>
 
 #include "detail/cuda_backend.hpp"
+#include "detail/host_sgemm.hpp"
 
 namespace gpucloud {
 
@@ -10,6 +11,10 @@ BuildInfo build_info() {
   info.cuda = detail::cuda::built();
   info.cuda_runtime_version = detail::cuda::runtime_version();
   info.cuda_architectures = info.cuda ? GPUCLOUD_CUDA_ARCHS_STRING : "";
+  info.nccl = GPUCLOUD_WITH_NCCL;
+  info.cudnn = GPUCLOUD_WITH_CUDNN;
+  info.mpi = GPUCLOUD_WITH_MPI;
+  info.host_blas = detail::host_sgemm_implementation();
   return info;
 }
 

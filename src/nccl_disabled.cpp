@@ -1,5 +1,5 @@
-// Communicator's NCCL entry points in builds without CUDA: a clear Unsupported; comm_group() is
-// then a plain call (MPI collectives need no grouping).
+// Communicator's NCCL entry points in builds without NCCL (no CUDA, or no NCCL found): a clear
+// Unsupported; comm_group() is then a plain call (MPI collectives need no grouping).
 #include <gpucloud/error.hpp>
 
 #include "detail/nccl_communicator.hpp"
@@ -9,7 +9,8 @@ namespace gpucloud {
 namespace {
 [[noreturn]] void no_nccl(const char* call) {
   GPUCLOUD_FAIL(Unsupported, call,
-                "gpucloud was built without CUDA, so without NCCL (GPUCLOUD_CUDA=OFF or no toolkit)");
+                "gpucloud was built without NCCL (no CUDA toolkit, GPUCLOUD_CUDA=OFF, or no NCCL found: see "
+                "GPUCLOUD_NCCL_LIBRARY in docs/building.md)");
 }
 }  // namespace
 

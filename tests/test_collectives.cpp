@@ -3,6 +3,7 @@
 // on every rank whatever the reduction order (nccl-tests' verifiable inputs); a #wrong count is
 // reported rather than one bit.
 #include <gpucloud/buffer.hpp>
+#include <gpucloud/build_info.hpp>
 #include <gpucloud/communicator.hpp>
 #include <gpucloud/copy.hpp>
 #include <gpucloud/error.hpp>
@@ -318,6 +319,7 @@ TEST(Collectives, NcclBackendAgreesWithTheExactAnswers) {
     GTEST_SKIP() << "needs a GPU per rank of the node (" << c.local_size() << "), this machine has "
                  << gc::cuda_device_count() << " (" << gc::cuda_unavailable_reason() << ")";
   }
+  if (!gc::build_info().nccl) GTEST_SKIP() << "built without NCCL (GPUCLOUD_NCCL=OFF or none found)";
   gc::Communicator nccl = gc::Communicator::nccl_from_mpi();
   EXPECT_EQ(nccl.backend(), gc::CommBackend::nccl);
   EXPECT_EQ(nccl.rank(), c.rank());

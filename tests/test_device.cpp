@@ -1,4 +1,5 @@
 #include <gpucloud/build_info.hpp>
+#include <gpucloud/communicator.hpp>
 #include <gpucloud/device.hpp>
 #include <gpucloud/error.hpp>
 
@@ -58,6 +59,14 @@ TEST(BuildInfo, DescribesTheBuild) {
   EXPECT_FALSE(info.version.empty());
   EXPECT_EQ(info.cuda, info.cuda_runtime_version > 0);
   EXPECT_EQ(info.cuda, !info.cuda_architectures.empty());
+  if (!info.cuda) {
+    EXPECT_FALSE(info.nccl);
+    EXPECT_FALSE(info.cudnn);
+  }
+  EXPECT_TRUE(info.host_blas == "OpenBLAS" || info.host_blas == "built-in") << info.host_blas;
+  if (!info.nccl) {  // the NCCL entry points say so, typed
+    EXPECT_THROW((void)gc::Communicator::nccl_unique_id(), gc::Unsupported);
+  }
 }
 
 class DeviceProps : public gc::testing::OnEveryDevice {};

@@ -9,6 +9,9 @@
 #if GPUCLOUD_TEST_CUDA_CHECKS
 #include "detail/cuda_check.hpp"
 #include "detail/library_check.hpp"
+#if GPUCLOUD_TEST_NCCL_CHECKS
+#include "detail/nccl_check.hpp"
+#endif
 #if GPUCLOUD_TEST_CUDNN_CHECKS
 #include "detail/cudnn_check.hpp"
 #endif
@@ -100,6 +103,7 @@ TEST(CudnnCheck, MapsStatusClassesToTypedErrors) {
 }
 #endif
 
+#if GPUCLOUD_TEST_NCCL_CHECKS
 TEST(NcclCheck, MapsResultsToTypedErrors) {
   EXPECT_NO_THROW(GPUCLOUD_NCCL_CHECK(ncclSuccess));
   EXPECT_THROW(GPUCLOUD_NCCL_CHECK(ncclInvalidArgument), gc::InvalidArgument);
@@ -110,4 +114,5 @@ TEST(NcclCheck, MapsResultsToTypedErrors) {
     EXPECT_TRUE(contains(e.what(), "ncclRemoteError")) << e.what();
   }
 }
+#endif
 #endif

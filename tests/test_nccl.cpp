@@ -3,6 +3,7 @@
 // for memory and streams it cannot use. Multi-rank NCCL runs in test_collectives under mpirun when
 // there are as many GPUs as ranks.
 #include <gpucloud/buffer.hpp>
+#include <gpucloud/build_info.hpp>
 #include <gpucloud/cast.hpp>
 #include <gpucloud/communicator.hpp>
 #include <gpucloud/copy.hpp>
@@ -22,13 +23,13 @@ namespace gc = gpucloud;
 
 namespace {
 
-bool cuda_built() { return gc::cuda_unavailable_reason().find("built without CUDA") == std::string::npos; }
+bool nccl_built() { return gc::build_info().nccl; }
 
 }  // namespace
 
 TEST(Nccl, BadArgumentsAreTypedErrorsBeforeAnyGpuWork) {
   const gc::NcclUniqueId id{};
-  if (!cuda_built()) {
+  if (!nccl_built()) {
     EXPECT_THROW(gc::Communicator::nccl(id, 0, 1, gc::Device::host()), gc::Unsupported);
     EXPECT_THROW(gc::Communicator::nccl_unique_id(), gc::Unsupported);
     EXPECT_THROW(gc::Communicator::nccl_single_process({}), gc::Unsupported);
@@ -53,6 +54,7 @@ class NcclOnOneGpu : public ::testing::TestWithParam<bool> {  // true: nccl(id, 
  protected:
   void SetUp() override {
     if (gc::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << gc::cuda_unavailable_reason();
+    if (!nccl_built()) GTEST_SKIP() << "built without NCCL (GPUCLOUD_NCCL=OFF or none found)";
   }
   gc::Communicator make() {
     if (GetParam()) return gc::Communicator::nccl(gc::Communicator::nccl_unique_id(), 0, 1, gc::Device::cuda(0));

@@ -14,6 +14,10 @@ struct BuildInfo {
   bool cuda = false;               ///< built with the CUDA backend
   int cuda_runtime_version = 0;    ///< CUDART_VERSION it was built against (e.g. 13000), 0 without CUDA
   std::string cuda_architectures;  ///< the GPUCLOUD_CUDA_ARCHS it was compiled for
+  bool nccl = false;               ///< NCCL communicators available
+  bool cudnn = false;              ///< cuDNN convolutions available on GPUs
+  bool mpi = false;                ///< MPI communicators available
+  std::string host_blas;           ///< the host GEMM's implementation: "OpenBLAS" or "built-in"
 };
 
 /// @brief The configuration this library was built with.

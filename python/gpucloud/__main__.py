@@ -10,6 +10,9 @@ def main() -> int:
         print(f"  CUDA backend: built (runtime {info.cuda_runtime_version}, architectures {info.cuda_architectures})")
     else:
         print("  CUDA backend: not built")
+    parts = {"NCCL": info.nccl, "cuDNN": info.cudnn, "MPI": info.mpi}
+    print("  with: " + ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in parts.items())
+          + f"; host GEMM through {info.host_blas}")
     if gpucloud.cuda_device_count() == 0:
         print(f"  no CUDA device: {gpucloud.cuda_unavailable_reason()}")
     print("devices:")

@@ -240,6 +240,26 @@ class BuildInfo:
     def cuda_runtime_version(self) -> int:
         ...
     @property
+    def cudnn(self) -> bool:
+        """
+        cuDNN convolutions available on GPUs.
+        """
+    @property
+    def host_blas(self) -> str:
+        """
+        The host GEMM's implementation: 'OpenBLAS' or 'built-in'.
+        """
+    @property
+    def mpi(self) -> bool:
+        """
+        MPI communicators available.
+        """
+    @property
+    def nccl(self) -> bool:
+        """
+        NCCL communicators available.
+        """
+    @property
     def version(self) -> str:
         ...
 class Stream:

@@ -153,7 +153,11 @@ void bind_runtime(py::module_& m) {
       .def_readonly("version", &BuildInfo::version)
       .def_readonly("cuda", &BuildInfo::cuda)
       .def_readonly("cuda_runtime_version", &BuildInfo::cuda_runtime_version)
-      .def_readonly("cuda_architectures", &BuildInfo::cuda_architectures);
+      .def_readonly("cuda_architectures", &BuildInfo::cuda_architectures)
+      .def_readonly("nccl", &BuildInfo::nccl, "NCCL communicators available.")
+      .def_readonly("cudnn", &BuildInfo::cudnn, "cuDNN convolutions available on GPUs.")
+      .def_readonly("mpi", &BuildInfo::mpi, "MPI communicators available.")
+      .def_readonly("host_blas", &BuildInfo::host_blas, "The host GEMM's implementation: 'OpenBLAS' or 'built-in'.");
 
   m.def("device_properties", &device_properties, py::arg("device"), "Properties of a device.");
   m.def("memory_info", &memory_info, py::arg("device"), "Free and total memory of a device now.");

@@ -105,3 +105,11 @@ def test_dropping_a_stream_with_python_work_queued_finishes_it_without_deadlock(
     threading.Timer(0.05, gate.set).start()
     del s  # the destructor waits for the queue, with the GIL released
     assert seen == ["ran"]
+
+
+def test_build_info_names_the_optional_parts():
+    info = gc.build_info()
+    assert info.host_blas in ("OpenBLAS", "built-in")
+    assert isinstance(info.nccl, bool) and isinstance(info.cudnn, bool) and isinstance(info.mpi, bool)
+    if not info.cuda:
+        assert not info.nccl and not info.cudnn

@@ -192,8 +192,8 @@ def test_conv2d_and_its_gradients_match_torch(host_stream, layout):
 
 def test_the_nccl_unique_id_travels_through_a_torch_store(tmp_path):
     """What torchrun users do: rank 0 publishes the id, every rank reads the same 128 bytes."""
-    if "built without CUDA" in gc.cuda_unavailable_reason():
-        pytest.skip("built without CUDA, so without NCCL")
+    if not gc.build_info().nccl:
+        pytest.skip("built without NCCL")
     import threading
 
     import torch.distributed as dist
@@ -211,7 +211,7 @@ def test_the_nccl_unique_id_travels_through_a_torch_store(tmp_path):
         t.join(60)
     assert len(got[0]) == 128 and got[0] == got[1]
     store = dist.FileStore(str(tmp_path / "store2"), 1)
-    if "built without CUDA" in gc.cuda_unavailable_reason():
+    if not gc.build_info().nccl:
         return  # no NCCL in this build: Communicator.nccl raises Unsupported
     with pytest.raises(gc.InvalidArgument, match="device: NCCL communicators live on a GPU"):
         gc.distributed.nccl_from_store(store, 0, 1, gc.Device.host())
@@ -237,8 +237,8 @@ def test_torchrun_store_exchanges_the_id_the_way_init_process_group_does(agent_s
 
     import torch.distributed as dist
 
-    if "built without CUDA" in gc.cuda_unavailable_reason():
-        pytest.skip("built without CUDA, so without NCCL")
+    if not gc.build_info().nccl:
+        pytest.skip("built without NCCL")
     port = _free_port()
     agent = None
     if agent_store:  # what torchrun's agent does for static rendezvous

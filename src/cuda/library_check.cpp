@@ -22,13 +22,4 @@ void check_cublas(cublasStatus_t status, const char* call, const char* file, int
   }
 }
 
-void check_nccl(ncclResult_t result, const char* call, const char* file, int line) {
-  if (result == ncclSuccess) return;
-  std::string reason = std::string(ncclGetErrorString(result));
-  if (const char* last = ncclGetLastError(nullptr); last != nullptr && *last != '\0')
-    reason += ": " + std::string(last);
-  if (result == ncclInvalidArgument || result == ncclInvalidUsage) throw InvalidArgument(call, reason, file, line);
-  throw CommunicationError(call, reason, file, line);
-}
-
 }  // namespace gpucloud::detail

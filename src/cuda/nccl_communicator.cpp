@@ -11,7 +11,7 @@
 #include "detail/access.hpp"
 #include "detail/cuda_backend.hpp"
 #include "detail/cuda_check.hpp"
-#include "detail/library_check.hpp"
+#include "detail/nccl_check.hpp"
 #include "detail/nccl_communicator.hpp"
 #include "detail/nvtx.hpp"
 #include "detail/stream_impl.hpp"
