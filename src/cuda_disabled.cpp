@@ -34,7 +34,9 @@ PointerInfo pointer_info(const void*) { return PointerInfo{}; }
 void gemm(BufferView, BufferView, BufferView, const GemmPlan&, StreamImpl&) { unavailable("gemm"); }
 void conv2d(const ConvPlan&, BufferView, BufferView, BufferView, StreamImpl&) { unavailable("conv2d"); }
 void read_metrics(int, DeviceMetrics&) { unavailable("read_metrics"); }
-std::string nvml_unavailable_reason() { return "gpucloud was built without CUDA (GPUCLOUD_CUDA=OFF or no toolkit found)"; }
+std::string nvml_unavailable_reason() {
+  return "gpucloud was built without CUDA (GPUCLOUD_CUDA=OFF or no toolkit found)";
+}
 void cast(BufferView, BufferView, StreamImpl&) { unavailable("cast"); }
 void fill(BufferView, double, StreamImpl&) { unavailable("fill"); }
 

@@ -427,8 +427,8 @@ TEST_P(AmpTest, ClipGradNormMatchesTorch) {
   // A tensor it cannot take: a typed error naming it, before anything is allocated or enqueued.
   gc::Buffer ints(3, gc::DType::int32, device());
   s.synchronize();
-  for (auto call : {+[](const std::vector<gc::BufferView>& t, gc::StreamView st) { gc::clip_grad_norm(t, 1.0f, st); },
-                    +[](const std::vector<gc::BufferView>& t, gc::StreamView st) { gc::global_norm(t, st); }}) {
+  for (auto call : {+[](const std::vector<gc::BufferView>&t, gc::StreamView st) { gc::clip_grad_norm(t, 1.0f, st); },
+                    +[](const std::vector<gc::BufferView>&t, gc::StreamView st) { gc::global_norm(t, st); }}) {
     try {
       call({ga, ints}, s);
       FAIL() << "no error";
