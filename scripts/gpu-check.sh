@@ -78,7 +78,7 @@ if run_step configure "$out/configure.log" cmake -S . -B build/gpu "${cfg[@]}" &
   # The Python package from the same build: the bindings' CUDA cases, torch on the GPU.
   if [ "$python_module" = 1 ]; then
     pkg="build/gpu/pkg/gpucloud"
-    mkdir -p "$pkg" && cp python/gpucloud/*.py python/gpucloud/py.typed "$pkg"/ &&
+    mkdir -p "$pkg" && cp python/gpucloud/*.py python/gpucloud/*.pyi python/gpucloud/py.typed "$pkg"/ &&
       cp build/gpu/python/_core*.so "$pkg"/ 2>/dev/null
     export PYTHONPATH="$PWD/build/gpu/pkg${PYTHONPATH:+:$PYTHONPATH}"
     run_step "pytest (host + cuda)" "$out/pytest.log" python3 -m pytest -q -rs python/tests -p no:cacheprovider

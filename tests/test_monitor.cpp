@@ -142,7 +142,9 @@ TEST(Monitor, HostReadingAndABusySpinShowsUp) {
   // allow for the jiffy granularity of /proc/stat.
   const int cpus = std::max(1, proc_stat_cpus());
   const double ours = 100.0 * used / (wall * cpus);
-  EXPECT_GT(ours, 100.0 / cpus * 0.5) << "the spinners did not run";
+  // The spinners got at least a tenth of one CPU, however loaded the machine (ctest -j8 on 2 cores
+  // gave them a fifth of the machine); the check below scales with what they got.
+  EXPECT_GT(ours, 100.0 / cpus * 0.1) << "the spinners did not run";
   EXPECT_GT(*busy.utilization, 0.7 * ours) << spinners << " spinners, " << cpus << " CPUs in /proc/stat";
 }
 
