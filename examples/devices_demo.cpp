@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <numeric>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace gc = gpucloud;
@@ -18,6 +20,20 @@ void exercise(gc::Device device) {
               static_cast<double>(props.total_memory) / (1 << 30), props.multiprocessor_count,
               device.is_host() ? "hardware threads" : "SMs", props.compute_capability_major,
               props.compute_capability_minor, props.concurrent_managed_access ? "yes" : "no");
+  // Its load and health now (NVML on a GPU, /proc on the host): what nvidia-smi would show.
+  const gc::DeviceMetrics m = gc::read_metrics(device);
+  auto figure = [](const std::optional<double>& v, const char* unit) {
+    char text[32];
+    std::snprintf(text, sizeof text, v ? "%.0f%s" : "-", v ? *v : 0.0, unit);
+    return std::string(text);
+  };
+  std::printf("   now (%s): util %s, memory %.1f of %.1f GiB used, %s, %s, clock %s\n", m.source.c_str(),
+              figure(m.utilization, "%").c_str(), static_cast<double>(m.memory_used) / (1 << 30),
+              static_cast<double>(m.memory_total) / (1 << 30), figure(m.temperature_c, " C").c_str(),
+              figure(m.power_w, " W").c_str(), figure(m.clock_mhz, " MHz").c_str());
+  if (device.is_cuda() && !gc::nvml_unavailable_reason().empty()) {
+    std::printf("   NVML: %s\n", gc::nvml_unavailable_reason().c_str());
+  }
 
   // Upload on a copy stream, compute (a cast) on a compute stream once the upload's event fires.
   gc::Stream copy_stream(device), compute_stream(device);

@@ -87,6 +87,9 @@ if run_step configure "$out/configure.log" cmake -S . -B build/gpu "${cfg[@]}" &
     --log-every 250 --overflow-at 500
   run_step "train_cnn on the GPU" "$out/train_cnn.log" build/gpu/examples/train_cnn --device cuda --steps 600
   run_step devices_demo "$out/devices_demo.log" build/gpu/examples/devices_demo
+  # The GPU's reading through NVML (source nvml), or why not.
+  reading="$(grep -E 'now \(|NVML:' "$out/devices_demo.log" | tail -n 2 | tr -s ' ' | tr '\n' ' ' | cut -c1-100)"
+  record "device monitoring" "$(grep -q 'now (nvml)' "$out/devices_demo.log" && echo ok || echo note)" 0 "$reading"
   for b in build/gpu/bench/bench_gemm build/gpu/bench/bench_conv build/gpu/bench/bench_amp \
     build/gpu/bench/bench_data_movement; do
     [ -x "$b" ] || continue
