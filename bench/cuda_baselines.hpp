@@ -2,9 +2,9 @@
 // through cuBLAS and cuDNN, on the same device buffers, in the same process. No CUDA types here.
 #pragma once
 
-#include <gpucloud/communicator.hpp>
-#include <gpucloud/conv.hpp>
-#include <gpucloud/dtype.hpp>
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/compute/conv.hpp>
+#include <gpucloud/runtime/dtype.hpp>
 
 #include <cstdint>
 #include <memory>

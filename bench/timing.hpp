@@ -1,11 +1,11 @@
 // Event timing shared by the benchmarks: what a stream took for a piece of enqueued work.
 #pragma once
 
-#include <gpucloud/device.hpp>
-#include <gpucloud/event.hpp>
-#include <gpucloud/gpu_specs.hpp>
-#include <gpucloud/monitor.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/monitor/monitor.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/event.hpp>
+#include <gpucloud/runtime/gpu_specs.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <benchmark/benchmark.h>
 

@@ -1,10 +1,10 @@
 // Test support: float values into a buffer of any float dtype on any device, and back.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/cast.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/compute/cast.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <cstring>
 #include <vector>

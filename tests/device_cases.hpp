@@ -1,7 +1,7 @@
 // Test support: run a suite on every device the machine has; CUDA cases skip with the reason.
 #pragma once
 
-#include <gpucloud/device.hpp>
+#include <gpucloud/runtime/device.hpp>
 
 #include <gtest/gtest.h>
 

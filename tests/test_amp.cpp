@@ -1,13 +1,13 @@
 // Mixed-precision training on every device: the loss scaler's trajectory (PyTorch's rule step
 // for step), the fused unscale over thousands of mixed-dtype tensors, skipped steps, and the
 // fused SGD / Adam / AdamW against float64 re-implementations of torch.optim's formulas.
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/cast.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/loss_scaler.hpp>
-#include <gpucloud/optimizers.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/amp/loss_scaler.hpp>
+#include <gpucloud/amp/optimizers.hpp>
+#include <gpucloud/compute/cast.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <gtest/gtest.h>
 

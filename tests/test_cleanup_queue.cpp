@@ -3,7 +3,7 @@
 // a cleanup waiting for its own owner does not deadlock, and destruction runs what is queued.
 #include <gtest/gtest.h>
 
-#include "detail/cleanup_queue.hpp"
+#include "runtime/cleanup_queue.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -2,14 +2,14 @@
 // GPUCLOUD_LOCAL_SIZE simulating several nodes). Inputs are built so every exact answer is known
 // on every rank whatever the reduction order (nccl-tests' verifiable inputs); a #wrong count is
 // reported rather than one bit.
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/build_info.hpp>
-#include <gpucloud/communicator.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/grad_buckets.hpp>
-#include <gpucloud/mpi_interop.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/comm/grad_buckets.hpp>
+#include <gpucloud/comm/mpi_interop.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/build_info.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <gtest/gtest.h>
 #include <mpi.h>

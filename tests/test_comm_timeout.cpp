@@ -2,10 +2,10 @@
 // CommunicationError within the timeout instead of hanging, and the communicator is broken
 // afterwards. The job cannot finalise MPI cleanly with a collective left pending, so every rank
 // leaves with _Exit and CTest reads the report.
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/communicator.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <chrono>
 #include <cstdio>

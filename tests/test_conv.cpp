@@ -2,16 +2,16 @@
 // paddings, dilations, groups, both layouts and every dtype, with the GEMM's tolerances; the
 // three passes checked against each other by the adjoint identities; outputs poisoned with NaN
 // before each run; bad input rejected before any work, leaving the outputs untouched.
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/conv.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/compute/conv.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <gtest/gtest.h>
 
 #include "buffer_values.hpp"
-#include "conv_geometry.hpp"
 #include "device_cases.hpp"
+#include "kernels/compute/conv_geometry.hpp"
 
 #include <cmath>
 #include <limits>

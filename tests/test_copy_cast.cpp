@@ -1,9 +1,9 @@
 // Copies between every pair of memory kinds, and the cast/fill kernels, on every device.
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/cast.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/compute/cast.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The alpha-beta model's formulas and its saved form.
-#include <gpucloud/cost_model.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/comm/cost_model.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <gtest/gtest.h>
 

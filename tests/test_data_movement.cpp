@@ -1,12 +1,12 @@
 // The copy pipeline and the batch prefetcher on every device.
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/cast.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/copy_pipeline.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/event.hpp>
-#include <gpucloud/prefetcher.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/compute/cast.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/movement/copy_pipeline.hpp>
+#include <gpucloud/movement/prefetcher.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/event.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <gtest/gtest.h>
 

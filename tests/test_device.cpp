@@ -1,7 +1,7 @@
-#include <gpucloud/build_info.hpp>
-#include <gpucloud/communicator.hpp>
-#include <gpucloud/device.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/runtime/build_info.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // fp16 / bf16 / fp8 conversions: exhaustive over every narrow value, round-to-nearest-even
 // characterised independently (midpoints between neighbours), and bit-for-bit against CUDA's own
 // host implementations of __float2half_rn, __float2bfloat16_rn and __nv_cvt_float_to_fp8.
-#include <gpucloud/dtype.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/dtype.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <gtest/gtest.h>
 

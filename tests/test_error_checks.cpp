@@ -1,19 +1,19 @@
 // The error hierarchy, and the CUDA / cuBLAS / NCCL return-code checks (these run without a GPU:
 // they only translate codes).
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <gtest/gtest.h>
 
 #include <string>
 
 #if GPUCLOUD_TEST_CUDA_CHECKS
-#include "detail/cuda_check.hpp"
-#include "detail/library_check.hpp"
+#include "compute/gemm/cuda/library_check.hpp"
+#include "runtime/cuda/cuda_check.hpp"
 #if GPUCLOUD_TEST_NCCL_CHECKS
-#include "detail/nccl_check.hpp"
+#include "comm/nccl/nccl_check.hpp"
 #endif
 #if GPUCLOUD_TEST_CUDNN_CHECKS
-#include "detail/cudnn_check.hpp"
+#include "compute/conv/cuda/cudnn_check.hpp"
 #endif
 #endif
 

@@ -1,18 +1,18 @@
 // GEMM on every device against a float64 reference: random shapes (1, primes, non-multiples of 8,
 // K = 0), every transpose combination, strided batches, every epilogue and precision; outputs
 // poisoned with NaN before each run so unwritten elements fail; bad input rejected up front.
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/cast.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/gemm.hpp>
-#include <gpucloud/gpu_specs.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/compute/cast.hpp>
+#include <gpucloud/compute/gemm.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/gpu_specs.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <gtest/gtest.h>
 
 #include "buffer_values.hpp"
-#include "detail/alignment.hpp"
+#include "compute/gemm/alignment.hpp"
 #include "device_cases.hpp"
 
 #include <algorithm>

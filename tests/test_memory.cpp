@@ -1,13 +1,13 @@
 // Buffers and memory resources on every device: kinds, alignment, zero size, bad sizes, out of
 // memory (recoverable), pools with stream-ordered reuse, statistics, limits, defaults, managed.
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/managed_memory.hpp>
-#include <gpucloud/plain_resource.hpp>
-#include <gpucloud/pool_resource.hpp>
-#include <gpucloud/resource_adaptors.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/memory/managed_memory.hpp>
+#include <gpucloud/memory/plain_resource.hpp>
+#include <gpucloud/memory/pool_resource.hpp>
+#include <gpucloud/memory/resource_adaptors.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <gtest/gtest.h>
 

@@ -1,14 +1,14 @@
 // Device monitoring: the /proc parsers on fixed text, the summary's statistics and energy on
 // synthetic readings, real host readings (a busy spin shows up as utilisation), the background
 // monitor, bad arguments; on a GPU, NVML's memory total against the CUDA runtime's.
-#include <gpucloud/device.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/monitor.hpp>
+#include <gpucloud/monitor/monitor.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <gtest/gtest.h>
 
-#include "detail/host_metrics.hpp"
-#include "detail/metrics_summary.hpp"
+#include "monitor/host/host_metrics.hpp"
+#include "monitor/metrics_summary.hpp"
 
 #include <time.h>
 

@@ -1,11 +1,11 @@
 // The MPI return-code check. Its own binary, labelled "mpi": OpenMPI's initialisation leaks by
 // design, so the AddressSanitizer configuration leaves MPI tests out.
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include "detail/mpi_check.hpp"
+#include "comm/mpi/mpi_check.hpp"
 
 #include <cstdlib>
 #include <string>

@@ -2,14 +2,14 @@
 // communicator (both constructors) through every operation and dtype, comm_group, and the errors
 // for memory and streams it cannot use. Multi-rank NCCL runs in test_collectives under mpirun when
 // there are as many GPUs as ranks.
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/build_info.hpp>
-#include <gpucloud/cast.hpp>
-#include <gpucloud/communicator.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/grad_buckets.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/comm/grad_buckets.hpp>
+#include <gpucloud/compute/cast.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/build_info.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
 // The training-step ops on every device, against direct computations.
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/cast.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/loss_scaler.hpp>
-#include <gpucloud/nn_ops.hpp>
+#include <gpucloud/amp/loss_scaler.hpp>
+#include <gpucloud/compute/cast.hpp>
+#include <gpucloud/compute/nn_ops.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <gtest/gtest.h>
 

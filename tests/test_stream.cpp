@@ -1,10 +1,10 @@
 // Streams and events on every device: ordering, cross-stream dependencies, out-of-order
 // completion, errors from enqueued work, timing, and many streams at once.
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/event.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/event.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <gtest/gtest.h>
 

@@ -1,30 +1,37 @@
 /// @file gpucloud.hpp
-/// @brief Includes the whole public API.
+/// @brief Includes the whole public API, capability by capability.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/build_info.hpp>
-#include <gpucloud/cast.hpp>
-#include <gpucloud/communicator.hpp>
-#include <gpucloud/conv.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/copy_pipeline.hpp>
-#include <gpucloud/cost_model.hpp>
-#include <gpucloud/device.hpp>
-#include <gpucloud/dtype.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/event.hpp>
-#include <gpucloud/gemm.hpp>
-#include <gpucloud/gpu_specs.hpp>
-#include <gpucloud/grad_buckets.hpp>
-#include <gpucloud/loss_scaler.hpp>
-#include <gpucloud/managed_memory.hpp>
-#include <gpucloud/memory_resource.hpp>
-#include <gpucloud/monitor.hpp>
-#include <gpucloud/nn_ops.hpp>
-#include <gpucloud/optimizers.hpp>
-#include <gpucloud/plain_resource.hpp>
-#include <gpucloud/pool_resource.hpp>
-#include <gpucloud/prefetcher.hpp>
-#include <gpucloud/resource_adaptors.hpp>
-#include <gpucloud/stream.hpp>
+// runtime: devices, streams, events, errors, dtypes, build and GPU facts
+#include <gpucloud/runtime/build_info.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/dtype.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/event.hpp>
+#include <gpucloud/runtime/gpu_specs.hpp>
+#include <gpucloud/runtime/stream.hpp>
+// memory: buffers and RMM-style resources
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/memory/managed_memory.hpp>
+#include <gpucloud/memory/memory_resource.hpp>
+#include <gpucloud/memory/plain_resource.hpp>
+#include <gpucloud/memory/pool_resource.hpp>
+#include <gpucloud/memory/resource_adaptors.hpp>
+// movement: copies, the copy pipeline, the prefetcher
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/movement/copy_pipeline.hpp>
+#include <gpucloud/movement/prefetcher.hpp>
+// compute: cast and fill, GEMM, convolution, training-step ops
+#include <gpucloud/compute/cast.hpp>
+#include <gpucloud/compute/conv.hpp>
+#include <gpucloud/compute/gemm.hpp>
+#include <gpucloud/compute/nn_ops.hpp>
+// amp: loss scaling, fused optimizers
+#include <gpucloud/amp/loss_scaler.hpp>
+#include <gpucloud/amp/optimizers.hpp>
+// comm: communicators, gradient buckets, the collective cost model
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/comm/cost_model.hpp>
+#include <gpucloud/comm/grad_buckets.hpp>
+// monitor: device metrics
+#include <gpucloud/monitor/monitor.hpp>

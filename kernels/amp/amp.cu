@@ -1,11 +1,11 @@
 // CUDA launchers for the mixed-precision kernels: the bodies of amp_ops.hpp, the block reduction
 // of the norm through CUB.
-#include "amp_ops.hpp"
-#include "body_kernel.cuh"
+#include "kernels/amp/amp_ops.hpp"
+#include "kernels/launch/body_kernel.cuh"
 
-#include "detail/amp_launch.hpp"
-#include "detail/cuda_check.hpp"
-#include "detail/stream_impl.hpp"
+#include "amp/amp_launch.hpp"
+#include "runtime/cuda/cuda_check.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <cuda_runtime_api.h>
 #include <cub/block/block_reduce.cuh>

@@ -6,7 +6,7 @@
 
 #include <gpucloud/detail/hd.hpp>
 
-#include "multi_tensor.hpp"
+#include "kernels/launch/multi_tensor.hpp"
 
 #include <cmath>
 #include <cstdint>

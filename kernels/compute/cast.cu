@@ -1,10 +1,10 @@
-// CUDA launchers for cast and fill: the same bodies the host backend runs (src/cast.cpp).
-#include "body_kernel.cuh"
-#include "cast_body.hpp"
-#include "dispatch.hpp"
+// CUDA launchers for cast and fill: the same bodies the host backend runs (src/compute/cast.cpp).
+#include "kernels/compute/cast_body.hpp"
+#include "kernels/launch/body_kernel.cuh"
+#include "kernels/launch/dispatch.hpp"
 
-#include "detail/cuda_backend.hpp"
-#include "detail/cuda_check.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/cuda_check.hpp"
 
 #include <cuda_runtime_api.h>
 

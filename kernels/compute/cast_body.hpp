@@ -1,8 +1,8 @@
 // Bodies of the cast and fill kernels: grid-stride loops over explicit thread indices.
 #pragma once
 
-#include "convert.hpp"
-#include "launch.hpp"
+#include "kernels/compute/convert.hpp"
+#include "kernels/launch/launch.hpp"
 
 #include <cstddef>
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <gpucloud/detail/hd.hpp>
-#include <gpucloud/dtype.hpp>
+#include <gpucloud/runtime/dtype.hpp>
 
 #include <cstdint>
 #include <limits>

@@ -1,10 +1,10 @@
 // CUDA launchers of the training-step ops: the bodies of nn_ops.hpp.
-#include "body_kernel.cuh"
-#include "nn_ops.hpp"
+#include "kernels/compute/nn_ops.hpp"
+#include "kernels/launch/body_kernel.cuh"
 
-#include "detail/cuda_check.hpp"
-#include "detail/nn_ops_launch.hpp"
-#include "detail/stream_impl.hpp"
+#include "compute/nn_ops_launch.hpp"
+#include "runtime/cuda/cuda_check.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <cuda_runtime_api.h>
 

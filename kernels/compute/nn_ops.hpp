@@ -1,8 +1,8 @@
 // Bodies of the training-step ops (host loops and CUDA kernels share them).
 #pragma once
 
-#include "launch.hpp"
-#include "multi_tensor.hpp"
+#include "kernels/launch/launch.hpp"
+#include "kernels/launch/multi_tensor.hpp"
 
 #include <cstdint>
 

@@ -1,7 +1,7 @@
 // The one __global__ wrapper: runs a body with the hardware's block and thread index.
 #pragma once
 
-#include "launch.hpp"
+#include "kernels/launch/launch.hpp"
 
 namespace gpucloud::kernels {
 namespace {  // internal linkage: safe beside other CUDA libraries in one process

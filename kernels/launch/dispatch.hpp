@@ -1,7 +1,7 @@
 // Runtime dtype -> compile-time element type dispatch, shared by host and CUDA launchers.
 #pragma once
 
-#include <gpucloud/dtype.hpp>
+#include <gpucloud/runtime/dtype.hpp>
 
 #include <cstdint>
 

@@ -4,11 +4,11 @@
 // the host backend walks the same blocks with the same metadata.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
 #include <gpucloud/detail/float_bits.hpp>
 #include <gpucloud/detail/hd.hpp>
+#include <gpucloud/memory/buffer.hpp>
 
-#include "launch.hpp"
+#include "kernels/launch/launch.hpp"
 
 #include <algorithm>
 #include <array>

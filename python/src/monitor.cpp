@@ -1,7 +1,7 @@
 // Device monitoring: read_metrics, DeviceMetrics, MetricsMonitor (a context manager).
 #include "bindings.hpp"
 
-#include <gpucloud/monitor.hpp>
+#include <gpucloud/monitor/monitor.hpp>
 
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>

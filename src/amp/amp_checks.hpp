@@ -1,11 +1,11 @@
 // Internal: argument checks shared by the loss scaler and the optimizers (not API).
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
-#include "detail/access.hpp"
+#include "runtime/access.hpp"
 
 #include <string>
 

@@ -1,6 +1,6 @@
-#include "detail/amp_launch.hpp"
+#include "amp/amp_launch.hpp"
 
-#include "detail/stream_impl.hpp"
+#include "runtime/stream_impl.hpp"
 
 namespace gpucloud::detail::amp {
 

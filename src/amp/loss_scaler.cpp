@@ -1,9 +1,9 @@
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/loss_scaler.hpp>
+#include <gpucloud/amp/loss_scaler.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/amp_checks.hpp"
-#include "detail/amp_launch.hpp"
+#include "amp/amp_checks.hpp"
+#include "amp/amp_launch.hpp"
 
 #include <cmath>
 #include <cstring>

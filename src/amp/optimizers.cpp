@@ -1,11 +1,11 @@
-#include <gpucloud/cast.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/optimizers.hpp>
+#include <gpucloud/amp/optimizers.hpp>
+#include <gpucloud/compute/cast.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/amp_checks.hpp"
-#include "detail/amp_launch.hpp"
-#include "detail/stream_scratch.hpp"
+#include "amp/amp_checks.hpp"
+#include "amp/amp_launch.hpp"
+#include "memory/stream_scratch.hpp"
 
 #include <cstring>
 #include <limits>

@@ -1,9 +1,9 @@
 // Communicator's backend-independent layer: accessors, the timeout, the cost model and the
 // automatic flat/hierarchical choice; every operation forwards to the backend (MPI or NCCL).
-#include <gpucloud/communicator.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/communicator_impl.hpp"
+#include "comm/communicator_impl.hpp"
 
 #include <unistd.h>
 

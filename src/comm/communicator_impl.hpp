@@ -1,7 +1,7 @@
-// Internal: what a Communicator backend (MPI: src/mpi/, NCCL: src/cuda/) provides (not API).
+// Internal: what a Communicator backend (MPI: src/comm/mpi/, NCCL: src/comm/nccl/) provides (not API).
 #pragma once
 
-#include <gpucloud/communicator.hpp>
+#include <gpucloud/comm/communicator.hpp>
 
 #include <atomic>
 #include <chrono>

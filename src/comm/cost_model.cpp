@@ -1,5 +1,5 @@
-#include <gpucloud/cost_model.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/comm/cost_model.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <cstdio>
 #include <regex>

@@ -1,10 +1,10 @@
-#include <gpucloud/cast.hpp>
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/event.hpp>
-#include <gpucloud/grad_buckets.hpp>
+#include <gpucloud/comm/grad_buckets.hpp>
+#include <gpucloud/compute/cast.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/event.hpp>
 
-#include "detail/stream_impl.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <string>
 

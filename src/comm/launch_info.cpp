@@ -1,5 +1,5 @@
-#include <gpucloud/communicator.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <cstdlib>
 #include <string>

@@ -1,11 +1,11 @@
-#include <gpucloud/cast.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/compute/cast.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "cast_body.hpp"
-#include "detail/access.hpp"
-#include "detail/cuda_backend.hpp"
-#include "detail/stream_impl.hpp"
-#include "dispatch.hpp"
+#include "kernels/compute/cast_body.hpp"
+#include "kernels/launch/dispatch.hpp"
+#include "runtime/access.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/stream_impl.hpp"
 
 namespace gpucloud {
 

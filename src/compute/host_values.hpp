@@ -2,7 +2,7 @@
 // models of GEMM and convolution; not API).
 #pragma once
 
-#include <gpucloud/dtype.hpp>
+#include <gpucloud/runtime/dtype.hpp>
 
 #include <cstdint>
 

@@ -1,9 +1,9 @@
-#include <gpucloud/error.hpp>
-#include <gpucloud/nn_ops.hpp>
+#include <gpucloud/compute/nn_ops.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/amp_checks.hpp"
-#include "detail/nn_ops_launch.hpp"
-#include "detail/stream_scratch.hpp"
+#include "amp/amp_checks.hpp"
+#include "compute/nn_ops_launch.hpp"
+#include "memory/stream_scratch.hpp"
 
 namespace gpucloud {
 

@@ -1,8 +1,8 @@
-// Internal: CUDA launchers of the training-step ops (kernels/nn_ops.cu, or stand-ins).
+// Internal: CUDA launchers of the training-step ops (kernels/compute/nn_ops.cu, or stand-ins).
 #pragma once
 
-#include "detail/stream_impl.hpp"
-#include "nn_ops.hpp"
+#include "kernels/compute/nn_ops.hpp"
+#include "runtime/stream_impl.hpp"
 
 namespace gpucloud::detail::cuda {
 void nn_mse(const kernels::MseBody& body, kernels::Grid grid, float* loss, StreamImpl& s);

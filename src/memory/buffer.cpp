@@ -1,7 +1,7 @@
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/access.hpp"
+#include "runtime/access.hpp"
 
 #include <limits>
 #include <utility>

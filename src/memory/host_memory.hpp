@@ -1,7 +1,7 @@
 // Internal: aligned host allocation with typed out-of-memory errors (not API).
 #pragma once
 
-#include <gpucloud/memory_resource.hpp>
+#include <gpucloud/memory/memory_resource.hpp>
 
 #include <cstddef>
 #include <functional>

@@ -1,10 +1,10 @@
-#include <gpucloud/error.hpp>
-#include <gpucloud/memory_resource.hpp>
-#include <gpucloud/plain_resource.hpp>
+#include <gpucloud/memory/memory_resource.hpp>
+#include <gpucloud/memory/plain_resource.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/cuda_backend.hpp"
-#include "detail/host_memory.hpp"
-#include "detail/stream_impl.hpp"
+#include "memory/host_memory.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,9 +1,9 @@
-#include <gpucloud/error.hpp>
-#include <gpucloud/pool_resource.hpp>
+#include <gpucloud/memory/pool_resource.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/cuda_backend.hpp"
-#include "detail/host_memory.hpp"
-#include "detail/stream_impl.hpp"
+#include "memory/host_memory.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <condition_variable>
 #include <mutex>

@@ -1,7 +1,7 @@
-#include <gpucloud/error.hpp>
-#include <gpucloud/resource_adaptors.hpp>
+#include <gpucloud/memory/resource_adaptors.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/host_memory.hpp"
+#include "memory/host_memory.hpp"
 
 #include <algorithm>
 

@@ -4,10 +4,10 @@
 // once the stream has passed on the host (not API).
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
-#include "detail/cuda_backend.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
 
 #include <cstddef>
 #include <optional>

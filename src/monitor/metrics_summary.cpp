@@ -1,6 +1,6 @@
 // How a MetricsMonitor folds a reading into its statistics: running min/mean/max per figure, and
 // energy integrated from power by trapezoids.
-#include "detail/metrics_summary.hpp"
+#include "monitor/metrics_summary.hpp"
 
 #include <algorithm>
 

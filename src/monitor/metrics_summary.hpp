@@ -1,7 +1,7 @@
 // Internal: how a MetricsMonitor folds one reading into its statistics (not API).
 #pragma once
 
-#include <gpucloud/monitor.hpp>
+#include <gpucloud/monitor/monitor.hpp>
 
 #include <chrono>
 #include <optional>

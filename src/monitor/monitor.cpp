@@ -1,11 +1,11 @@
 // Device monitoring: one reading (NVML or /proc, by the device) and a background sampler that
 // keeps a run's statistics, with energy integrated from the power readings.
-#include <gpucloud/error.hpp>
-#include <gpucloud/monitor.hpp>
+#include <gpucloud/monitor/monitor.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/cuda_backend.hpp"
-#include "detail/host_metrics.hpp"
-#include "detail/metrics_summary.hpp"
+#include "monitor/host/host_metrics.hpp"
+#include "monitor/metrics_summary.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
 
 #include <algorithm>
 #include <condition_variable>

@@ -1,10 +1,10 @@
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/managed_memory.hpp>
+#include <gpucloud/memory/managed_memory.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/access.hpp"
-#include "detail/cuda_backend.hpp"
-#include "detail/stream_impl.hpp"
+#include "runtime/access.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <cstring>
 

@@ -1,11 +1,11 @@
-#include <gpucloud/copy.hpp>
-#include <gpucloud/copy_pipeline.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/event.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/movement/copy_pipeline.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/event.hpp>
 
-#include "detail/access.hpp"
-#include "detail/nvtx.hpp"
-#include "detail/stream_impl.hpp"
+#include "runtime/access.hpp"
+#include "runtime/nvtx.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -1,11 +1,11 @@
-#include <gpucloud/copy.hpp>
-#include <gpucloud/error.hpp>
-#include <gpucloud/plain_resource.hpp>
-#include <gpucloud/pool_resource.hpp>
-#include <gpucloud/prefetcher.hpp>
+#include <gpucloud/memory/plain_resource.hpp>
+#include <gpucloud/memory/pool_resource.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/movement/prefetcher.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/access.hpp"
-#include "detail/nvtx.hpp"
+#include "runtime/access.hpp"
+#include "runtime/nvtx.hpp"
 
 #include <condition_variable>
 #include <cstring>

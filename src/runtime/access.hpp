@@ -1,8 +1,8 @@
 // Internal: checks that memory can be used by work on a stream (not API).
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 namespace gpucloud::detail {
 

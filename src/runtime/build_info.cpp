@@ -1,7 +1,7 @@
-#include <gpucloud/build_info.hpp>
+#include <gpucloud/runtime/build_info.hpp>
 
-#include "detail/cuda_backend.hpp"
-#include "detail/host_sgemm.hpp"
+#include "compute/gemm/host/host_sgemm.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
 
 namespace gpucloud {
 

@@ -1,5 +1,5 @@
 // The cleanup queue's worker: runs posted cleanups in order, off the threads that posted them.
-#include "detail/cleanup_queue.hpp"
+#include "runtime/cleanup_queue.hpp"
 
 #include <utility>
 

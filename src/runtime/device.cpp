@@ -1,7 +1,7 @@
-#include <gpucloud/device.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/cuda_backend.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
 
 #include <sys/sysinfo.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
-#include <gpucloud/dtype.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/dtype.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <cctype>
 

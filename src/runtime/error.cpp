@@ -1,4 +1,4 @@
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include <gpucloud/gpu_specs.hpp>
+#include <gpucloud/runtime/gpu_specs.hpp>
 
 #include <algorithm>
 

@@ -1,10 +1,10 @@
-#include <gpucloud/error.hpp>
-#include <gpucloud/event.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/event.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
-#include "detail/cuda_backend.hpp"
-#include "detail/stream_impl.hpp"
-#include "host/host_stream.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/host/host_stream.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <utility>
 

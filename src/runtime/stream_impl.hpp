@@ -1,7 +1,7 @@
 // Internal: the backend interface behind Stream and Event (not API).
 #pragma once
 
-#include <gpucloud/device.hpp>
+#include <gpucloud/runtime/device.hpp>
 
 #include <exception>
 #include <functional>

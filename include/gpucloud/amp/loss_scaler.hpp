@@ -2,10 +2,10 @@
 /// @brief Dynamic (and static) loss scaling with PyTorch GradScaler's defaults and update rule.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/device.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <cstdint>
 #include <memory>

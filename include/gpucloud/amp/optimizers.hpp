@@ -3,10 +3,10 @@
 ///        clipping by global L2 norm; the math is torch.optim's.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
+#include <gpucloud/amp/loss_scaler.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/loss_scaler.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <cstddef>
 #include <memory>

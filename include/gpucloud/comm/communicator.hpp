@@ -3,10 +3,10 @@
 ///        buffers), with Horovod's hierarchical all-reduce.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/cost_model.hpp>
+#include <gpucloud/comm/cost_model.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <array>
 #include <chrono>

@@ -3,10 +3,10 @@
 ///        launched on a communication stream as soon as a bucket is ready, overlapping backward.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/communicator.hpp>
+#include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <cstddef>
 #include <memory>

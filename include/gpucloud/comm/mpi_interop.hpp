@@ -3,7 +3,7 @@
 ///        gpucloud's headers do not).
 #pragma once
 
-#include <gpucloud/communicator.hpp>
+#include <gpucloud/comm/communicator.hpp>
 
 #include <mpi.h>
 

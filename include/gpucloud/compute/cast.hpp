@@ -2,9 +2,9 @@
 /// @brief Element-wise dtype conversion and fill, on the stream's device.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 namespace gpucloud {
 

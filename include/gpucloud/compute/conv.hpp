@@ -4,10 +4,10 @@
 ///        host model (im2col + the GEMM's host model) elsewhere.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
+#include <gpucloud/compute/gemm.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/gemm.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <cstdint>
 

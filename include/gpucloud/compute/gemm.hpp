@@ -3,11 +3,11 @@
 ///        fused bias and ReLU/GELU epilogues; cuBLASLt on a GPU, an exact host model elsewhere.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/device.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/gpu_specs.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/gpu_specs.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <cstdint>
 

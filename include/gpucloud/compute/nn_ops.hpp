@@ -3,10 +3,10 @@
 ///        the MSE loss and its (loss-scaled) gradient, ReLU's backward, the bias gradient.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
+#include <gpucloud/amp/loss_scaler.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/loss_scaler.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <cstdint>
 

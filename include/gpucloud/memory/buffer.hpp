@@ -2,12 +2,12 @@
 /// @brief Owning, move-only buffers of any memory kind, and non-owning views of them.
 #pragma once
 
-#include <gpucloud/device.hpp>
-#include <gpucloud/dtype.hpp>
-#include <gpucloud/error.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/memory_resource.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/memory_resource.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/dtype.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <cstddef>
 #include <optional>

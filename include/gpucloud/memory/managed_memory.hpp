@@ -2,10 +2,10 @@
 /// @brief Prefetch and advice for managed (unified) memory.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/device.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 namespace gpucloud {
 

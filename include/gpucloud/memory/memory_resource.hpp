@@ -2,9 +2,9 @@
 /// @brief Memory kinds and the stream-ordered memory-resource interface (RMM style).
 #pragma once
 
-#include <gpucloud/device.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <cstddef>
 #include <optional>

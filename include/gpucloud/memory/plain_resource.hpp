@@ -2,7 +2,7 @@
 /// @brief The non-pooling resource: one system allocation per request.
 #pragma once
 
-#include <gpucloud/memory_resource.hpp>
+#include <gpucloud/memory/memory_resource.hpp>
 
 namespace gpucloud {
 

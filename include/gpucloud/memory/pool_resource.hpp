@@ -2,7 +2,7 @@
 /// @brief Stream-ordered pools: a size-class pool over any upstream, and CUDA's async pool.
 #pragma once
 
-#include <gpucloud/memory_resource.hpp>
+#include <gpucloud/memory/memory_resource.hpp>
 
 #include <cstddef>
 #include <memory>

@@ -2,7 +2,7 @@
 /// @brief Adaptors that wrap an upstream resource: statistics and a hard limit.
 #pragma once
 
-#include <gpucloud/memory_resource.hpp>
+#include <gpucloud/memory/memory_resource.hpp>
 
 #include <atomic>
 #include <cstddef>

@@ -4,8 +4,8 @@
 /// once or sampled in the background over a run (nvidia-smi's figures; NVML on a GPU, /proc and
 /// /sys on the host).
 
-#include <gpucloud/device.hpp>
 #include <gpucloud/export.hpp>
+#include <gpucloud/runtime/device.hpp>
 
 #include <chrono>
 #include <cstddef>

@@ -2,9 +2,9 @@
 /// @brief Asynchronous copies between any two kinds of memory.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 namespace gpucloud {
 

@@ -2,10 +2,10 @@
 /// @brief A chunked multi-stream pipeline that overlaps host<->device copies with compute.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/device.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <cstddef>
 #include <functional>

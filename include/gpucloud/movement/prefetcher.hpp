@@ -2,11 +2,11 @@
 /// @brief A training-loop batch prefetcher: the next batches are already on the device.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/device.hpp>
-#include <gpucloud/event.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/event.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <cstddef>
 #include <functional>

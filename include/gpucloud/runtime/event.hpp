@@ -2,9 +2,9 @@
 /// @brief Events: markers recorded on a stream to order and time work across streams.
 #pragma once
 
-#include <gpucloud/device.hpp>
 #include <gpucloud/export.hpp>
-#include <gpucloud/stream.hpp>
+#include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <memory>
 

@@ -8,8 +8,8 @@
 /// message, by the next synchronize() of that stream, which clears it.
 #pragma once
 
-#include <gpucloud/device.hpp>
 #include <gpucloud/export.hpp>
+#include <gpucloud/runtime/device.hpp>
 
 #include <functional>
 #include <memory>

@@ -1,6 +1,6 @@
-#include "detail/mpi_check.hpp"
+#include "comm/mpi/mpi_check.hpp"
 
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <string>
 

@@ -1,14 +1,14 @@
 // The MPI backend of Communicator: host buffers, nonblocking MPI collectives run on the stream's
 // worker and polled against the timeout; fp16/bf16 reductions through custom MPI ops.
-#include <gpucloud/communicator.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/access.hpp"
-#include "detail/communicator_impl.hpp"
-#include "detail/mpi_check.hpp"
-#include "detail/nccl_communicator.hpp"
-#include "detail/nvtx.hpp"
-#include "detail/stream_impl.hpp"
+#include "comm/communicator_impl.hpp"
+#include "comm/mpi/mpi_check.hpp"
+#include "comm/nccl/nccl_communicator.hpp"
+#include "runtime/access.hpp"
+#include "runtime/nvtx.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <mpi.h>
 #include <unistd.h>

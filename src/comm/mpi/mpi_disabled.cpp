@@ -1,6 +1,6 @@
 // Communicator's MPI entry points in builds without MPI: a clear Unsupported.
-#include <gpucloud/communicator.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 namespace gpucloud {
 

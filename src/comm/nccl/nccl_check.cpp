@@ -1,6 +1,6 @@
-#include "detail/nccl_check.hpp"
+#include "comm/nccl/nccl_check.hpp"
 
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <string>
 

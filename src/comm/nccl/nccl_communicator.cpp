@@ -6,15 +6,15 @@
 // ncclCommGetAsyncError and the events: a collective still pending after timeout(), or an
 // asynchronous NCCL error, aborts the communicator (ncclCommAbort: the kernels return) and breaks
 // it, as PyTorch's ProcessGroupNCCL watchdog does.
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/access.hpp"
-#include "detail/cuda_backend.hpp"
-#include "detail/cuda_check.hpp"
-#include "detail/nccl_check.hpp"
-#include "detail/nccl_communicator.hpp"
-#include "detail/nvtx.hpp"
-#include "detail/stream_impl.hpp"
+#include "comm/nccl/nccl_check.hpp"
+#include "comm/nccl/nccl_communicator.hpp"
+#include "runtime/access.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/cuda_check.hpp"
+#include "runtime/nvtx.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

@@ -1,8 +1,8 @@
-// Internal: building NCCL communicators (src/cuda/nccl_communicator.cpp, or src/nccl_disabled.cpp
+// Internal: building NCCL communicators (src/comm/nccl/nccl_communicator.cpp, or src/comm/nccl/nccl_disabled.cpp
 // in builds without CUDA). Not API.
 #pragma once
 
-#include "detail/communicator_impl.hpp"
+#include "comm/communicator_impl.hpp"
 
 #include <memory>
 

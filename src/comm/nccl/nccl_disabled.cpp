@@ -1,8 +1,8 @@
 // Communicator's NCCL entry points in builds without NCCL (no CUDA, or no NCCL found): a clear
 // Unsupported; comm_group() is then a plain call (MPI collectives need no grouping).
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/nccl_communicator.hpp"
+#include "comm/nccl/nccl_communicator.hpp"
 
 namespace gpucloud {
 

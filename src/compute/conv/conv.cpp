@@ -1,14 +1,14 @@
 // 2-D convolution: validation shared by every backend, the host model (im2col + OpenBLAS in fp32
 // over the stored values, one rounding of the output), and dispatch to cuDNN on a GPU.
-#include <gpucloud/conv.hpp>
-#include <gpucloud/error.hpp>
+#include <gpucloud/compute/conv.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/access.hpp"
-#include "detail/conv_plan.hpp"
-#include "detail/cuda_backend.hpp"
-#include "detail/host_sgemm.hpp"
-#include "detail/host_values.hpp"
-#include "detail/stream_impl.hpp"
+#include "compute/conv/conv_plan.hpp"
+#include "compute/gemm/host/host_sgemm.hpp"
+#include "compute/host_values.hpp"
+#include "runtime/access.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <algorithm>
 #include <climits>

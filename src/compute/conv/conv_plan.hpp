@@ -1,9 +1,9 @@
 // Internal: a convolution's arguments after validation (not API).
 #pragma once
 
-#include <gpucloud/conv.hpp>
+#include <gpucloud/compute/conv.hpp>
 
-#include "conv_geometry.hpp"
+#include "kernels/compute/conv_geometry.hpp"
 
 namespace gpucloud::detail {
 

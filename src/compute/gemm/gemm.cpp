@@ -1,12 +1,12 @@
-#include <gpucloud/error.hpp>
-#include <gpucloud/gemm.hpp>
+#include <gpucloud/compute/gemm.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/access.hpp"
-#include "detail/cuda_backend.hpp"
-#include "detail/gemm_plan.hpp"
-#include "detail/host_sgemm.hpp"
-#include "detail/host_values.hpp"
-#include "detail/stream_impl.hpp"
+#include "compute/gemm/gemm_plan.hpp"
+#include "compute/gemm/host/host_sgemm.hpp"
+#include "compute/host_values.hpp"
+#include "runtime/access.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <algorithm>
 #include <cmath>

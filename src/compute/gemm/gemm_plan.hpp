@@ -1,7 +1,7 @@
 // Internal: a GEMM's arguments after validation, with every default resolved (not API).
 #pragma once
 
-#include <gpucloud/gemm.hpp>
+#include <gpucloud/compute/gemm.hpp>
 
 namespace gpucloud::detail {
 

@@ -3,10 +3,10 @@
 // machines without one. The toolkit here ships no nvml.h; the few entry points used are declared
 // below from NVML's stable C ABI. Devices are matched by PCI bus id, so CUDA_VISIBLE_DEVICES
 // reordering cannot mix them up. Without NVML, memory still comes from the CUDA runtime.
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/cuda_backend.hpp"
-#include "detail/cuda_check.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/cuda_check.hpp"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

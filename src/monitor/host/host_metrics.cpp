@@ -1,9 +1,9 @@
 // The host device's metrics: /proc/stat (utilisation), /proc/meminfo through memory_info,
 // /sys/class/thermal (temperature), /sys/class/powercap RAPL (power; usually root only),
 // /proc/cpuinfo (clock). A file that is missing or unreadable leaves its figure empty.
-#include "detail/host_metrics.hpp"
+#include "monitor/host/host_metrics.hpp"
 
-#include <gpucloud/device.hpp>
+#include <gpucloud/runtime/device.hpp>
 
 #include <dirent.h>
 

@@ -2,7 +2,7 @@
 // on fixed text) (not API).
 #pragma once
 
-#include <gpucloud/monitor.hpp>
+#include <gpucloud/monitor/monitor.hpp>
 
 #include <cstdint>
 #include <optional>

@@ -1,10 +1,10 @@
 // The CUDA backend: devices, streams, events, allocation and copies through the CUDA runtime.
-#include "detail/cuda_backend.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
 
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/cleanup_queue.hpp"
-#include "detail/cuda_check.hpp"
+#include "runtime/cleanup_queue.hpp"
+#include "runtime/cuda/cuda_check.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -100,7 +100,7 @@ class CudaStream final : public StreamImpl {
   };
   // Runs on CUDA's callback thread, which must not call CUDA nor wait for the GIL. A cleanup
   // (always_run: it frees buffers, releases Python objects) may do both, so it is handed to the
-  // cleanup thread (detail/cleanup_queue.hpp); synchronize() and query() wait for it to finish.
+  // cleanup thread (runtime/cleanup_queue.hpp); synchronize() and query() wait for it to finish.
   static void CUDART_CB trampoline(void* data) {
     std::unique_ptr<Payload> payload(static_cast<Payload*>(data));
     CudaStream& s = *payload->owner;

@@ -1,16 +1,16 @@
-// Internal: what the CUDA backend provides (src/cuda/*, kernels/*.cu), or its stand-in when
-// the library is built without CUDA (src/cuda_disabled.cpp). Not API.
+// Internal: what the CUDA backend provides (src/*/cuda/*, kernels/*/*.cu), or its stand-in when
+// the library is built without CUDA (src/runtime/cuda/cuda_disabled.cpp). Not API.
 #pragma once
 
-#include <gpucloud/buffer.hpp>
-#include <gpucloud/device.hpp>
-#include <gpucloud/managed_memory.hpp>
-#include <gpucloud/memory_resource.hpp>
-#include <gpucloud/monitor.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/memory/managed_memory.hpp>
+#include <gpucloud/memory/memory_resource.hpp>
+#include <gpucloud/monitor/monitor.hpp>
+#include <gpucloud/runtime/device.hpp>
 
-#include "detail/conv_plan.hpp"
-#include "detail/gemm_plan.hpp"
-#include "detail/stream_impl.hpp"
+#include "compute/conv/conv_plan.hpp"
+#include "compute/gemm/gemm_plan.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <cstddef>
 #include <memory>
@@ -63,20 +63,20 @@ void advise(const void* p, std::size_t bytes, MemoryAdvice advice, Device target
 /// cudaPointerGetAttributes; host memory when the pointer is unknown to CUDA.
 PointerInfo pointer_info(const void* p);
 
-/// cuBLASLt GEMM (src/cuda/gemm_cublaslt.cpp) of a validated plan.
+/// cuBLASLt GEMM (src/compute/gemm/cuda/gemm_cublaslt.cpp) of a validated plan.
 void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& plan, StreamImpl& stream);
 
-/// cuDNN convolution (src/cuda/conv_cudnn.cpp) of a validated plan: out = y, dx or dfilter; in1,
+/// cuDNN convolution (src/compute/conv/cuda/conv_cudnn.cpp) of a validated plan: out = y, dx or dfilter; in1,
 /// in2 = (x, filter), (dy, filter) or (x, dy) by the plan's pass.
 void conv2d(const ConvPlan& plan, BufferView out, BufferView in1, BufferView in2, StreamImpl& stream);
 
-/// NVML's figures for CUDA device @p device (src/cuda/nvml_metrics.cpp), or the runtime's memory
+/// NVML's figures for CUDA device @p device (src/monitor/cuda/nvml_metrics.cpp), or the runtime's memory
 /// figures alone when NVML is unavailable.
 void read_metrics(int device, DeviceMetrics& m);
 /// Why NVML is unusable, or empty.
 std::string nvml_unavailable_reason();
 
-/// Kernels (kernels/cast.cu).
+/// Kernels (kernels/compute/cast.cu).
 void cast(BufferView dst, BufferView src, StreamImpl& stream);
 void fill(BufferView dst, double value, StreamImpl& stream);
 

@@ -1,6 +1,6 @@
-#include "detail/cuda_check.hpp"
+#include "runtime/cuda/cuda_check.hpp"
 
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <cstdio>
 #include <string>

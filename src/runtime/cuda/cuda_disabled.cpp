@@ -1,10 +1,10 @@
 // The CUDA backend's stand-in for builds without CUDA: no devices, and a clear error from
 // every entry point (which the public layer never reaches, since no CUDA Device exists).
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/amp_launch.hpp"
-#include "detail/cuda_backend.hpp"
-#include "detail/nn_ops_launch.hpp"
+#include "amp/amp_launch.hpp"
+#include "compute/nn_ops_launch.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
 
 namespace gpucloud::detail::cuda {
 namespace {

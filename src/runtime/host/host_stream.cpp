@@ -1,6 +1,6 @@
-#include "host/host_stream.hpp"
+#include "runtime/host/host_stream.hpp"
 
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <utility>
 

@@ -1,7 +1,7 @@
 // Internal: the host backend's streams and events (not API).
 #pragma once
 
-#include "detail/stream_impl.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <atomic>
 #include <chrono>

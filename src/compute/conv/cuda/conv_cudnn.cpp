@@ -3,12 +3,12 @@
 // algorithm are built once per (shape, dtype, layout, pass, epilogue, device) and cached; the
 // workspace comes from CUDA's stream-ordered pool; one handle per device, bound to the caller's
 // stream under a lock for each call.
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/cuda_backend.hpp"
-#include "detail/cuda_check.hpp"
-#include "detail/cudnn_check.hpp"
-#include "detail/plan_cache.hpp"
+#include "compute/conv/cuda/cudnn_check.hpp"
+#include "compute/plan_cache.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/cuda_check.hpp"
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>

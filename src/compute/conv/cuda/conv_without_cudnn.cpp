@@ -1,7 +1,7 @@
 // CUDA builds whose toolkit has no cuDNN: convolutions on a GPU say so (the host model still runs).
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/cuda_backend.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
 
 namespace gpucloud::detail::cuda {
 

@@ -1,6 +1,6 @@
-#include "detail/cudnn_check.hpp"
+#include "compute/conv/cuda/cudnn_check.hpp"
 
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <string>
 

@@ -1,13 +1,13 @@
 // The CUDA GEMM: cuBLASLt, row-major through the transpose identity C^T = op(B)^T op(A)^T (no
 // copies), one plan (descriptors, layouts, the heuristic's algorithm) per shape, cached.
-#include <gpucloud/error.hpp>
-#include <gpucloud/pool_resource.hpp>
+#include <gpucloud/memory/pool_resource.hpp>
+#include <gpucloud/runtime/error.hpp>
 
-#include "detail/alignment.hpp"
-#include "detail/cuda_backend.hpp"
-#include "detail/cuda_check.hpp"
-#include "detail/library_check.hpp"
-#include "detail/plan_cache.hpp"
+#include "compute/gemm/alignment.hpp"
+#include "compute/gemm/cuda/library_check.hpp"
+#include "compute/plan_cache.hpp"
+#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/cuda_check.hpp"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
-#include "detail/library_check.hpp"
+#include "compute/gemm/cuda/library_check.hpp"
 
-#include <gpucloud/error.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include <string>
 

@@ -1,4 +1,4 @@
-// Internal: checks for cuBLAS / cuBLASLt return codes (not API). NCCL's: detail/nccl_check.hpp.
+// Internal: checks for cuBLAS / cuBLASLt return codes (not API). NCCL's: comm/nccl/nccl_check.hpp.
 #pragma once
 
 #include <cublas_api.h>

@@ -1,7 +1,7 @@
 // The host backend's fp32 matrix product: OpenBLAS's cblas_sgemm (multithreaded), or, in builds
 // without a BLAS (GPUCLOUD_BLAS=OFF, or none found), a loop nest whose inner loops run over
 // contiguous rows so the compiler vectorises them.
-#include "detail/host_sgemm.hpp"
+#include "compute/gemm/host/host_sgemm.hpp"
 
 #if GPUCLOUD_WITH_BLAS
 #include <cblas.h>
