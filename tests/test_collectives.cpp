@@ -17,6 +17,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <set>
+#include <string>
 #include <vector>
 
 namespace gc = gpucloud;
@@ -382,6 +385,189 @@ TEST(Collectives, CommunicatorFromTheCallersMpiCommunicator) {
   MPI_Comm_free(&halves);  // the gpucloud communicator used a duplicate: freeing ours is fine
   EXPECT_THROW(gc::Communicator::mpi(-7), gc::InvalidArgument);
   EXPECT_THROW(gc::Communicator::mpi(1 << 30), gc::InvalidArgument);
+}
+
+namespace {
+// Every rank runs @p mine or, on rank 0, @p rank0: each call is valid on its own, together they
+// are different collectives. Every rank must get a CommunicationError naming @p field, and the
+// communicator must still work afterwards.
+template <class Rank0, class Others>
+void expect_disagreement(const char* field, Rank0 rank0, Others others) {
+  auto& c = world();
+  if (c.size() < 2) GTEST_SKIP() << "needs two ranks";
+  gc::Stream s;
+  if (c.rank() == 0) {
+    rank0(c, s);
+  } else {
+    others(c, s);
+  }
+  try {
+    s.synchronize();
+    ADD_FAILURE() << field << ": mismatched collectives completed";
+  } catch (const gc::CommunicationError& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(c.rank())), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(c.broken());
+  gc::Buffer ok = inputs(gc::DType::float32, 10, c.rank());
+  c.all_reduce(ok, ok, gc::ReduceOp::sum, s);
+  s.synchronize();
+  EXPECT_EQ(load(ok, 3), expected(gc::ReduceOp::sum, c.size(), 3));
+}
+}  // namespace
+
+TEST(Collectives, DifferentReduceOpsAreAnErrorOnEveryRank) {
+  gc::Buffer x = inputs(gc::DType::float32, 16, world().rank());
+  expect_disagreement(
+      "reduce op", [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(x, x, gc::ReduceOp::sum, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(x, x, gc::ReduceOp::max, s); });
+  for (std::size_t i = 0; i < 16; ++i) EXPECT_EQ(load(x, i), value(world().rank(), i));  // untouched
+}
+
+TEST(Collectives, DifferentRootsAreAnErrorOnEveryRank) {
+  gc::Buffer x = inputs(gc::DType::int32, 9, world().rank());
+  expect_disagreement(
+      "root", [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(x, 0, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(x, 1, s); });
+  for (std::size_t i = 0; i < 9; ++i) EXPECT_EQ(load(x, i), value(world().rank(), i));
+}
+
+TEST(Collectives, DifferentOperationsAreAnErrorOnEveryRank) {
+  const int n = world().size();
+  gc::Buffer send = inputs(gc::DType::float32, 4, world().rank());
+  gc::Buffer gathered(4 * static_cast<std::size_t>(n), gc::DType::float32);
+  gc::Buffer big = inputs(gc::DType::float32, 4 * static_cast<std::size_t>(n), world().rank());
+  gc::Buffer piece(4, gc::DType::float32);
+  expect_disagreement(
+      "operation", [&](gc::Communicator& c, gc::Stream& s) { c.all_gather(send, gathered, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(send, send, gc::ReduceOp::sum, s); });
+  expect_disagreement(
+      "operation", [&](gc::Communicator& c, gc::Stream& s) { c.reduce_scatter(big, piece, gc::ReduceOp::sum, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(piece, piece, gc::ReduceOp::sum, s); });
+  // A barrier against an all-reduce used to abort the whole job (MPI_ERR_TRUNCATE).
+  expect_disagreement(
+      "operation", [&](gc::Communicator& c, gc::Stream& s) { c.barrier(s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(send, send, gc::ReduceOp::sum, s); });
+  if (world().nodes() > 1 || world().local_size() > 1) {
+    expect_disagreement(
+        "operation",
+        [&](gc::Communicator& c, gc::Stream& s) { c.hierarchical_all_reduce(send, send, gc::ReduceOp::sum, s); },
+        [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(send, send, gc::ReduceOp::sum, s); });
+  }
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(load(send, i), value(world().rank(), i));
+}
+
+TEST(Collectives, PartlyOverlappingSendAndRecvAreRejected) {
+  auto& c = world();
+  gc::Stream s;
+  gc::Buffer x(20, gc::DType::float32);
+  EXPECT_THROW(c.all_reduce(x.view().slice(0, 10), x.view().slice(5, 10), gc::ReduceOp::sum, s), gc::InvalidArgument);
+  EXPECT_THROW(c.hierarchical_all_reduce(x.view().slice(0, 10), x.view().slice(1, 10), gc::ReduceOp::sum, s),
+               gc::InvalidArgument);
+}
+
+// Counts above what one MPI call takes (int) are split into several calls (all-reduce, the
+// hierarchical one, broadcast) or refused before any work (per-rank counts of reduce-scatter and
+// all-gather). GPUCLOUD_MPI_MAX_COUNT lowers the limit so the split runs here on small buffers.
+TEST(Collectives, CountsAboveOneMpiCallAreSplitOrRefused) {
+  setenv("GPUCLOUD_MPI_MAX_COUNT", "1000", 1);
+  gc::Communicator c = gc::Communicator::mpi_world();
+  unsetenv("GPUCLOUD_MPI_MAX_COUNT");
+  gc::Stream s;
+  const std::size_t n = 2501;
+  for (auto t : {gc::DType::float32, gc::DType::bfloat16, gc::DType::int64}) {
+    gc::Buffer in_place = inputs(t, n, c.rank());
+    gc::Buffer send = inputs(t, n, c.rank());
+    gc::Buffer recv(n, t);
+    gc::Buffer hier = inputs(t, n, c.rank());
+    gc::Buffer bcast = inputs(t, n, c.rank());
+    c.all_reduce(in_place, in_place, gc::ReduceOp::sum, s);
+    c.all_reduce(send, recv, gc::ReduceOp::max, s);
+    c.hierarchical_all_reduce(hier, hier, gc::ReduceOp::sum, s);
+    c.broadcast(bcast, c.size() - 1, s);
+    s.synchronize();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      wrong += load(in_place, i) != expected(gc::ReduceOp::sum, c.size(), i);
+      wrong += load(recv, i) != expected(gc::ReduceOp::max, c.size(), i);
+      wrong += load(hier, i) != expected(gc::ReduceOp::sum, c.size(), i);
+      wrong += load(bcast, i) != value(c.size() - 1, i);
+    }
+    EXPECT_EQ(wrong, 0u) << gc::dtype_name(t);
+  }
+  gc::Buffer send(1001, gc::DType::float32);
+  gc::Buffer gathered(1001 * static_cast<std::size_t>(c.size()), gc::DType::float32);
+  try {
+    c.all_gather(send, gathered, s);
+    ADD_FAILURE() << "an all-gather of 1001 elements per rank must be refused at a limit of 1000";
+  } catch (const gc::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("send: 1001 elements per rank"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(c.reduce_scatter(gathered, send, gc::ReduceOp::sum, s), gc::InvalidArgument);
+  s.synchronize();  // nothing was enqueued
+}
+
+TEST(Collectives, AnOutOfRangeTimeoutIsRefusedNamingTheVariable) {
+  for (const char* bad : {"inf", "nan", "1e16", "0.0001", "0", "-3", "ten", "5s"}) {
+    setenv("GPUCLOUD_COMM_TIMEOUT", bad, 1);
+    try {
+      (void)gc::Communicator::mpi_world();
+      ADD_FAILURE() << "GPUCLOUD_COMM_TIMEOUT=" << bad << " was accepted";
+    } catch (const gc::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("GPUCLOUD_COMM_TIMEOUT"), std::string::npos) << e.what();
+    }
+  }
+  setenv("GPUCLOUD_COMM_TIMEOUT", "0.25", 1);
+  EXPECT_EQ(gc::Communicator::mpi_world().timeout().count(), 250);
+  unsetenv("GPUCLOUD_COMM_TIMEOUT");
+}
+
+// Enqueued collectives keep their communicator alive: one dropped (say, made inside a function)
+// while its all-reduce waits behind other work still runs it, on every rank.
+TEST(Collectives, ACommunicatorDroppedWhileItsWorkIsQueuedStillRunsIt) {
+  gc::Stream s;
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  gc::launch_host_func(s, [open] { open.wait(); });
+  gc::Buffer x = inputs(gc::DType::int64, 33, world().rank());
+  {
+    gc::Communicator c = gc::Communicator::mpi_world();
+    c.all_reduce(x, x, gc::ReduceOp::sum, s);
+  }  // dropped with the all-reduce still queued
+  gate.set_value();
+  s.synchronize();
+  for (std::size_t i = 0; i < 33; ++i) EXPECT_EQ(load(x, i), expected(gc::ReduceOp::sum, world().size(), i));
+}
+
+// Simulated nodes (GPUCLOUD_LOCAL_SIZE) are blocks of world ranks, also for a sub-communicator:
+// its ranks keep the nodes their processes are on.
+TEST(Collectives, SubCommunicatorsKeepTheWorldsNodes) {
+  int world_rank = 0, world_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm parity = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &parity), MPI_SUCCESS);
+  {
+    gc::Communicator c = gc::communicator_from_mpi(parity);
+    const char* forced = std::getenv("GPUCLOUD_LOCAL_SIZE");
+    if (forced != nullptr && *forced != '\0') {
+      const int local = std::atoi(forced);
+      std::set<int> nodes;
+      for (int r = world_rank % 2; r < world_size; r += 2) nodes.insert(r / local);
+      EXPECT_EQ(c.nodes(), static_cast<int>(nodes.size()));
+      EXPECT_EQ(c.node(), static_cast<int>(std::distance(nodes.begin(), nodes.find(world_rank / local))));
+    } else {
+      EXPECT_EQ(c.nodes(), 1);  // one machine: one shared-memory node
+    }
+    gc::Stream s;
+    gc::Buffer x = inputs(gc::DType::int32, 7, world_rank);
+    gc::Buffer y = inputs(gc::DType::int32, 7, world_rank);
+    c.hierarchical_all_reduce(x, x, gc::ReduceOp::sum, s);
+    c.all_reduce(y, y, gc::ReduceOp::sum, s);
+    s.synchronize();
+    for (std::size_t i = 0; i < 7; ++i) EXPECT_EQ(load(x, i), load(y, i));
+  }
+  MPI_Comm_free(&parity);
 }
 
 int main(int argc, char** argv) {

@@ -1,7 +1,8 @@
 // A rank that never joins (default), or that exits at once ("exits"): the others get a
 // CommunicationError within the timeout instead of hanging, and the communicator is broken
-// afterwards. The job cannot finalise MPI cleanly with a collective left pending, so every rank
-// leaves with _Exit and CTest reads the report.
+// afterwards. Rank 0 then returns from main as any program would: MPI cannot finalise with the
+// collective abandoned, so the library ends the job (MPI_Abort, with a message) instead of waiting
+// in MPI_Finalize for the missing rank, which sleeps far longer than CTest's timeout.
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/runtime/error.hpp>
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
   const bool exits = argc > 1 && std::string(argv[1]) == "exits";
   gc::Communicator c = gc::Communicator::mpi_world();
   if (c.rank() != 0) {  // never joins: waits, or leaves the job at once
-    if (!exits) std::this_thread::sleep_for(std::chrono::seconds(4));
+    if (!exits) std::this_thread::sleep_for(std::chrono::seconds(120));
     std::fflush(stdout);
     std::_Exit(0);
   }
@@ -47,5 +48,5 @@ int main(int argc, char** argv) {
   }
   std::printf(ok ? "TIMEOUT TEST PASSED\n" : "TIMEOUT TEST FAILED\n");
   std::fflush(stdout);
-  std::_Exit(ok ? 0 : 1);
+  return ok ? 0 : 1;  // exit() runs the library's handler, which ends the job
 }

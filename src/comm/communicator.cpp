@@ -4,24 +4,70 @@
 #include <gpucloud/runtime/error.hpp>
 
 #include "comm/communicator_impl.hpp"
+#include "runtime/access.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 namespace gpucloud {
 
 namespace detail {
 
 std::chrono::milliseconds timeout_from_environment() {
-  if (const char* t = std::getenv("GPUCLOUD_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
-    const double seconds = std::atof(t);
-    GPUCLOUD_EXPECTS(seconds > 0, "Communicator",
-                     std::string("GPUCLOUD_COMM_TIMEOUT: '") + t + "' is not a positive number of seconds");
-    return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+  const char* t = std::getenv("GPUCLOUD_COMM_TIMEOUT");
+  if (t == nullptr || *t == '\0') return std::chrono::milliseconds(600000);
+  char* end = nullptr;
+  const double seconds = std::strtod(t, &end);
+  // 1 ms to ~31 years: a value outside would round to 0 ms or overflow the millisecond count.
+  GPUCLOUD_EXPECTS(end != t && *end == '\0' && std::isfinite(seconds) && seconds >= 0.001 && seconds <= 1e9,
+                   "Communicator",
+                   std::string("GPUCLOUD_COMM_TIMEOUT: '") + t + "' is not a number of seconds in [0.001, 1e9]");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000.0)));
+}
+
+int local_size_from_environment(const char* text, int world_size, const char* call) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  GPUCLOUD_EXPECTS(end != text && *end == '\0' && v >= 1 && v <= world_size && world_size % v == 0, call,
+                   std::string("GPUCLOUD_LOCAL_SIZE: '") + text + "' does not divide the job's " +
+                       std::to_string(world_size) + " processes into equal nodes");
+  return static_cast<int>(v);
+}
+
+namespace {
+std::mutex& broken_mutex() {
+  static auto* m = new std::mutex();
+  return *m;
+}
+std::string& broken_reason() {  // guarded by broken_mutex(); never destroyed (read at exit)
+  static auto* why = new std::string();
+  return *why;
+}
+}  // namespace
+
+void note_broken_communicator(const std::string& why) {
+  std::lock_guard<std::mutex> lock(broken_mutex());
+  if (broken_reason().empty()) broken_reason() = why;
+}
+
+void end_job_if_communicator_broke() noexcept {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(broken_mutex());
+    why = broken_reason();
   }
-  return std::chrono::milliseconds(600000);
+  if (why.empty()) return;
+  std::fprintf(stderr,
+               "gpucloud: ending the job: %s, and MPI cannot finalise with that collective abandoned "
+               "(it would wait for the missing rank)\n",
+               why.c_str());
+  std::fflush(stderr);
+  abort_job(1);
 }
 
 std::string where(int rank) {
@@ -39,7 +85,7 @@ void Communicator::Impl::check_usable(const char* op) const {
   }
 }
 
-Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::Communicator(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Communicator::~Communicator() = default;
 Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
@@ -60,8 +106,18 @@ void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   impl_->timeout = timeout;
 }
 
+namespace {
+// In place (the same memory) or apart: a partial overlap would read values already overwritten.
+void check_in_place_or_apart(BufferView send, BufferView recv, const char* call) {
+  GPUCLOUD_EXPECTS(send.data() == recv.data() || !detail::overlaps(send, recv), call,
+                   "recv: partly overlaps send; pass the same memory (in place) or separate memory");
+}
+}  // namespace
+
 void Communicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
-  impl_->check_usable("Communicator::all_reduce");
+  constexpr const char* call = "Communicator::all_reduce";
+  impl_->check_usable(call);
+  check_in_place_or_apart(send, recv, call);
   impl_->all_reduce(send, recv, op, stream);
 }
 
@@ -69,6 +125,7 @@ void Communicator::hierarchical_all_reduce(BufferView send, BufferView recv, Red
   constexpr const char* call = "Communicator::hierarchical_all_reduce";
   impl_->check_usable(call);
   GPUCLOUD_EXPECTS(impl_->uniform_nodes, call, "nodes have different numbers of processes");
+  check_in_place_or_apart(send, recv, call);
   impl_->hierarchical_all_reduce(send, recv, op, stream);
 }
 

@@ -42,8 +42,23 @@ struct Communicator::Impl {
 
 namespace detail {
 
-/// GPUCLOUD_COMM_TIMEOUT (seconds, fractions allowed) or the default of 600 s.
+/// GPUCLOUD_COMM_TIMEOUT (seconds, fractions allowed, 0.001 to 1e9) or the default of 600 s.
+/// @throws InvalidArgument naming the variable for anything else (inf, nan, text, out of range).
 std::chrono::milliseconds timeout_from_environment();
+
+/// GPUCLOUD_LOCAL_SIZE's value @p text as processes per simulated node of a @p world_size job.
+/// @throws InvalidArgument naming the variable unless it is an integer that divides the job.
+int local_size_from_environment(const char* text, int world_size, const char* call);
+
+/// Records that a collective was abandoned (a timeout): the job can then no longer finalise MPI.
+void note_broken_communicator(const std::string& why);
+
+/// At exit: when a collective was abandoned, prints why and ends the whole job (MPI_Abort), since
+/// MPI_Finalize would wait for the missing rank (or crash when it shows up late). Otherwise returns.
+void end_job_if_communicator_broke() noexcept;
+
+/// Ends every process of the job with @p code: MPI_Abort when MPI is up, else _Exit.
+[[noreturn]] void abort_job(int code) noexcept;
 
 /// "hostname:rank N", for messages.
 std::string where(int rank);

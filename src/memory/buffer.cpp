@@ -109,12 +109,15 @@ void check_access(BufferView view, StreamView stream, Access access, const char*
   }
 }
 
-void check_no_overlap(BufferView a, BufferView b, const char* call, const char* arg) {
-  if (a.empty() || b.empty()) return;
+bool overlaps(BufferView a, BufferView b) noexcept {
+  if (a.empty() || b.empty()) return false;
   const auto* a0 = static_cast<const char*>(a.data());
   const auto* b0 = static_cast<const char*>(b.data());
-  const bool overlap = a0 < b0 + b.size_bytes() && b0 < a0 + a.size_bytes();
-  GPUCLOUD_EXPECTS(!overlap, call, std::string(arg) + ": overlaps the destination");
+  return a0 < b0 + b.size_bytes() && b0 < a0 + a.size_bytes();
+}
+
+void check_no_overlap(BufferView a, BufferView b, const char* call, const char* arg) {
+  GPUCLOUD_EXPECTS(!overlaps(a, b), call, std::string(arg) + ": overlaps the destination");
 }
 
 }  // namespace detail

@@ -12,6 +12,9 @@ enum class Access { copy, kernel };
 /// @throws InvalidArgument naming @p arg when work of @p access kind on @p stream cannot use @p view.
 void check_access(BufferView view, StreamView stream, Access access, const char* call, const char* arg);
 
+/// True when @p a and @p b share at least one byte (empty views share none).
+bool overlaps(BufferView a, BufferView b) noexcept;
+
 /// @throws InvalidArgument naming @p arg when @p a and @p b overlap in memory.
 void check_no_overlap(BufferView a, BufferView b, const char* call, const char* arg);
 

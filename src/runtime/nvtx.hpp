@@ -26,13 +26,4 @@ class NvtxRange {
   NvtxRange& operator=(const NvtxRange&) = delete;
 };
 
-/// Marks an instant on the timeline.
-inline void nvtx_mark(const char* name) noexcept {
-#if GPUCLOUD_WITH_NVTX
-  nvtxMarkA(name);
-#else
-  (void)name;
-#endif
-}
-
 }  // namespace gpucloud::detail

@@ -140,8 +140,8 @@ class GPUCLOUD_API Communicator {
   struct Impl;  ///< the backend (internal)
 
  private:
-  explicit Communicator(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Communicator(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;  // shared with the work enqueued on streams, which keeps it alive
 };
 
 /// @brief Runs @p issue, which enqueues collectives on several communicators of this process (one

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -76,6 +77,9 @@ void ensure_mpi() {
         if (!finalized) MPI_Finalize();
       });
     }
+    // Registered after the finalisation above, so it runs before it: a job with an abandoned
+    // collective ends (MPI_Abort) instead of waiting in MPI_Finalize for the missing rank.
+    std::atexit([] { detail::end_job_if_communicator_broke(); });
     int provided = 0;
     GPUCLOUD_MPI_CHECK(MPI_Query_thread(&provided));
     if (provided < MPI_THREAD_MULTIPLE) {
@@ -158,15 +162,74 @@ void divide(BufferView v, int size) {
 
 }  // namespace
 
+// Every rank states what it is about to run; a difference in any field is an error on every rank
+// (the agreement is itself a collective, so all ranks see the same verdict and the communicator
+// stays usable).
+enum class Collective : std::int64_t {
+  all_reduce = 1,
+  hierarchical_all_reduce,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  barrier
+};
+
+const char* collective_name(std::int64_t c) {
+  switch (static_cast<Collective>(c)) {
+    case Collective::all_reduce:
+      return "all_reduce";
+    case Collective::hierarchical_all_reduce:
+      return "hierarchical_all_reduce";
+    case Collective::reduce_scatter:
+      return "reduce_scatter";
+    case Collective::all_gather:
+      return "all_gather";
+    case Collective::broadcast:
+      return "broadcast";
+    case Collective::barrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+const char* reduce_op_name(std::int64_t op) {
+  switch (static_cast<ReduceOp>(op)) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::average:
+      return "average";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::min:
+      return "min";
+  }
+  return "none";
+}
+
+struct Signature {
+  Collective kind;
+  std::int64_t op = -1;     // ReduceOp, -1 for none
+  std::int64_t root = -1;   // broadcast's root, -1 for none
+  std::int64_t count = 0;   // elements this rank contributes
+  std::int64_t dtype = -1;  // DType, -1 for none
+};
+
 // The MPI backend: the communicator's duplicate of the caller's MPI communicator, and the
-// intra-node (local) and cross-node sub-communicators, built once.
-struct MpiCommunicator final : Communicator::Impl {
+// intra-node (local) and cross-node sub-communicators, built once. Enqueued work holds a
+// shared_ptr to it, so a Communicator dropped while its collectives are queued stays alive until
+// they have run.
+struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<MpiCommunicator> {
   MPI_Comm world = MPI_COMM_NULL, local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+  // Elements per MPI call (MPI counts are int): larger all-reduces and broadcasts are split, larger
+  // per-rank reduce-scatters and all-gathers are refused. GPUCLOUD_MPI_MAX_COUNT lowers it (tests).
+  std::int64_t max_count = std::numeric_limits<int>::max();
 
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (finalized) return;
+    // A broken communicator may still have an abandoned request in flight: freeing it then is
+    // undefined, and the process is about to end the job anyway.
+    if (finalized || broken) return;
     for (MPI_Comm* c : {&cross, &local, &world}) {
       if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     }
@@ -183,10 +246,13 @@ struct MpiCommunicator final : Communicator::Impl {
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
       if (waited > timeout) {
         broken = true;
+        detail::note_broken_communicator(where + ": " + op + " timed out after " + std::to_string(waited.count()) +
+                                         " ms");
         throw CommunicationError(op,
                                  where + " waited " + std::to_string(waited.count()) +
                                      " ms for the other ranks (GPUCLOUD_COMM_TIMEOUT); a rank is missing, slow or "
-                                     "dead. The communicator is broken: later collectives on it fail",
+                                     "dead. The communicator is broken: later collectives on it fail, and the job "
+                                     "ends at exit (MPI_Abort) since MPI cannot finalise with the request pending",
                                  __FILE__, __LINE__);
       }
       // MPI progresses nonblocking collectives inside MPI_Test: poll eagerly (yielding the core to
@@ -199,25 +265,63 @@ struct MpiCommunicator final : Communicator::Impl {
     }
   }
 
-  // Every rank must agree on the operation, count and dtype; a mismatch is an error on every
-  // rank instead of corrupted data or a hang.
-  void agree(const char* op, std::int64_t count, DType dtype, MPI_Comm comm) {
-    std::int64_t mine[4] = {count, -count, static_cast<std::int64_t>(dtype), -static_cast<std::int64_t>(dtype)};
-    std::int64_t all[4];
+  // Every rank must agree on the operation, reduce op, root, count and dtype; a mismatch is a
+  // CommunicationError on every rank instead of corrupted data, a hang or an MPI abort.
+  void agree(const char* call, const Signature& sig) {
+    const std::int64_t fields[5] = {static_cast<std::int64_t>(sig.kind), sig.op, sig.root, sig.count, sig.dtype};
+    std::int64_t mine[10], all[10];
+    for (int i = 0; i < 5; ++i) {
+      mine[2 * i] = fields[i];
+      mine[2 * i + 1] = -fields[i];
+    }
     MPI_Request r;
-    GPUCLOUD_MPI_CHECK(MPI_Iallreduce(mine, all, 4, MPI_INT64_T, MPI_MAX, comm, &r));
-    wait(r, op);
-    if (all[0] != -all[1] || all[2] != -all[3]) {
-      throw CommunicationError(op,
-                               where + ": ranks disagree on the count (" + std::to_string(-all[1]) + " to " +
-                                   std::to_string(all[0]) + ") or the dtype; nothing was exchanged",
+    GPUCLOUD_MPI_CHECK(MPI_Iallreduce(mine, all, 10, MPI_INT64_T, MPI_MAX, world, &r));
+    wait(r, call);
+    std::string why;
+    auto differs = [&](int i) { return all[2 * i] != -all[2 * i + 1]; };
+    auto range = [&](int i, auto name) {
+      return std::string(name(-all[2 * i + 1])) + " on some ranks, " + name(all[2 * i]) + " on others";
+    };
+    auto number = [](std::int64_t v) { return std::to_string(v); };
+    auto dtype = [](std::int64_t v) {
+      return v < 0 ? std::string("none") : std::string(dtype_name(static_cast<DType>(v)));
+    };
+    if (differs(0)) why += "; operation: " + range(0, collective_name);
+    if (differs(1)) why += "; reduce op: " + range(1, reduce_op_name);
+    if (differs(2)) why += "; root: " + range(2, number);
+    if (differs(3)) why += "; count: " + range(3, number);
+    if (differs(4)) why += "; dtype: " + range(4, dtype);
+    if (!why.empty()) {
+      throw CommunicationError(call,
+                               where + ": the ranks disagree on the collective" + why +
+                                   ". Nothing was exchanged; the communicator stays usable",
                                __FILE__, __LINE__);
     }
   }
 
+  // The one way a collective is enqueued: on the stream's worker, holding this communicator, in
+  // one order per communicator, after every rank agreed on @p sig.
+  template <class Body>
+  void enqueue(StreamView stream, const char* call, Signature sig, Body body) {
+    auto self = shared_from_this();
+    launch_host_func(stream, [self, call, sig, body] {
+      detail::NvtxRange range(call);
+      std::lock_guard<std::mutex> lock(self->order);
+      self->check_usable(call);
+      self->agree(call, sig);
+      body(*self);
+    });
+  }
+
+  // Runs @p one(offset, count) over [0, n) in pieces of at most max_count elements.
+  template <class One>
+  void in_pieces(std::int64_t n, One one) const {
+    for (std::int64_t at = 0; at < n; at += max_count) one(at, std::min(max_count, n - at));
+  }
+
   // A communicator over a duplicate of @p parent: nodes from GPUCLOUD_LOCAL_SIZE or a
   // shared-memory split, the cross-node communicator, the timeout from GPUCLOUD_COMM_TIMEOUT.
-  static std::unique_ptr<MpiCommunicator> build(MPI_Comm parent, const char* call);
+  static std::shared_ptr<MpiCommunicator> build(MPI_Comm parent, const char* call);
 
   void all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) override;
   void hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) override;
@@ -227,6 +331,14 @@ struct MpiCommunicator final : Communicator::Impl {
   void barrier(StreamView stream) override;
   double time_all_reduce(bool intra, std::size_t bytes, int repeats) override;
 };
+
+void detail::abort_job(int code) noexcept {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
 
 Communicator Communicator::mpi_world() {
   ensure_mpi();
@@ -279,18 +391,28 @@ Communicator Communicator::mpi(std::int64_t fortran_handle) {
   return Communicator(MpiCommunicator::build(parent, "Communicator::mpi"));
 }
 
-std::unique_ptr<MpiCommunicator> MpiCommunicator::build(MPI_Comm parent, const char* call) {
-  auto c = std::make_unique<MpiCommunicator>();
+std::shared_ptr<MpiCommunicator> MpiCommunicator::build(MPI_Comm parent, const char* call) {
+  auto c = std::make_shared<MpiCommunicator>();
+  c->timeout = detail::timeout_from_environment();  // the environment first: a bad value changes nothing
+  if (const char* m = std::getenv("GPUCLOUD_MPI_MAX_COUNT"); m != nullptr && *m != '\0') {
+    char* end = nullptr;
+    const long long v = std::strtoll(m, &end, 10);
+    GPUCLOUD_EXPECTS(end != m && *end == '\0' && v >= 1 && v <= c->max_count, call,
+                     std::string("GPUCLOUD_MPI_MAX_COUNT: '") + m + "' is not a count in [1, 2147483647]");
+    c->max_count = v;
+  }
   GPUCLOUD_MPI_CHECK(MPI_Comm_dup(parent, &c->world));
   GPUCLOUD_MPI_CHECK(MPI_Comm_rank(c->world, &c->rank));
   GPUCLOUD_MPI_CHECK(MPI_Comm_size(c->world, &c->size));
   c->where = detail::where(c->rank);
   if (const char* forced = std::getenv("GPUCLOUD_LOCAL_SIZE"); forced != nullptr && *forced != '\0') {
-    const int local_size = std::atoi(forced);
-    GPUCLOUD_EXPECTS(local_size >= 1 && c->size % local_size == 0, call,
-                     std::string("GPUCLOUD_LOCAL_SIZE: ") + forced + " does not divide the " + std::to_string(c->size) +
-                         " processes into equal nodes");
-    GPUCLOUD_MPI_CHECK(MPI_Comm_split(c->world, c->rank / local_size, c->rank, &c->local));
+    // Simulated nodes are blocks of the job's world ranks, whatever communicator this is: a
+    // sub-communicator's ranks keep the nodes their processes are on.
+    int world_rank = 0, world_size = 1;
+    GPUCLOUD_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+    GPUCLOUD_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+    const int local_size = detail::local_size_from_environment(forced, world_size, call);
+    GPUCLOUD_MPI_CHECK(MPI_Comm_split(c->world, world_rank / local_size, c->rank, &c->local));
   } else {
     GPUCLOUD_MPI_CHECK(MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &c->local));
   }
@@ -302,7 +424,6 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::build(MPI_Comm parent, const c
   int sizes[2] = {c->local_size, -c->local_size};
   GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, c->world));
   c->uniform_nodes = sizes[0] == -sizes[1];
-  c->timeout = detail::timeout_from_environment();
   return c;
 }
 
@@ -331,8 +452,11 @@ void check_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView 
   check_reduction(op, send.dtype(), call);
 }
 
-const void* send_or_in_place(BufferView send, BufferView recv) {
-  return send.data() == recv.data() ? MPI_IN_PLACE : send.data();
+// Per-rank counts of reduce-scatter and all-gather go to MPI as one int.
+void check_count(BufferView v, std::int64_t max_count, const char* call, const char* arg) {
+  GPUCLOUD_EXPECTS(static_cast<std::int64_t>(v.size()) <= max_count, call,
+                   std::string(arg) + ": " + std::to_string(v.size()) + " elements per rank exceed the MPI backend's " +
+                       std::to_string(max_count) + " (MPI counts are int); split the call");
 }
 
 }  // namespace
@@ -340,55 +464,63 @@ const void* send_or_in_place(BufferView send, BufferView recv) {
 void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
   constexpr const char* call = "Communicator::all_reduce";
   check_all_reduce(send, recv, op, stream, call);
-  MpiCommunicator* c = this;
-  launch_host_func(stream, [c, send, recv, op] {
-    detail::NvtxRange range("gpucloud all_reduce");
-    std::lock_guard<std::mutex> lock(c->order);
-    c->check_usable(call);
-    c->agree(call, static_cast<std::int64_t>(send.size()), send.dtype(), c->world);
-    MPI_Request r;
-    GPUCLOUD_MPI_CHECK(MPI_Iallreduce(send_or_in_place(send, recv), recv.data(), static_cast<int>(recv.size()),
-                                      mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()), c->world, &r));
-    c->wait(r, call);
-    if (op == ReduceOp::average) divide(recv, c->size);
-  });
+  const auto n = static_cast<std::int64_t>(recv.size());
+  enqueue(stream, call,
+          {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
+          [send, recv, op, n](MpiCommunicator& c) {
+            const MPI_Datatype type = mpi_type(recv.dtype(), call);
+            const std::size_t elem = dtype_size(recv.dtype());
+            const bool in_place = send.data() == recv.data();
+            c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
+              auto* out = static_cast<unsigned char*>(recv.data()) + at * elem;
+              const void* in = in_place ? MPI_IN_PLACE : static_cast<const unsigned char*>(send.data()) + at * elem;
+              MPI_Request r;
+              GPUCLOUD_MPI_CHECK(
+                  MPI_Iallreduce(in, out, static_cast<int>(count), type, mpi_op(op, recv.dtype()), c.world, &r));
+              c.wait(r, call);
+            });
+            if (op == ReduceOp::average) divide(recv, c.size);
+          });
 }
 
 void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
   constexpr const char* call = "Communicator::hierarchical_all_reduce";
   check_all_reduce(send, recv, op, stream, call);
-  MpiCommunicator* c = this;
-  launch_host_func(stream, [c, send, recv, op] {
-    detail::NvtxRange range("gpucloud hierarchical_all_reduce");
-    std::lock_guard<std::mutex> lock(c->order);
-    c->check_usable(call);
-    c->agree(call, static_cast<std::int64_t>(send.size()), send.dtype(), c->world);
-    const MPI_Datatype type = mpi_type(send.dtype(), call);
-    const MPI_Op mop = mpi_op(op, send.dtype());
-    const std::size_t elem = dtype_size(send.dtype());
-    // Shards of the count over the node's ranks; the first n % L get one more.
-    const int L = c->local_size;
-    const std::int64_t n = static_cast<std::int64_t>(send.size());
-    std::vector<int> counts(L), displs(L);
-    for (int i = 0, at = 0; i < L; ++i) {
-      counts[i] = static_cast<int>(n / L + (i < n % L ? 1 : 0));
-      displs[i] = at;
-      at += counts[i];
-    }
-    std::vector<unsigned char> shard(static_cast<std::size_t>(counts[c->local_rank]) * elem + 1);
-    MPI_Request r;
-    // (1) reduce-scatter inside the node
-    GPUCLOUD_MPI_CHECK(MPI_Ireduce_scatter(send.data(), shard.data(), counts.data(), type, mop, c->local, &r));
-    c->wait(r, call);
-    // (2) all-reduce of the shard among the ranks holding it on the other nodes
-    GPUCLOUD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, shard.data(), counts[c->local_rank], type, mop, c->cross, &r));
-    c->wait(r, call);
-    // (3) all-gather inside the node
-    GPUCLOUD_MPI_CHECK(MPI_Iallgatherv(shard.data(), counts[c->local_rank], type, recv.data(), counts.data(),
-                                       displs.data(), type, c->local, &r));
-    c->wait(r, call);
-    if (op == ReduceOp::average) divide(recv, c->size);
-  });
+  const auto total = static_cast<std::int64_t>(send.size());
+  enqueue(
+      stream, call,
+      {Collective::hierarchical_all_reduce, static_cast<std::int64_t>(op), -1, total,
+       static_cast<std::int64_t>(send.dtype())},
+      [send, recv, op, total](MpiCommunicator& c) {
+        const MPI_Datatype type = mpi_type(send.dtype(), call);
+        const MPI_Op mop = mpi_op(op, send.dtype());
+        const std::size_t elem = dtype_size(send.dtype());
+        const int L = c.local_size;
+        c.in_pieces(total, [&](std::int64_t at, std::int64_t n) {
+          const auto* in = static_cast<const unsigned char*>(send.data()) + at * elem;
+          auto* out = static_cast<unsigned char*>(recv.data()) + at * elem;
+          // Shards of the piece over the node's ranks; the first n % L get one more.
+          std::vector<int> counts(L), displs(L);
+          for (int i = 0, pos = 0; i < L; ++i) {
+            counts[i] = static_cast<int>(n / L + (i < n % L ? 1 : 0));
+            displs[i] = pos;
+            pos += counts[i];
+          }
+          std::vector<unsigned char> shard(static_cast<std::size_t>(counts[c.local_rank]) * elem + 1);
+          MPI_Request r;
+          // (1) reduce-scatter inside the node
+          GPUCLOUD_MPI_CHECK(MPI_Ireduce_scatter(in, shard.data(), counts.data(), type, mop, c.local, &r));
+          c.wait(r, call);
+          // (2) all-reduce of the shard among the ranks holding it on the other nodes
+          GPUCLOUD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, shard.data(), counts[c.local_rank], type, mop, c.cross, &r));
+          c.wait(r, call);
+          // (3) all-gather inside the node
+          GPUCLOUD_MPI_CHECK(MPI_Iallgatherv(shard.data(), counts[c.local_rank], type, out, counts.data(),
+                                             displs.data(), type, c.local, &r));
+          c.wait(r, call);
+        });
+        if (op == ReduceOp::average) divide(recv, c.size);
+      });
 }
 
 void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
@@ -397,17 +529,18 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
   check_host(recv, stream, call, "recv");
   check_reduction(op, send.dtype(), call);
   detail::check_no_overlap(recv, send, call, "send");
-  MpiCommunicator* c = this;
-  launch_host_func(stream, [c, send, recv, op] {
-    std::lock_guard<std::mutex> lock(c->order);
-    c->check_usable(call);
-    c->agree(call, static_cast<std::int64_t>(recv.size()), recv.dtype(), c->world);
-    MPI_Request r;
-    GPUCLOUD_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), static_cast<int>(recv.size()),
-                                                 mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()), c->world, &r));
-    c->wait(r, call);
-    if (op == ReduceOp::average) divide(recv, c->size);
-  });
+  check_count(recv, max_count, call, "recv");
+  const auto n = static_cast<std::int64_t>(recv.size());
+  enqueue(stream, call,
+          {Collective::reduce_scatter, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
+          [send, recv, op, n](MpiCommunicator& c) {
+            MPI_Request r;
+            GPUCLOUD_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
+                                                         mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()),
+                                                         c.world, &r));
+            c.wait(r, call);
+            if (op == ReduceOp::average) divide(recv, c.size);
+          });
 }
 
 void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView stream) {
@@ -416,45 +549,43 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   check_host(recv, stream, call, "recv");
   (void)mpi_type(send.dtype(), call);
   detail::check_no_overlap(recv, send, call, "send");
-  MpiCommunicator* c = this;
-  launch_host_func(stream, [c, send, recv] {
-    std::lock_guard<std::mutex> lock(c->order);
-    c->check_usable(call);
-    c->agree(call, static_cast<std::int64_t>(send.size()), send.dtype(), c->world);
-    const MPI_Datatype type = mpi_type(send.dtype(), call);
-    MPI_Request r;
-    GPUCLOUD_MPI_CHECK(MPI_Iallgather(send.data(), static_cast<int>(send.size()), type, recv.data(),
-                                      static_cast<int>(send.size()), type, c->world, &r));
-    c->wait(r, call);
-  });
+  check_count(send, max_count, call, "send");
+  const auto n = static_cast<std::int64_t>(send.size());
+  enqueue(stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
+          [send, recv, n](MpiCommunicator& c) {
+            const MPI_Datatype type = mpi_type(send.dtype(), call);
+            MPI_Request r;
+            GPUCLOUD_MPI_CHECK(MPI_Iallgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n),
+                                              type, c.world, &r));
+            c.wait(r, call);
+          });
 }
 
 void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) {
   constexpr const char* call = "Communicator::broadcast";
   check_host(buffer, stream, call, "buffer");
   (void)mpi_type(buffer.dtype(), call);
-  MpiCommunicator* c = this;
-  launch_host_func(stream, [c, buffer, root] {
-    std::lock_guard<std::mutex> lock(c->order);
-    c->check_usable(call);
-    c->agree(call, static_cast<std::int64_t>(buffer.size()), buffer.dtype(), c->world);
-    MPI_Request r;
-    GPUCLOUD_MPI_CHECK(
-        MPI_Ibcast(buffer.data(), static_cast<int>(buffer.size()), mpi_type(buffer.dtype(), call), root, c->world, &r));
-    c->wait(r, call);
-  });
+  const auto n = static_cast<std::int64_t>(buffer.size());
+  enqueue(stream, call, {Collective::broadcast, -1, root, n, static_cast<std::int64_t>(buffer.dtype())},
+          [buffer, root, n](MpiCommunicator& c) {
+            const MPI_Datatype type = mpi_type(buffer.dtype(), call);
+            const std::size_t elem = dtype_size(buffer.dtype());
+            c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
+              MPI_Request r;
+              GPUCLOUD_MPI_CHECK(MPI_Ibcast(static_cast<unsigned char*>(buffer.data()) + at * elem,
+                                            static_cast<int>(count), type, root, c.world, &r));
+              c.wait(r, call);
+            });
+          });
 }
 
 void MpiCommunicator::barrier(StreamView stream) {
   constexpr const char* call = "Communicator::barrier";
   GPUCLOUD_EXPECTS(stream.device().is_host(), call, "stream: the MPI backend runs on host streams");
-  MpiCommunicator* c = this;
-  launch_host_func(stream, [c] {
-    std::lock_guard<std::mutex> lock(c->order);
-    c->check_usable(call);
+  enqueue(stream, call, {Collective::barrier}, [](MpiCommunicator& c) {
     MPI_Request r;
-    GPUCLOUD_MPI_CHECK(MPI_Ibarrier(c->world, &r));
-    c->wait(r, call);
+    GPUCLOUD_MPI_CHECK(MPI_Ibarrier(c.world, &r));
+    c.wait(r, call);
   });
 }
 

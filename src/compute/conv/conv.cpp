@@ -80,13 +80,6 @@ void check_size(BufferView v, std::int64_t needed, const char* call, const char*
       std::string(arg) + ": " + str(static_cast<std::int64_t>(v.size())) + " elements, the shape needs " + str(needed));
 }
 
-bool overlaps(BufferView x, BufferView y) {
-  if (x.empty() || y.empty()) return false;
-  const auto* x0 = static_cast<const char*>(x.data());
-  const auto* y0 = static_cast<const char*>(y.data());
-  return x0 < y0 + y.size_bytes() && y0 < x0 + x.size_bytes();
-}
-
 // out: the written tensor; in1, in2: the read ones, named for messages.
 ConvPlan validate(ConvPass pass, BufferView out, const char* out_name, BufferView in1, const char* in1_name,
                   BufferView in2, const char* in2_name, const ConvArgs& args, StreamView s, const char* call) {
@@ -117,8 +110,8 @@ ConvPlan validate(ConvPass pass, BufferView out, const char* out_name, BufferVie
   check_size(out, counts[0], call, out_name);
   check_size(in1, counts[1], call, in1_name);
   check_size(in2, counts[2], call, in2_name);
-  GPUCLOUD_EXPECTS(!overlaps(out, in1), call, std::string(out_name) + ": aliases " + in1_name);
-  GPUCLOUD_EXPECTS(!overlaps(out, in2), call, std::string(out_name) + ": aliases " + in2_name);
+  GPUCLOUD_EXPECTS(!detail::overlaps(out, in1), call, std::string(out_name) + ": aliases " + in1_name);
+  GPUCLOUD_EXPECTS(!detail::overlaps(out, in2), call, std::string(out_name) + ": aliases " + in2_name);
   plan.has_bias = args.epilogue == Epilogue::bias || args.epilogue == Epilogue::bias_relu;
   if (pass == ConvPass::forward) {
     GPUCLOUD_EXPECTS(

@@ -75,13 +75,6 @@ void check_operand(const char* name, BufferView v, std::int64_t rows, std::int64
                    arg + ": " + std::to_string(v.size()) + " elements, the shape needs " + std::to_string(needed));
 }
 
-bool overlaps(BufferView x, BufferView y) {
-  if (x.empty() || y.empty()) return false;
-  const auto* x0 = static_cast<const char*>(x.data());
-  const auto* y0 = static_cast<const char*>(y.data());
-  return x0 < y0 + y.size_bytes() && y0 < x0 + x.size_bytes();
-}
-
 detail::GemmPlan validate(BufferView c, BufferView a, BufferView b, const GemmArgs& in, StreamView s) {
   detail::GemmPlan plan;
   plan.args = in;
@@ -115,8 +108,8 @@ detail::GemmPlan validate(BufferView c, BufferView a, BufferView b, const GemmAr
   GPUCLOUD_EXPECTS(g.batch == 1 || g.stride_c >= extent(g.m, g.n, g.ldc), kCall,
                    "stride_c: " + std::to_string(g.stride_c) + " makes batches of C overlap (one matrix spans " +
                        std::to_string(extent(g.m, g.n, g.ldc)) + " elements)");
-  GPUCLOUD_EXPECTS(!overlaps(c, a), kCall, "c: aliases a");
-  GPUCLOUD_EXPECTS(!overlaps(c, b), kCall, "c: aliases b");
+  GPUCLOUD_EXPECTS(!detail::overlaps(c, a), kCall, "c: aliases a");
+  GPUCLOUD_EXPECTS(!detail::overlaps(c, b), kCall, "c: aliases b");
   // epilogue
   plan.has_bias = has_bias(g.epilogue);
   if (plan.has_bias) {
