@@ -15,7 +15,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -398,6 +400,48 @@ TEST_P(AmpTest, SkippedStepChangesNothing) {
   EXPECT_EQ(adam.step_count(s), 1u);
   scaler.update(s);
   EXPECT_EQ(scaler.state(s).scale, 32768.0f);
+}
+
+// Enqueued work holds what it touches: an optimizer and a scaler destroyed while their work is
+// queued (behind a gate) still run it into live memory, and the step count is an integer.
+TEST_P(AmpTest, OptimizerAndScalerDroppedWithWorkQueuedStillRunIt) {
+  gc::Stream s(device());
+  gc::Buffer w = upload(std::vector<float>(5000, 1.0f), device(), s);
+  gc::Buffer g = upload(std::vector<float>(5000, 0.5f), device(), s, gc::DType::float32);
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  gc::Stream other(device());  // the state lives on another stream than the work (and outlives it)
+  {
+    gc::SgdOptions o;
+    o.lr = 0.5f;
+    o.momentum = 0.9f;
+    auto sgd = std::make_unique<gc::FusedSGD>(std::vector<gc::ParamGrad>{{w, g}}, o, other);
+    auto scaler = std::make_unique<gc::LossScaler>(device(), other);
+    other.synchronize();
+    gc::launch_host_func(s, [open] { open.wait(); });
+    scaler->unscale({g}, s);
+    sgd->step(s, scaler.get());
+    scaler->update(s);
+    sgd.reset();
+    scaler.reset();
+  }
+  gate.set_value();
+  s.synchronize();
+  // g was unscaled by 65536, then one SGD step: w = 1 - 0.5 * g / 65536.
+  const float expect = 1.0f - 0.5f * (0.5f / 65536.0f);
+  for (float v : as_floats(w, s)) ASSERT_EQ(v, expect);
+}
+
+TEST_P(AmpTest, StepCountIsAnIntegerPastTwoToThe24) {
+  gc::Stream s(device());
+  gc::Buffer w = upload(std::vector<float>(10, 1.0f), device(), s);
+  gc::Buffer g = upload(std::vector<float>(10, 0.0f), device(), s, gc::DType::float32);
+  gc::FusedAdam adam({{w, g}}, gc::AdamOptions::adamw(), s);
+  const std::size_t big = (std::size_t{1} << 25) + 1;  // not a float
+  adam.load_step_count(big, s);
+  EXPECT_EQ(adam.step_count(s), big);
+  adam.step(s);
+  EXPECT_EQ(adam.step_count(s), big + 1);  // a float count would stay at 2^25
 }
 
 TEST_P(AmpTest, ClipGradNormMatchesTorch) {

@@ -541,6 +541,25 @@ TEST(Collectives, ACommunicatorDroppedWhileItsWorkIsQueuedStillRunsIt) {
 
 // Simulated nodes (GPUCLOUD_LOCAL_SIZE) are blocks of world ranks, also for a sub-communicator:
 // its ranks keep the nodes their processes are on.
+// A bucketer dropped right after wait() while the caller's stream is still busy: the error check
+// wait() enqueued holds the communication stream, so it runs on live memory.
+TEST(GradBuckets, ABucketerDroppedRightAfterWaitLeavesTheQueuedCheckValid) {
+  auto& c = world();
+  gc::Stream compute;
+  gc::Buffer g = inputs(gc::DType::float32, 1000, c.rank());
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  {
+    gc::GradBucketer bucketer(c, {g});
+    bucketer.mark_ready(0, compute);
+    gc::launch_host_func(compute, [open] { open.wait(); });
+    bucketer.wait(compute);
+  }  // dropped with the check queued behind the gate
+  gate.set_value();
+  compute.synchronize();
+  for (std::size_t i = 0; i < 1000; ++i) ASSERT_EQ(load(g, i), expected(gc::ReduceOp::average, c.size(), i));
+}
+
 TEST(Collectives, SubCommunicatorsKeepTheWorldsNodes) {
   int world_rank = 0, world_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

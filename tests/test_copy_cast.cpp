@@ -192,6 +192,19 @@ TEST_P(CastTest, FillConvertsTheValueOnce) {
   for (const auto& v : download<std::int32_t>(i, s)) ASSERT_EQ(v, -3);
 }
 
+TEST_P(CastTest, IntegerFillIsExactBeyondTwoToThe53) {
+  gc::Stream s(device());
+  gc::Buffer big(100, gc::DType::int64, device(), gc::MemoryKind::device, s);
+  gc::Buffer small(100, gc::DType::int32, device(), gc::MemoryKind::device, s);
+  const std::int64_t v = (std::int64_t{1} << 53) + 1;  // a double would round it to 2^53
+  gc::fill(big, v, s);
+  gc::fill(small, std::int64_t{1} << 40, s);  // saturates, as cast does
+  for (auto x : download<std::int64_t>(big, s)) ASSERT_EQ(x, v);
+  for (auto x : download<std::int32_t>(small, s)) ASSERT_EQ(x, std::numeric_limits<std::int32_t>::max());
+  gc::fill(big, std::numeric_limits<std::int64_t>::min(), s);
+  for (auto x : download<std::int64_t>(big, s)) ASSERT_EQ(x, std::numeric_limits<std::int64_t>::min());
+}
+
 TEST_P(CastTest, LargeInputsUseTheWholeGridStrideLoop) {
   gc::Stream s(device());
   const std::size_t n = 4096u * 256u * 2u + 17u;  // more elements than the grid has threads

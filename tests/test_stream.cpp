@@ -87,6 +87,45 @@ TEST_P(StreamTest, ErrorSurfacesAtNextSynchronizeAndLaterWorkIsDiscarded) {
   EXPECT_EQ(ran.load(), 11);
 }
 
+// Two threads share a stream: one thread's failure makes the stream skip the other's work, so the
+// other thread's synchronize() must raise too, not return success over dropped work.
+TEST(HostStream, EveryThreadWhoseWorkWasDroppedHearsWhy) {
+  gc::Stream s;
+  Gate gate;
+  gate.enqueue_on(s);
+  std::atomic<int> ran{0};
+  gc::launch_host_func(s, [] { throw std::runtime_error("thread A's step failed"); });
+  std::thread b([&] {
+    gc::launch_host_func(s, [&] { ++ran; });  // thread B's fill: skipped behind A's failure
+  });
+  b.join();
+  gate.open();
+  EXPECT_THROW(s.synchronize(), std::runtime_error);  // thread A
+  std::thread b_sync([&] {
+    try {
+      s.synchronize();
+      ADD_FAILURE() << "thread B's work was dropped and its synchronize() returned success";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "thread A's step failed");
+    }
+    s.synchronize();  // told once: B's stream is clean again
+  });
+  b_sync.join();
+  EXPECT_EQ(ran.load(), 0);
+  s.synchronize();  // and A's
+}
+
+TEST(HostStream, EventSynchronizeFromWorkOnItsOwnStreamIsAnErrorNotADeadlock) {
+  gc::Stream s;
+  gc::Event e;
+  Gate gate;
+  gate.enqueue_on(s);
+  gc::launch_host_func(s, [&e] { e.synchronize(); });
+  e.record(s);  // completes only after the work above, which would wait for it forever
+  gate.open();
+  EXPECT_THROW(s.synchronize(), gc::InvalidArgument);
+}
+
 TEST_P(StreamTest, EventOrdersWorkAcrossStreams) {
   gc::Stream producer(device()), consumer(device());
   gc::Event ready(device());

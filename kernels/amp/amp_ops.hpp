@@ -23,8 +23,8 @@ struct ScalerState {
 
 /// The update rule's parameters.
 struct ScalerRule {
-  float growth_factor;
-  float backoff_factor;
+  double growth_factor;  // double, as PyTorch's _amp_update_scale_: the product is rounded to fp32 once
+  double backoff_factor;
   std::int32_t growth_interval;
   std::int32_t hysteresis;  // 1: back off at every overflow (PyTorch)
   float min_scale;          // 0: no floor
@@ -39,7 +39,7 @@ GPUCLOUD_HD inline void update_scale(ScalerState* s, ScalerRule r) {
       if (s->hysteresis_left > 1) {
         --s->hysteresis_left;
       } else {
-        const float backed_off = s->scale * r.backoff_factor;
+        const float backed_off = static_cast<float>(s->scale * r.backoff_factor);
         s->scale = backed_off > r.min_scale ? backed_off : r.min_scale;
         s->hysteresis_left = r.hysteresis;
       }
@@ -47,7 +47,7 @@ GPUCLOUD_HD inline void update_scale(ScalerState* s, ScalerRule r) {
     } else {
       const std::int32_t successful = s->growth_tracker + 1;
       if (successful == r.growth_interval) {
-        const float grown = s->scale * r.growth_factor;
+        const float grown = static_cast<float>(s->scale * r.growth_factor);
         if (is_finite(grown)) s->scale = grown;
         s->growth_tracker = 0;
       } else {
@@ -105,20 +105,20 @@ GPUCLOUD_HD inline void finish_norm(const float* partials, std::int64_t count, f
 /// Step bookkeeping on the device: the step count and the bias-corrected factors, skipped with
 /// the step when found_inf is set.
 struct StepScalars {
-  float step;       // completed steps
-  float step_size;  // Adam: lr / (1 - beta1^step)
+  std::int64_t step;  // completed steps (an integer: a float stops counting at 2^24)
+  float step_size;    // Adam: lr / (1 - beta1^step)
   float bias_correction2_sqrt;
   float first_step;  // SGD: 1 on the first step (momentum buffer = gradient)
 };
 
 GPUCLOUD_HD inline void begin_step(StepScalars* s, const float* found_inf, double lr, double beta1, double beta2) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
-  s->step += 1.0f;
+  s->step += 1;
   const double bc1 = 1.0 - pow(beta1, static_cast<double>(s->step));
   const double bc2 = 1.0 - pow(beta2, static_cast<double>(s->step));
   s->step_size = static_cast<float>(lr / bc1);
   s->bias_correction2_sqrt = static_cast<float>(sqrt(bc2));
-  s->first_step = s->step == 1.0f ? 1.0f : 0.0f;
+  s->first_step = s->step == 1 ? 1.0f : 0.0f;
 }
 
 /// Lists of the fused SGD: 0 param (model dtype), 1 grad, 2 momentum (fp32), 3 master (fp32 or none).

@@ -18,6 +18,16 @@ void launch(const Body& body, std::size_t n, StreamImpl& stream) {
   kernels::run_body<<<grid.blocks, grid.threads, 0, static_cast<cudaStream_t>(stream.native_handle())>>>(body, grid);
   GPUCLOUD_CUDA_CHECK(cudaGetLastError());
 }
+
+// @p value (double or int64) converted once to dst's dtype on the host, written by the body.
+template <class Value>
+void fill_with(BufferView dst, Value value, StreamImpl& stream) {
+  kernels::dispatch_dtype(dst.dtype(), [&](auto tag) {
+    using Dst = typename decltype(tag)::type;
+    launch(kernels::FillBody<Dst>{static_cast<Dst*>(dst.data()), kernels::convert<Dst>(value), dst.size()}, dst.size(),
+           stream);
+  });
+}
 }  // namespace
 
 void cast(BufferView dst, BufferView src, StreamImpl& stream) {
@@ -32,12 +42,7 @@ void cast(BufferView dst, BufferView src, StreamImpl& stream) {
   });
 }
 
-void fill(BufferView dst, double value, StreamImpl& stream) {
-  kernels::dispatch_dtype(dst.dtype(), [&](auto tag) {
-    using Dst = typename decltype(tag)::type;
-    launch(kernels::FillBody<Dst>{static_cast<Dst*>(dst.data()), kernels::convert<Dst>(value), dst.size()}, dst.size(),
-           stream);
-  });
-}
+void fill(BufferView dst, double value, StreamImpl& stream) { fill_with(dst, value, stream); }
+void fill(BufferView dst, std::int64_t value, StreamImpl& stream) { fill_with(dst, value, stream); }
 
 }  // namespace gpucloud::detail::cuda

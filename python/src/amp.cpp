@@ -117,8 +117,8 @@ void bind_amp(py::module_& m) {
       .def_readwrite("found_inf", &LossScalerState::found_inf);
 
   py::class_<PyScaler>(m, "LossScaler", "Dynamic (or static) loss scaling with its state on the device.")
-      .def(py::init([](py::handle device, py::object stream, float init_scale, float growth_factor,
-                       float backoff_factor, int growth_interval, int hysteresis, float min_scale, bool dynamic) {
+      .def(py::init([](py::handle device, py::object stream, float init_scale, double growth_factor,
+                       double backoff_factor, int growth_interval, int hysteresis, float min_scale, bool dynamic) {
              LossScalerOptions o{init_scale, growth_factor, backoff_factor, growth_interval,
                                  hysteresis, min_scale,     dynamic};
              auto p = std::make_unique<PyScaler>();

@@ -275,11 +275,34 @@ void bind_memory(py::module_& m) {
         "dst = src converted to dst's dtype, in stream order.");
   m.def(
       "fill",
-      [](py::handle dst, double value, PyStream& stream) {
+      [](py::handle dst, py::handle value, PyStream& stream) {
         Borrowed d = borrow_writable(dst, "dst");
+        // A Python int is filled exactly (int64 beyond 2^53 must not pass through a double).
+        const bool integer = PyIndex_Check(value.ptr()) != 0;  // int, bool, NumPy integers
+        std::int64_t as_int = 0;
+        double as_double = 0.0;
+        if (integer) {
+          const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+          if (!index) throw py::error_already_set();
+          int overflow = 0;
+          as_int = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+          if (overflow != 0) {
+            GPUCLOUD_FAIL(InvalidArgument, "fill",
+                          "value: " + py::repr(value).cast<std::string>() + " does not fit an int64");
+          }
+        } else if (py::isinstance<py::float_>(value) || py::hasattr(value, "__float__")) {
+          as_double = py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>();
+        } else {
+          throw py::type_error("fill: value: expected an int or a float, got " +
+                               py::str(py::type::handle_of(value)).cast<std::string>());
+        }
         {
           py::gil_scoped_release release;
-          fill(d.view, value, view_of(stream));
+          if (integer) {
+            fill_integer(d.view, as_int, view_of(stream));
+          } else {
+            fill(d.view, as_double, view_of(stream));
+          }
         }
         keep_alive_until_done(view_of(stream), {d.owner});
       },

@@ -4,6 +4,7 @@
 
 #include "amp/amp_checks.hpp"
 #include "amp/amp_launch.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -19,7 +20,7 @@ void check_options(const LossScalerOptions& o) {
   detail::check_range(o.init_scale, 0.0, kMax, true, "LossScaler", "options.init_scale");
   detail::check_range(o.growth_factor, 1.0, kMax, true, "LossScaler", "options.growth_factor");
   detail::check_range(o.backoff_factor, 0.0, 1.0, true, "LossScaler", "options.backoff_factor");
-  GPUCLOUD_EXPECTS(o.backoff_factor < 1.0f, "LossScaler", "options.backoff_factor: must be below 1");
+  GPUCLOUD_EXPECTS(o.backoff_factor < 1.0, "LossScaler", "options.backoff_factor: must be below 1");
   GPUCLOUD_EXPECTS(o.growth_interval >= 1, "LossScaler",
                    "options.growth_interval: " + std::to_string(o.growth_interval) + " must be at least 1");
   GPUCLOUD_EXPECTS(o.hysteresis >= 1, "LossScaler",
@@ -32,7 +33,7 @@ void upload_state(const ScalerState& state, BufferView device_state, StreamView 
   auto staging = std::make_shared<Buffer>(sizeof(ScalerState), DType::uint8, Device::host(), MemoryKind::pinned);
   std::memcpy(staging->data(), &state, sizeof state);
   copy(device_state, staging->view(), stream);
-  launch_cleanup(stream, [staging]() mutable { staging.reset(); });
+  detail::hold_until_done(stream, std::move(staging));
 }
 }  // namespace
 
@@ -55,7 +56,7 @@ LossScaler::LossScaler(Device device, StreamView stream, LossScalerOptions optio
   check_options(options);
   GPUCLOUD_EXPECTS(stream.device() == device, "LossScaler",
                    "stream: the scaler lives on " + device.str() + ", the stream on " + stream.device().str());
-  impl_ = std::make_unique<Impl>();
+  impl_ = std::make_shared<Impl>();
   impl_->options = options;
   // Stream-ordered: work enqueued on the state (from this constructor on) finishes before it is freed.
   impl_->state = Buffer(sizeof(ScalerState), DType::uint8, device, MemoryKind::device, stream);
@@ -70,6 +71,7 @@ void LossScaler::scale(BufferView values, StreamView stream) const {
   impl_->check_stream(stream, "LossScaler::scale");
   detail::check_float_tensor(values, stream, "LossScaler::scale", "values");
   detail::amp::scale_by({{values}}, &impl_->device_state()->scale, stream);
+  detail::hold_until_done(stream, impl_);
 }
 
 int LossScaler::unscale(const std::vector<BufferView>& grads, StreamView stream) {
@@ -80,12 +82,15 @@ int LossScaler::unscale(const std::vector<BufferView>& grads, StreamView stream)
     detail::check_float_tensor(grads[i], stream, "LossScaler::unscale", "grads[" + std::to_string(i) + "]");
     rows.push_back({grads[i]});
   }
-  return detail::amp::unscale(rows, impl_->device_state(), stream);
+  const int launches = detail::amp::unscale(rows, impl_->device_state(), stream);
+  detail::hold_until_done(stream, impl_);
+  return launches;
 }
 
 void LossScaler::update(StreamView stream) {
   impl_->check_stream(stream, "LossScaler::update");
   detail::amp::update_scale(impl_->device_state(), impl_->rule(), stream);
+  detail::hold_until_done(stream, impl_);
 }
 
 LossScalerState LossScaler::state(StreamView stream) const {
@@ -110,6 +115,7 @@ void LossScaler::load_state(const LossScalerState& state, StreamView stream) {
                    "state.hysteresis_left: " + std::to_string(state.hysteresis_left) + " is not in [1, hysteresis]");
   upload_state(ScalerState{state.scale, state.found_inf ? 1.0f : 0.0f, state.growth_tracker, state.hysteresis_left},
                impl_->state.view(), stream);
+  detail::hold_until_done(stream, impl_);
 }
 
 BufferView LossScaler::found_inf() const {

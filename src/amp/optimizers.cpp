@@ -6,6 +6,7 @@
 #include "amp/amp_checks.hpp"
 #include "amp/amp_launch.hpp"
 #include "memory/stream_scratch.hpp"
+#include "runtime/stream_impl.hpp"
 
 #include <cstring>
 #include <limits>
@@ -76,10 +77,12 @@ struct Common {
   void load_step_count(std::size_t steps, StreamView s) {
     GPUCLOUD_EXPECTS(s.device() == device, "load_step_count", "stream: on another device than the parameters");
     auto staging = std::make_shared<Buffer>(sizeof(StepScalars), DType::uint8, Device::host(), MemoryKind::pinned);
-    const StepScalars v{static_cast<float>(steps), 0.0f, 1.0f, 0.0f};
+    GPUCLOUD_EXPECTS(steps <= static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max()), "load_step_count",
+                     "steps: " + std::to_string(steps) + " does not fit the int64 step count");
+    const StepScalars v{static_cast<std::int64_t>(steps), 0.0f, 1.0f, 0.0f};
     std::memcpy(staging->data(), &v, sizeof v);
     copy(scalars, staging->view(), s);
-    launch_cleanup(s, [staging]() mutable { staging.reset(); });
+    detail::hold_until_done(s, std::move(staging));
   }
 
   BufferView checked(const std::vector<Buffer>& v, std::size_t i, const char* call) const {
@@ -107,7 +110,7 @@ FusedSGD::FusedSGD(std::vector<ParamGrad> params, SgdOptions o, StreamView strea
   detail::check_range(o.weight_decay, 0.0, kFloatMax, false, "FusedSGD", "options.weight_decay");
   GPUCLOUD_EXPECTS(!o.nesterov || (o.momentum > 0.0f && o.dampening == 0.0f), "FusedSGD",
                    "options.nesterov: needs momentum > 0 and dampening 0 (as torch.optim.SGD)");
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_shared<Impl>();
   impl->options = o;
   impl->common.init(std::move(params), o.master_weights, stream, "FusedSGD");
   if (o.momentum != 0.0f) {
@@ -132,7 +135,9 @@ int FusedSGD::step(StreamView stream, const LossScaler* scaler) {
                     impl_->momentum.empty() ? BufferView() : impl_->momentum[i].view(), c.masters[i].view()});
   }
   const kernels::SgdOp op{found_inf, c.device_scalars(), o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov};
-  return 1 + detail::amp::sgd(rows, op, stream);
+  const int launches = 1 + detail::amp::sgd(rows, op, stream);
+  detail::hold_until_done(stream, impl_, scaler != nullptr ? scaler->impl_ : nullptr);
+  return launches;
 }
 
 void FusedSGD::set_lr(float lr) {
@@ -141,7 +146,10 @@ void FusedSGD::set_lr(float lr) {
 }
 
 std::size_t FusedSGD::step_count(StreamView stream) const { return impl_->common.step_count(stream); }
-void FusedSGD::load_step_count(std::size_t steps, StreamView stream) { impl_->common.load_step_count(steps, stream); }
+void FusedSGD::load_step_count(std::size_t steps, StreamView stream) {
+  impl_->common.load_step_count(steps, stream);
+  detail::hold_until_done(stream, impl_);
+}
 BufferView FusedSGD::momentum_buffer(std::size_t i) const {
   return impl_->common.checked(impl_->momentum, i, "FusedSGD::momentum_buffer");
 }
@@ -165,7 +173,7 @@ FusedAdam::FusedAdam(std::vector<ParamGrad> params, AdamOptions o, StreamView st
   GPUCLOUD_EXPECTS(o.beta1 < 1.0f && o.beta2 < 1.0f, "FusedAdam", "options.beta1/beta2: must be below 1");
   detail::check_range(o.eps, 0.0, kFloatMax, false, "FusedAdam", "options.eps");
   detail::check_range(o.weight_decay, 0.0, kFloatMax, false, "FusedAdam", "options.weight_decay");
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_shared<Impl>();
   impl->options = o;
   impl->common.init(std::move(params), o.master_weights, stream, "FusedAdam");
   for (std::size_t i = 0; i < impl->common.params.size(); ++i) {
@@ -192,7 +200,9 @@ int FusedAdam::step(StreamView stream, const LossScaler* scaler) {
   }
   const kernels::AdamOp op{found_inf,      c.device_scalars(),      o.lr, o.beta1, o.beta2, o.eps,
                            o.weight_decay, o.decoupled_weight_decay};
-  return 1 + detail::amp::adam(rows, op, stream);
+  const int launches = 1 + detail::amp::adam(rows, op, stream);
+  detail::hold_until_done(stream, impl_, scaler != nullptr ? scaler->impl_ : nullptr);
+  return launches;
 }
 
 void FusedAdam::set_lr(float lr) {
@@ -201,7 +211,10 @@ void FusedAdam::set_lr(float lr) {
 }
 
 std::size_t FusedAdam::step_count(StreamView stream) const { return impl_->common.step_count(stream); }
-void FusedAdam::load_step_count(std::size_t steps, StreamView stream) { impl_->common.load_step_count(steps, stream); }
+void FusedAdam::load_step_count(std::size_t steps, StreamView stream) {
+  impl_->common.load_step_count(steps, stream);
+  detail::hold_until_done(stream, impl_);
+}
 BufferView FusedAdam::exp_avg(std::size_t i) const {
   return impl_->common.checked(impl_->exp_avg, i, "FusedAdam::exp_avg");
 }

@@ -30,7 +30,7 @@ struct GradBucketer::Impl {
   std::vector<Bucket> buckets;
   std::size_t launched = 0;
   Device device = Device::host();
-  std::unique_ptr<Stream> comm_stream;
+  std::shared_ptr<Stream> comm_stream;  // shared with the error check wait() enqueues on the caller's stream
   std::vector<std::unique_ptr<Event>> grad_events;  // one per gradient: its readiness
   std::unique_ptr<Event> done;
 
@@ -106,7 +106,7 @@ GradBucketer::GradBucketer(Communicator& comm, std::vector<BufferView> grads, Bu
   }
   impl->grads = std::move(grads);
   impl->ready.assign(impl->grads.size(), false);
-  impl->comm_stream = std::make_unique<Stream>(impl->device);
+  impl->comm_stream = std::make_shared<Stream>(impl->device);
   for (auto& b : impl->buckets) {
     b.fusion = Buffer(b.elements, b.dtype, impl->device, MemoryKind::device);
     b.pending = b.members.size();
@@ -153,10 +153,10 @@ void GradBucketer::wait(StreamView stream) {
   GPUCLOUD_EXPECTS(missing.empty(), call, "gradients not marked ready this step: " + missing);
   s.done->record(*s.comm_stream);
   stream.wait(*s.done);
-  // Errors of the communication stream (a timeout, say) reach the caller's stream.
-  detail::StreamImpl* comm = s.comm_stream->impl();
-  launch_host_func(stream, [comm] {
-    if (auto error = comm->take_error()) std::rethrow_exception(error);
+  // Errors of the communication stream (a timeout, say) reach the caller's stream. The check holds
+  // the communication stream, so a bucketer dropped right after wait() leaves it valid.
+  launch_host_func(stream, [comm = s.comm_stream] {
+    if (auto error = comm->impl()->take_error()) std::rethrow_exception(error);
   });
   s.ready.assign(s.grads.size(), false);
   for (auto& b : s.buckets) b.pending = b.members.size();

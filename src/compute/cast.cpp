@@ -31,8 +31,11 @@ void cast(BufferView dst, BufferView src, StreamView stream) {
   });
 }
 
-void fill(BufferView dst, double value, StreamView stream) {
-  detail::check_access(dst, stream, detail::Access::kernel, "fill", "dst");
+namespace {
+// @p value (double or int64) converted once to dst's dtype, then written by the shared body.
+template <class Value>
+void fill_with(BufferView dst, Value value, StreamView stream, const char* call) {
+  detail::check_access(dst, stream, detail::Access::kernel, call, "dst");
   if (dst.empty()) return;
   if (stream.device().is_cuda()) {
     detail::cuda::fill(dst, value, *stream.impl());
@@ -44,6 +47,13 @@ void fill(BufferView dst, double value, StreamView stream) {
     const kernels::Grid grid = kernels::host_range_grid(kernels::elementwise_grid(dst.size()));
     stream.impl()->launch_host_func([body, grid] { kernels::host_launch(grid, body); }, /*always_run=*/false);
   });
+}
+}  // namespace
+
+void fill(BufferView dst, double value, StreamView stream) { fill_with(dst, value, stream, "fill"); }
+
+void fill_integer(BufferView dst, std::int64_t value, StreamView stream) {
+  fill_with(dst, value, stream, "fill_integer");
 }
 
 }  // namespace gpucloud

@@ -2,9 +2,12 @@
 #pragma once
 
 #include <gpucloud/runtime/device.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <exception>
 #include <functional>
+#include <tuple>
+#include <utility>
 
 namespace gpucloud::detail {
 
@@ -65,5 +68,15 @@ class EventImpl {
   bool timing_;
   bool recorded_ = false;
 };
+
+/// The library's lifetime rule (docs/architecture.md): work enqueued on a stream keeps alive what
+/// it touches. Holds @p owners (shared_ptrs, null ones allowed) until @p stream has run the work
+/// enqueued so far, also after a failure; they are released on the stream's worker (host) or the
+/// cleanup thread (CUDA), never on CUDA's callback thread.
+template <class... Owners>
+void hold_until_done(StreamView stream, Owners... owners) {
+  stream.impl()->launch_host_func([held = std::make_tuple(std::move(owners)...)] { (void)held; },
+                                  /*always_run=*/true);
+}
 
 }  // namespace gpucloud::detail

@@ -16,8 +16,8 @@ namespace gpucloud {
 /// @brief The scaler's settings; the defaults are PyTorch GradScaler's.
 struct LossScalerOptions {
   float init_scale = 65536.0f;  ///< starting scale (> 0, finite)
-  float growth_factor = 2.0f;   ///< scale *= growth after growth_interval finite steps (> 1)
-  float backoff_factor = 0.5f;  ///< scale *= backoff on an overflow (in (0, 1))
+  double growth_factor = 2.0;   ///< scale *= growth after growth_interval finite steps (> 1); in double, as PyTorch
+  double backoff_factor = 0.5;  ///< scale *= backoff on an overflow (in (0, 1)); in double, as PyTorch
   int growth_interval = 2000;   ///< finite steps between growths (>= 1)
   int hysteresis = 1;           ///< back off at the N-th overflow since the last back-off (DeepSpeed); 1 = every one
   float min_scale = 0.0f;       ///< floor for the scale; 0 = none
@@ -39,7 +39,8 @@ struct LossScalerState {
 /// host synchronisation: the fused optimizers skip the step themselves when found-inf is set.
 /// update() applies PyTorch's rule: on an overflow scale *= backoff and the tracker resets; on a
 /// finite step the tracker counts up and at growth_interval scale *= growth (kept only if
-/// finite) and the tracker resets. Then found-inf is cleared.
+/// finite) and the tracker resets. Then found-inf is cleared. Enqueued work holds the state: a
+/// scaler destroyed while its work is queued stays alive until that work has run.
 class GPUCLOUD_API LossScaler {
  public:
   /// @brief A scaler on @p device, its state initialised in @p stream's order (and freed in that
@@ -75,8 +76,10 @@ class GPUCLOUD_API LossScaler {
   const LossScalerOptions& options() const;
 
  private:
+  friend class FusedSGD;  // a step reads found-inf, so it holds the state until it has run
+  friend class FusedAdam;
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with enqueued work, which keeps the state alive
 };
 
 }  // namespace gpucloud

@@ -80,7 +80,7 @@ class GPUCLOUD_API FusedSGD {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with queued steps, which keep the state alive
 };
 
 /// @brief Fused multi-tensor Adam / AdamW (AdamOptions::decoupled_weight_decay), amsgrad optional.
@@ -115,7 +115,7 @@ class GPUCLOUD_API FusedAdam {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with queued steps, which keep the state alive
 };
 
 /// @brief Scales @p grads in place so their global L2 norm is at most @p max_norm

@@ -79,5 +79,6 @@ std::string nvml_unavailable_reason();
 /// Kernels (kernels/compute/cast.cu).
 void cast(BufferView dst, BufferView src, StreamImpl& stream);
 void fill(BufferView dst, double value, StreamImpl& stream);
+void fill(BufferView dst, std::int64_t value, StreamImpl& stream);
 
 }  // namespace gpucloud::detail::cuda

@@ -39,6 +39,7 @@ std::string nvml_unavailable_reason() {
 }
 void cast(BufferView, BufferView, StreamImpl&) { unavailable("cast"); }
 void fill(BufferView, double, StreamImpl&) { unavailable("fill"); }
+void fill(BufferView, std::int64_t, StreamImpl&) { unavailable("fill"); }
 
 void amp_unscale(const kernels::TensorListMeta<1>&, kernels::ScalerState*, StreamImpl&) { unavailable("unscale"); }
 void amp_scale_by(const kernels::TensorListMeta<1>&, const float*, StreamImpl&) { unavailable("scale"); }

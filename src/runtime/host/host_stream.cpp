@@ -26,6 +26,7 @@ void HostStream::run() {
     queue_.pop_front();
     busy_ = true;
     const bool skip = error_ && !task.always_run;
+    if (skip) owed_.emplace(task.enqueuer, error_);  // dropped: its enqueuer must hear why
     lock.unlock();
     std::exception_ptr failure;
     if (!skip) {
@@ -37,7 +38,10 @@ void HostStream::run() {
     }
     task.fn = nullptr;  // release captures outside the lock
     lock.lock();
-    if (failure && !error_) error_ = failure;
+    if (failure) {
+      if (!error_) error_ = failure;
+      owed_.emplace(task.enqueuer, failure);
+    }
     busy_ = false;
     outstanding_.fetch_sub(1, std::memory_order_release);  // its effects are visible to query()
     if (queue_.empty()) idle_.notify_all();
@@ -47,7 +51,7 @@ void HostStream::run() {
 void HostStream::launch_host_func(std::function<void()> fn, bool always_run) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(Task{std::move(fn), always_run});
+    queue_.push_back(Task{std::move(fn), always_run, std::this_thread::get_id()});
     outstanding_.fetch_add(1, std::memory_order_relaxed);
   }
   work_ready_.notify_one();
@@ -58,12 +62,26 @@ void HostStream::synchronize() {
                    "called from work running on the same stream, which would wait for itself");
   std::unique_lock<std::mutex> lock(mutex_);
   idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
-  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  // This thread's own failed or dropped work first; else the stream's error, whoever enqueued it.
+  // Either way the stream runs work again afterwards; other threads are still owed theirs.
+  std::exception_ptr error;
+  if (auto mine = owed_.find(std::this_thread::get_id()); mine != owed_.end()) {
+    error = mine->second;
+    owed_.erase(mine);
+  } else if (error_) {
+    error = error_;
+  }
+  if (error) {
+    error_ = nullptr;
+    std::rethrow_exception(error);
+  }
 }
 
 std::exception_ptr HostStream::take_error() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  return std::exchange(error_, nullptr);
+  std::exception_ptr error = std::exchange(error_, nullptr);
+  if (error) owed_.clear();  // taken over by the caller, which reports it (GradBucketer::wait)
+  return error;
 }
 
 bool HostStream::query() { return outstanding_.load(std::memory_order_acquire) == 0; }
@@ -99,7 +117,7 @@ std::chrono::steady_clock::time_point HostEventRecord::time() {
 }
 
 void HostEvent::do_record(StreamImpl& stream) {
-  auto record = std::make_shared<HostEventRecord>();
+  auto record = std::make_shared<HostEventRecord>(static_cast<HostStream&>(stream).worker_id());
   stream.launch_host_func([record] { record->complete(); }, /*always_run=*/true);
   std::lock_guard<std::mutex> lock(mutex_);
   latest_ = std::move(record);
@@ -116,7 +134,11 @@ bool HostEvent::query() {
 }
 
 void HostEvent::synchronize() {
-  if (auto record = latest()) record->wait();
+  auto record = latest();
+  if (!record) return;
+  GPUCLOUD_EXPECTS(record->done() || record->worker() != std::this_thread::get_id(), "Event::synchronize",
+                   "called from work running on the stream the event was recorded on, which would wait for itself");
+  record->wait();
 }
 
 float HostEvent::elapsed_ms_since(EventImpl& start) {

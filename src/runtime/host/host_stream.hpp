@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 namespace gpucloud::detail {
 
@@ -27,11 +28,14 @@ class HostStream final : public StreamImpl {
   void launch_host_func(std::function<void()> fn, bool always_run) override;
   std::exception_ptr take_error() noexcept override;
   void* native_handle() noexcept override { return nullptr; }
+  /// The worker thread's id: work running on this stream runs there.
+  std::thread::id worker_id() const noexcept { return worker_.get_id(); }
 
  private:
   struct Task {
     std::function<void()> fn;
     bool always_run;
+    std::thread::id enqueuer;  // who is owed the error if this task fails or is skipped
   };
   void run();
 
@@ -42,19 +46,26 @@ class HostStream final : public StreamImpl {
   bool busy_ = false;
   bool stopping_ = false;
   std::atomic<std::size_t> outstanding_{0};  // enqueued and not yet finished: query() reads it without the lock
-  std::exception_ptr error_;
+  std::exception_ptr error_;                 // set by a failure: later work is skipped until a synchronize() raises it
+  // Threads whose enqueued work failed or was skipped, and the error each is owed: every one of
+  // them gets it at its next synchronize(), so no thread's work is dropped behind a success.
+  std::unordered_map<std::thread::id, std::exception_ptr> owed_;
   std::thread worker_;
 };
 
 /// One record of a host event: completes when the stream's worker reaches it.
 class HostEventRecord {
  public:
+  explicit HostEventRecord(std::thread::id worker) noexcept : worker_(worker) {}
+  /// The thread of the stream the record is on: a wait from there would wait for itself.
+  std::thread::id worker() const noexcept { return worker_; }
   void complete();
   void wait();
   bool done();
   std::chrono::steady_clock::time_point time();
 
  private:
+  const std::thread::id worker_;
   std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;
