@@ -432,6 +432,38 @@ TEST_P(AmpTest, OptimizerAndScalerDroppedWithWorkQueuedStillRunIt) {
   for (float v : as_floats(w, s)) ASSERT_EQ(v, expect);
 }
 
+// The same memory twice in one fused pass would be updated twice: refused before any work.
+TEST_P(AmpTest, DuplicateOrAliasedTensorsAreRejected) {
+  gc::Stream s(device());
+  gc::Buffer a = upload(std::vector<float>(100, 1.0f), device(), s);
+  gc::Buffer b = upload(std::vector<float>(100, 2.0f), device(), s);
+  gc::LossScaler scaler(device(), s);
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const gc::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message([&] { scaler.unscale({a, b, a}, s); }).find("grads[2]: overlaps grads[0]"), std::string::npos);
+  EXPECT_NE(message([&] {
+              scaler.unscale({a.view().slice(0, 60), a.view().slice(50, 50)}, s);
+            }).find("overlaps"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              gc::FusedSGD({{a, a}}, {}, s);
+            }).find("params[0].grad: overlaps params[0].param"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              gc::FusedAdam({{a, b}, {a, b}}, {}, s);
+            }).find("params[1].param: overlaps"),
+            std::string::npos);
+  EXPECT_NE(message([&] { (void)gc::global_norm({a, a}, s); }).find("tensors[1]"), std::string::npos);
+  scaler.unscale({a.view().slice(0, 50), a.view().slice(50, 50), b}, s);  // adjacent is fine
+  for (float v : as_floats(b, s)) ASSERT_EQ(v, 2.0f / 65536.0f);
+}
+
 TEST_P(AmpTest, StepCountIsAnIntegerPastTwoToThe24) {
   gc::Stream s(device());
   gc::Buffer w = upload(std::vector<float>(10, 1.0f), device(), s);

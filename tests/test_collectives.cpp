@@ -560,6 +560,12 @@ TEST(GradBuckets, ABucketerDroppedRightAfterWaitLeavesTheQueuedCheckValid) {
   for (std::size_t i = 0; i < 1000; ++i) ASSERT_EQ(load(g, i), expected(gc::ReduceOp::average, c.size(), i));
 }
 
+TEST(GradBuckets, ADuplicateGradientIsRejected) {
+  gc::Buffer g(10, gc::DType::float32);
+  gc::Buffer h(10, gc::DType::float32);
+  EXPECT_THROW(gc::GradBucketer(world(), {g, h, g}), gc::InvalidArgument);
+}
+
 TEST(Collectives, SubCommunicatorsKeepTheWorldsNodes) {
   int world_rank = 0, world_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

@@ -17,8 +17,10 @@ BorrowedParams borrow_params(py::iterable pairs) {
   BorrowedParams out;
   std::size_t i = 0;
   for (auto item : pairs) {
-    auto pair = item.cast<py::sequence>();
-    if (pair.size() != 2) throw py::type_error("params[" + std::to_string(i) + "]: expected a (param, grad) pair");
+    if (!py::isinstance<py::sequence>(item) || py::len(item) != 2) {
+      throw py::type_error("params[" + std::to_string(i) + "]: expected a (param, grad) pair, got " + type_name(item));
+    }
+    auto pair = py::reinterpret_borrow<py::sequence>(item);
     const std::string p = "params[" + std::to_string(i) + "].param", g = "params[" + std::to_string(i) + "].grad";
     Borrowed param = borrow_writable(pair[0], p.c_str());
     Borrowed grad = borrow_writable(pair[1], g.c_str());
@@ -53,8 +55,18 @@ struct PyOptimizer {
   }
 };
 
-py::object view_of_state(BufferView v, py::object owner) {
-  return py::cast(PyView{v, {static_cast<std::int64_t>(v.size())}, owner});
+// A View of state owned by @p owner (an optimizer or a scaler), whose exports wait for the work
+// that initialised and updates it: @p stream, the stream the state is ordered on, and any work
+// still queued that holds the owner.
+py::object view_of_state(BufferView v, py::object owner, py::object stream) {
+  return py::cast(PyView{v, {static_cast<std::int64_t>(v.size())}, std::move(owner), std::move(stream)});
+}
+
+// Keeps @p self (and the scaler, when given) alive until @p stream has run what was just enqueued.
+void hold(py::object self, PyStream& stream, py::object scaler = py::none()) {
+  std::vector<py::object> held{std::move(self)};
+  if (!scaler.is_none()) held.push_back(std::move(scaler));
+  keep_alive_until_done(stream.view, std::move(held));
 }
 
 template <class Optimizer>
@@ -62,9 +74,16 @@ void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
   using Py = PyOptimizer<Optimizer>;
   cls.def(
          "step",
-         [](Py& o, PyStream& stream, PyScaler* scaler) {
-           py::gil_scoped_release release;
-           return o.optimizer->step(stream.view, scaler != nullptr ? scaler->scaler.get() : nullptr);
+         [](py::object self, PyStream& stream, PyScaler* scaler) {
+           auto& o = self.cast<Py&>();
+           int launches = 0;
+           {
+             py::gil_scoped_release release;
+             launches = o.optimizer->step(stream.view, scaler != nullptr ? scaler->scaler.get() : nullptr);
+           }
+           // The step writes the parameters (held by self) and reads the scaler's found-inf.
+           hold(self, stream, scaler != nullptr ? py::cast(scaler, py::return_value_policy::reference) : py::none());
+           return launches;
          },
          py::arg("stream"), py::arg("scaler") = nullptr,
          "One fused step in stream order; skipped on the device when the scaler found an overflow. Returns the "
@@ -81,14 +100,20 @@ void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
           py::arg("stream"), "Completed (not skipped) steps; synchronises the stream.")
       .def(
           "load_step_count",
-          [](Py& o, std::size_t steps, PyStream& stream) {
-            py::gil_scoped_release release;
-            o.optimizer->load_step_count(steps, stream.view);
+          [](py::object self, std::size_t steps, PyStream& stream) {
+            {
+              py::gil_scoped_release release;
+              self.cast<Py&>().optimizer->load_step_count(steps, stream.view);
+            }
+            hold(self, stream);
           },
           py::arg("steps"), py::arg("stream"), "Set the step count (restoring a checkpoint), in stream order.")
       .def(
           "master",
-          [](py::object self, std::size_t i) { return view_of_state(self.cast<Py&>().optimizer->master(i), self); },
+          [](py::object self, std::size_t i) {
+            auto& o = self.cast<Py&>();
+            return view_of_state(o.optimizer->master(i), self, o.stream);
+          },
           py::arg("i"), "fp32 master of parameter i (empty for fp32 parameters).");
 }
 
@@ -134,18 +159,20 @@ void bind_amp(py::module_& m) {
            py::arg("dynamic") = true)
       .def(
           "scale",
-          [](PyScaler& s, py::handle values, PyStream& stream) {
+          [](py::object self, py::handle values, PyStream& stream) {
+            auto& s = self.cast<PyScaler&>();
             Borrowed b = borrow_writable(values, "values");
             {
               py::gil_scoped_release release;
               s.scaler->scale(b.view, stream.view);
             }
-            keep_alive_until_done(stream.view, {b.owner});
+            keep_alive_until_done(stream.view, {b.owner, self});
           },
           py::arg("values"), py::arg("stream"), "values *= scale in place (the loss before backward).")
       .def(
           "unscale",
-          [](PyScaler& s, py::iterable grads, PyStream& stream) {
+          [](py::object self, py::iterable grads, PyStream& stream) {
+            auto& s = self.cast<PyScaler&>();
             std::vector<py::object> owners;
             auto views = borrow_list(grads, "grads", owners);
             int launches = 0;
@@ -153,6 +180,7 @@ void bind_amp(py::module_& m) {
               py::gil_scoped_release release;
               launches = s.scaler->unscale(views, stream.view);
             }
+            owners.push_back(self);
             keep_alive_until_done(stream.view, std::move(owners));
             return launches;
           },
@@ -160,9 +188,12 @@ void bind_amp(py::module_& m) {
           "One fused pass: g /= scale in place, found_inf set on inf/NaN. Returns the number of launches.")
       .def(
           "update",
-          [](PyScaler& s, PyStream& stream) {
-            py::gil_scoped_release release;
-            s.scaler->update(stream.view);
+          [](py::object self, PyStream& stream) {
+            {
+              py::gil_scoped_release release;
+              self.cast<PyScaler&>().scaler->update(stream.view);
+            }
+            hold(self, stream);
           },
           py::arg("stream"), "Apply the update rule and clear found_inf (end of every step).")
       .def(
@@ -174,16 +205,24 @@ void bind_amp(py::module_& m) {
           py::arg("stream"), "Read the state (synchronises the stream).")
       .def(
           "load_state",
-          [](PyScaler& s, const LossScalerState& state, PyStream& stream) {
-            py::gil_scoped_release release;
-            s.scaler->load_state(state, stream.view);
+          [](py::object self, const LossScalerState& state, PyStream& stream) {
+            {
+              py::gil_scoped_release release;
+              self.cast<PyScaler&>().scaler->load_state(state, stream.view);
+            }
+            hold(self, stream);
           },
           py::arg("state"), py::arg("stream"), "Restore a state (a checkpoint's) in stream order.")
-      .def_property_readonly(
-          "found_inf", [](py::object self) { return view_of_state(self.cast<PyScaler&>().scaler->found_inf(), self); })
-      .def_property_readonly(
-          "scale_value",
-          [](py::object self) { return view_of_state(self.cast<PyScaler&>().scaler->scale_value(), self); })
+      .def_property_readonly("found_inf",
+                             [](py::object self) {
+                               auto& s = self.cast<PyScaler&>();
+                               return view_of_state(s.scaler->found_inf(), self, s.stream);
+                             })
+      .def_property_readonly("scale_value",
+                             [](py::object self) {
+                               auto& s = self.cast<PyScaler&>();
+                               return view_of_state(s.scaler->scale_value(), self, s.stream);
+                             })
       .def_property_readonly("options", [](PyScaler& s) { return s.scaler->options(); });
 
   using PySgd = PyOptimizer<FusedSGD>;
@@ -204,7 +243,8 @@ void bind_amp(py::module_& m) {
       .def(
           "momentum_buffer",
           [](py::object self, std::size_t i) {
-            return view_of_state(self.cast<PySgd&>().optimizer->momentum_buffer(i), self);
+            auto& o = self.cast<PySgd&>();
+            return view_of_state(o.optimizer->momentum_buffer(i), self, o.stream);
           },
           py::arg("i"));
   bind_common(sgd);
@@ -229,19 +269,22 @@ void bind_amp(py::module_& m) {
       .def(
           "exp_avg",
           [](py::object self, std::size_t i) {
-            return view_of_state(self.cast<PyAdam&>().optimizer->exp_avg(i), self);
+            auto& o = self.cast<PyAdam&>();
+            return view_of_state(o.optimizer->exp_avg(i), self, o.stream);
           },
           py::arg("i"))
       .def(
           "exp_avg_sq",
           [](py::object self, std::size_t i) {
-            return view_of_state(self.cast<PyAdam&>().optimizer->exp_avg_sq(i), self);
+            auto& o = self.cast<PyAdam&>();
+            return view_of_state(o.optimizer->exp_avg_sq(i), self, o.stream);
           },
           py::arg("i"))
       .def(
           "max_exp_avg_sq",
           [](py::object self, std::size_t i) {
-            return view_of_state(self.cast<PyAdam&>().optimizer->max_exp_avg_sq(i), self);
+            auto& o = self.cast<PyAdam&>();
+            return view_of_state(o.optimizer->max_exp_avg_sq(i), self, o.stream);
           },
           py::arg("i"));
   bind_common(adam);
@@ -257,7 +300,9 @@ void bind_amp(py::module_& m) {
           norm = clip_grad_norm(views, max_norm, stream.view);
         }
         keep_alive_until_done(stream.view, std::move(owners));
-        return std::make_unique<PyBuffer>(std::move(*norm), std::vector<std::int64_t>{1}, py::none());
+        // The norm is freed in the stream's order: it holds the stream.
+        return std::make_unique<PyBuffer>(std::move(*norm), std::vector<std::int64_t>{1}, py::none(),
+                                          py::cast(&stream, py::return_value_policy::reference));
       },
       py::arg("grads"), py::arg("max_norm"), py::arg("stream"),
       "Scale grads so their global L2 norm is at most max_norm; returns the norm before clipping (a 1-element "
@@ -273,7 +318,8 @@ void bind_amp(py::module_& m) {
           norm = global_norm(views, stream.view);
         }
         keep_alive_until_done(stream.view, std::move(owners));
-        return std::make_unique<PyBuffer>(std::move(*norm), std::vector<std::int64_t>{1}, py::none());
+        return std::make_unique<PyBuffer>(std::move(*norm), std::vector<std::int64_t>{1}, py::none(),
+                                          py::cast(&stream, py::return_value_policy::reference));
       },
       py::arg("tensors"), py::arg("stream"), "The global L2 norm (a 1-element Buffer on the device).");
 }

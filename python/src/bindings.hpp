@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace py = pybind11;
@@ -18,42 +19,49 @@ void bind_runtime(py::module_& m);
 void bind_memory(py::module_& m);
 void bind_movement(py::module_& m);
 void bind_amp(py::module_& m);
-void bind_gemm(py::module_& m);
-void bind_collectives(py::module_& m);
+void bind_compute(py::module_& m);
+void bind_comm(py::module_& m);
 void bind_monitor(py::module_& m);
 
 /// Python's Stream: an owned stream, or a borrowed one (a pipeline's internal stream handed to a
-/// compute step). The owned stream's destructor waits for its work, which may need the GIL
-/// (Python host functions, releases of borrowed arrays), so it drops the GIL first.
+/// compute step) that keeps its owner (the pipeline) alive. The owned stream's destructor waits
+/// for its work, which may need the GIL (Python host functions, releases of borrowed arrays), so
+/// it drops the GIL first.
 struct PyStream {
-  explicit PyStream(Device device) : owned(std::make_unique<Stream>(device)), view(*owned) {}
-  explicit PyStream(StreamView borrowed) : view(borrowed) {}
+  explicit PyStream(Device device);
+  PyStream(StreamView borrowed, py::object owner_of_borrowed) : view(borrowed), owner(std::move(owner_of_borrowed)) {}
   ~PyStream();
   PyStream(const PyStream&) = delete;
   PyStream& operator=(const PyStream&) = delete;
   std::unique_ptr<Stream> owned;
   StreamView view;
+  py::object owner;  ///< what owns a borrowed stream
 };
 
-/// Python's View: a non-owning typed view (a pipeline chunk, a prefetched batch's array) that
-/// keeps its owner alive and speaks the same array protocols as Buffer.
+/// Python's View: a non-owning typed view (a pipeline chunk, a prefetched batch's array, an
+/// optimizer's state) that keeps its owner alive and speaks the same array protocols as Buffer.
+/// Exports wait for @p stream (a gpucloud.Stream, or None) first.
 struct PyView {
   BufferView view;
   std::vector<std::int64_t> shape;
   py::object owner;
+  py::object stream = py::none();  ///< the stream whose work produces the memory's contents
 };
 
 /// Python's Buffer: an owning Buffer plus the shape Python sees. Its memory may be freed in
 /// stream order, and a CUDA free may wait for the device, so its destructor drops the GIL too.
+/// The Python objects its memory depends on (the resource, the stream it is freed on) are
+/// declared first, so they outlive the Buffer.
 struct PyBuffer {
-  PyBuffer(Buffer b, std::vector<std::int64_t> s, py::object mr)
-      : buffer(std::move(b)), shape(std::move(s)), resource(std::move(mr)) {}
+  PyBuffer(Buffer b, std::vector<std::int64_t> s, py::object mr, py::object stream_object = py::none())
+      : resource(std::move(mr)), stream(std::move(stream_object)), buffer(std::move(b)), shape(std::move(s)) {}
   ~PyBuffer();
   PyBuffer(const PyBuffer&) = delete;
   PyBuffer& operator=(const PyBuffer&) = delete;
+  py::object resource;  ///< the Python memory resource it came from, kept alive
+  py::object stream;    ///< the gpucloud.Stream it is ordered on (freed in its order), kept alive
   Buffer buffer;
   std::vector<std::int64_t> shape;
-  py::object resource;  ///< the Python memory resource it came from, kept alive
 };
 
 /// Python's LossScaler: the scaler and the stream its state is ordered on (kept alive).
@@ -68,15 +76,56 @@ struct PyScaler {
 
 /// Keeps Python objects alive until the work enqueued on @p stream so far has finished; they are
 /// released on a Python thread (GIL held) at a later borrowing call or Stream.synchronize(), so no
-/// stream thread ever waits for the GIL.
+/// stream thread ever waits for the GIL. The memory of Buffers and Views among them is recorded
+/// as in use, so exports of it wait (wait_for_work_on).
 void keep_alive_until_done(StreamView stream, std::vector<py::object> objects);
+/// Waits (GIL released) until the gpucloud work enqueued so far that touches @p view's memory, or
+/// that holds @p self, has run: what every export does first.
+void wait_for_work_on(py::handle self, BufferView view);
+/// At interpreter exit, before anything else: stops background threads (prefetchers), which
+/// must not outlive the interpreter's ability to run them.
+void stop_background_threads_at_exit();
+/// Registers a prefetcher for stop_background_threads_at_exit (GIL held); @p stop ends it.
+void register_background(const void* key, std::function<void()> stop);
+/// Unregisters it (its destructor, GIL held).
+void unregister_background(const void* key);
 /// Releases the borrowed objects whose work has finished (GIL held).
 void release_finished_borrows();
 /// At interpreter exit: waits for every borrowing work to finish, then releases all.
 void release_all_borrows_at_exit();
 
+/// True once the interpreter is finalising: no thread may take the GIL any more (one that tries is
+/// ended mid-call), so work running Python is skipped and Python objects are left alone.
+bool interpreter_finalizing() noexcept;
+
 /// A Python object that can be destroyed from any thread: the last release takes the GIL.
 std::shared_ptr<py::object> gil_safe(py::object object);
+
+// ---- the conversion layer: every Python value that becomes a C++ one passes here ------------
+
+/// The Python type name of @p h, for messages.
+std::string type_name(py::handle h);
+
+/// An int (or anything with __index__: NumPy integers, bool) for parameter @p arg.
+/// @throws TypeError naming @p arg for anything else (a float, a string), InvalidArgument for an
+///         int outside int64.
+std::int64_t arg_int(py::handle h, const char* arg);
+
+/// A non-negative int for parameter @p arg (a size, a count, an index).
+std::int64_t arg_size(py::handle h, const char* arg);
+
+/// A sequence of ints for parameter @p arg (a shape): elements named arg[i] in errors.
+std::vector<std::int64_t> arg_ints(py::handle h, const char* arg);
+
+/// @p h as the bound C++ class T for parameter @p arg, or a TypeError that names @p arg,
+/// @p expected and what was passed (in place of pybind11's "Unable to cast ... to C++ type '?'").
+template <class T>
+T& arg_as(py::handle h, const char* arg, const char* expected) {
+  if (!py::isinstance<T>(h)) {
+    throw py::type_error(std::string(arg) + ": expected " + expected + ", got " + type_name(h));
+  }
+  return h.cast<T&>();
+}
 
 /// dtype from a DType, a name ("float32", "bf16"), a NumPy dtype or a torch dtype.
 /// @throws TypeError for anything else.

@@ -42,7 +42,7 @@ void collective(PyStream& stream, std::vector<Borrowed> arrays, F f) {
 
 }  // namespace
 
-void bind_collectives(py::module_& m) {
+void bind_comm(py::module_& m) {
   py::class_<LaunchInfo>(m, "LaunchInfo", "Where this process sits in the job, as the launcher told it.")
       .def_readonly("rank", &LaunchInfo::rank)
       .def_readonly("size", &LaunchInfo::size)
@@ -91,9 +91,9 @@ void bind_collectives(py::module_& m) {
             // An mpi4py communicator (anything with py2f()), or a Fortran handle as an int.
             std::int64_t handle = 0;
             if (py::hasattr(comm, "py2f")) {
-              handle = comm.attr("py2f")().cast<std::int64_t>();
+              handle = arg_int(comm.attr("py2f")(), "comm.py2f()");
             } else if (py::isinstance<py::int_>(comm)) {
-              handle = comm.cast<std::int64_t>();
+              handle = arg_int(comm, "comm");
             } else {
               GPUCLOUD_FAIL(InvalidArgument, "Communicator.mpi",
                             "comm: expected an mpi4py communicator or an MPI Fortran handle (int), got " +
@@ -235,7 +235,8 @@ void bind_collectives(py::module_& m) {
              o.first_bucket_bytes = first_bucket_bytes;
              o.hierarchical = hierarchical;
              if (!wire_dtype.is_none()) o.wire_dtype = to_dtype(wire_dtype);
-             p->bucketer = std::make_unique<GradBucketer>(comm.cast<Communicator&>(), views, o);
+             p->bucketer = std::make_unique<GradBucketer>(arg_as<Communicator>(comm, "comm", "a gpucloud.Communicator"),
+                                                          views, o);
              return p;
            }),
            py::arg("comm"), py::arg("grads"), py::kw_only(), py::arg("bucket_bytes") = BucketOptions{}.bucket_bytes,

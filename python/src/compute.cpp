@@ -29,11 +29,8 @@ std::array<std::int64_t, 3> matrix_shape(const Borrowed& b, const char* arg) {
 
 // (h, w) from an int or a pair.
 std::pair<std::int64_t, std::int64_t> pair_of(py::handle v, const char* arg) {
-  if (py::isinstance<py::int_>(v)) {
-    const auto x = v.cast<std::int64_t>();
-    return {x, x};
-  }
-  const auto t = v.cast<std::vector<std::int64_t>>();
+  const auto t = arg_ints(v, arg);
+  if (t.size() == 1 && PyIndex_Check(v.ptr()) != 0) return {t[0], t[0]};
   GPUCLOUD_EXPECTS(t.size() == 2, "conv2d", std::string(arg) + ": an int or an (h, w) pair");
   return {t[0], t[1]};
 }
@@ -166,7 +163,7 @@ void bind_conv(py::module_& m) {
 
 }  // namespace
 
-void bind_gemm(py::module_& m) {
+void bind_compute(py::module_& m) {
   py::enum_<Precision>(m, "Precision", "The arithmetic of a GEMM.")
       .value("fp32", Precision::fp32)
       .value("tf32", Precision::tf32)
@@ -204,7 +201,7 @@ void bind_gemm(py::module_& m) {
         const LossScaler* sc = nullptr;
         std::vector<py::object> owners{p.owner, t.owner, l.owner, g.owner};
         if (!scaler.is_none()) {
-          sc = scaler.cast<PyScaler&>().scaler.get();
+          sc = arg_as<PyScaler>(scaler, "scaler", "a gpucloud.LossScaler or None").scaler.get();
           owners.push_back(scaler);
         }
         {

@@ -44,8 +44,50 @@ void register_errors(py::module_& m) {
       PyErr_SetString(unsupported, e.what());
     } catch (const Error& e) {
       PyErr_SetString(error, e.what());
+    } catch (const py::cast_error& e) {
+      // A conversion no parameter check caught: still a TypeError, never a bare RuntimeError.
+      PyErr_SetString(PyExc_TypeError, (std::string("gpucloud: wrong argument type: ") + e.what()).c_str());
     }
   });
+}
+
+std::string type_name(py::handle h) { return py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>(); }
+
+std::int64_t arg_int(py::handle h, const char* arg) {
+  if (PyIndex_Check(h.ptr()) == 0) {
+    throw py::type_error(std::string(arg) + ": expected an int, got " + type_name(h) + " " +
+                         py::repr(h).cast<std::string>());
+  }
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(h.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0) {
+    GPUCLOUD_FAIL(InvalidArgument, "gpucloud",
+                  std::string(arg) + ": " + py::repr(h).cast<std::string>() + " is outside the int64 range");
+  }
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
+std::int64_t arg_size(py::handle h, const char* arg) {
+  const std::int64_t v = arg_int(h, arg);
+  GPUCLOUD_EXPECTS(v >= 0, "gpucloud", std::string(arg) + ": " + std::to_string(v) + " is negative");
+  return v;
+}
+
+std::vector<std::int64_t> arg_ints(py::handle h, const char* arg) {
+  if (PyIndex_Check(h.ptr()) != 0) return {arg_int(h, arg)};
+  if (!py::isinstance<py::sequence>(h) || py::isinstance<py::str>(h) || py::isinstance<py::bytes>(h)) {
+    throw py::type_error(std::string(arg) + ": expected an int or a sequence of ints, got " + type_name(h));
+  }
+  std::vector<std::int64_t> out;
+  std::size_t i = 0;
+  for (auto item : py::reinterpret_borrow<py::sequence>(h)) {
+    const std::string name = std::string(arg) + "[" + std::to_string(i++) + "]";
+    out.push_back(arg_int(item, name.c_str()));
+  }
+  return out;
 }
 
 }  // namespace gpucloud::python

@@ -204,7 +204,24 @@ Borrowed borrow(py::handle obj, const char* arg) {
                 py::str(py::type::handle_of(obj)).cast<std::string>());
 }
 
+namespace {
+// NumPy scalars (numpy.generic) export a fresh copy each time: a write would go to a temporary.
+bool is_numpy_scalar(py::handle obj) {
+  for (auto cls : py::type::handle_of(obj).attr("__mro__")) {
+    if (py::str(cls.attr("__name__")).cast<std::string>() == "generic" &&
+        py::str(cls.attr("__module__")).cast<std::string>() == "numpy") {
+      return true;
+    }
+  }
+  return false;
+}
+}  // namespace
+
 Borrowed borrow_writable(py::handle obj, const char* arg) {
+  GPUCLOUD_EXPECTS(!is_numpy_scalar(obj), "gpucloud",
+                   std::string(arg) +
+                       ": a NumPy scalar is immutable (a write would go to a temporary copy); pass "
+                       "an array, e.g. numpy.zeros(1)");
   Borrowed b = borrow(obj, arg);
   GPUCLOUD_EXPECTS(!b.readonly, "gpucloud", std::string(arg) + ": read-only memory cannot be written");
   return b;
@@ -281,6 +298,11 @@ void destroy_unconsumed_versioned_capsule(PyObject* cap) {
 }
 }  // namespace
 
+void* export_address(BufferView view) {
+  alignas(64) static char empty[64] = {};
+  return view.data() != nullptr ? view.data() : static_cast<void*>(empty);
+}
+
 py::tuple dlpack_device(BufferView view) {
   if (view.device().is_cuda()) {
     return py::make_tuple(static_cast<int>(view.kind() == MemoryKind::managed ? kDLCUDAManaged : kDLCUDA),
@@ -295,7 +317,7 @@ py::capsule to_dlpack(BufferView view, const std::vector<std::int64_t>& shape, p
   ctx->shape = shape;
   ctx->owner = owner.release().ptr();
   DLTensor& t = ctx->tensor.dl_tensor;
-  t.data = view.data();
+  t.data = export_address(view);
   const auto dev = dlpack_device(view);
   t.device = DLDevice{static_cast<DLDeviceType>(dev[0].cast<int>()), dev[1].cast<int>()};
   try {

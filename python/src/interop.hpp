@@ -33,6 +33,10 @@ std::string typestr(DType t);
 /// "dltensor_versioned" (DLPack 1.0) when @p versioned, else the legacy "dltensor".
 py::capsule to_dlpack(BufferView view, const std::vector<std::int64_t>& shape, py::object owner, bool versioned);
 
+/// The address an export reports: the data, or for empty memory a valid aligned dummy (NumPy 1.x
+/// refuses a null data pointer even for zero elements).
+void* export_address(BufferView view);
+
 /// (device_type, device_id) of @p view in DLPack's terms.
 py::tuple dlpack_device(BufferView view);
 

@@ -36,14 +36,14 @@ namespace {
 StreamView view_of(PyStream& s) { return s.view; }
 
 std::vector<std::int64_t> to_shape(py::handle h) {
-  std::vector<std::int64_t> shape;
-  if (py::isinstance<py::int_>(h)) {
-    shape.push_back(h.cast<std::int64_t>());
-  } else {
-    for (auto d : h.cast<py::sequence>()) shape.push_back(d.cast<std::int64_t>());
-  }
+  std::vector<std::int64_t> shape = arg_ints(h, "shape");
   for (auto d : shape) GPUCLOUD_EXPECTS(d >= 0, "Buffer", "shape: negative dimension " + std::to_string(d));
   return shape;
+}
+
+// A Python memory resource argument: None (the default resource) or a gpucloud.MemoryResource.
+MemoryResource* to_resource(py::handle mr) {
+  return mr.is_none() ? nullptr : &arg_as<MemoryResource>(mr, "mr", "a gpucloud.MemoryResource or None");
 }
 
 std::size_t count_of(const std::vector<std::int64_t>& shape) {
@@ -68,6 +68,16 @@ void check_same_shape(const Borrowed& dst, const Borrowed& src, const char* call
                    "src: shape " + shape_str(src.shape) + " differs from dst's " + shape_str(dst.shape));
 }
 
+// Every export first waits for the work that produces the memory's contents: the memory's own
+// stream, and any gpucloud work enqueued on it (on any stream) that has not run yet.
+void ready_for_export(py::handle self, BufferView v, const std::optional<StreamView>& own_stream) {
+  if (own_stream) {
+    py::gil_scoped_release release;
+    own_stream->synchronize();
+  }
+  wait_for_work_on(self, v);
+}
+
 py::dict array_interface(BufferView v, const std::vector<std::int64_t>& shape, bool cuda) {
   if (!cuda) {
     const bool host_readable = v.device().is_host() || v.kind() == MemoryKind::managed;
@@ -78,10 +88,16 @@ py::dict array_interface(BufferView v, const std::vector<std::int64_t>& shape, b
   py::dict d;
   d["shape"] = py::tuple(py::cast(shape));
   d["typestr"] = typestr(v.dtype());
-  d["data"] = py::make_tuple(reinterpret_cast<std::uintptr_t>(v.data()), false);
+  d["data"] = py::make_tuple(reinterpret_cast<std::uintptr_t>(export_address(v)), false);
   d["strides"] = py::none();
   d["version"] = 3;
   return d;
+}
+
+// The gpucloud.Stream a View made from @p self (a Buffer or a View) must wait for on export.
+py::object export_stream(py::handle self) {
+  if (py::isinstance<PyView>(self)) return self.cast<PyView&>().stream;
+  return self.cast<PyBuffer&>().stream;
 }
 
 // The array protocols and properties Buffer and View share. Get(self) -> (view, &shape, stream):
@@ -106,12 +122,16 @@ void add_array_protocols(py::class_<T>& cls, Get get) {
       .def_property_readonly("__array_interface__",
                              [get](py::object self) {
                                auto [v, shape, stream] = get(self);
-                               return array_interface(v, *shape, false);
+                               py::dict d = array_interface(v, *shape, false);
+                               ready_for_export(self, v, stream);
+                               return d;
                              })
       .def_property_readonly("__cuda_array_interface__",
                              [get](py::object self) {
                                auto [v, shape, stream] = get(self);
-                               return array_interface(v, *shape, true);
+                               py::dict d = array_interface(v, *shape, true);
+                               ready_for_export(self, v, stream);
+                               return d;
                              })
       .def(
           "__dlpack__",
@@ -125,10 +145,7 @@ void add_array_protocols(py::class_<T>& cls, Get get) {
             if (!dl_device.is_none() && !dl_device.equal(dlpack_device(v))) {
               throw py::buffer_error("__dlpack__: the memory is not on the requested device");
             }
-            if (own_stream) {  // pending stream-ordered work on the memory finishes first
-              py::gil_scoped_release release;
-              own_stream->synchronize();
-            }
+            ready_for_export(self, v, own_stream);  // pending work on the memory finishes first
             return to_dlpack(v, *shape, self, versioned);
           },
           py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
@@ -144,7 +161,7 @@ void add_array_protocols(py::class_<T>& cls, Get get) {
             GPUCLOUD_EXPECTS(count_of(s) == v.size(), "reshape",
                              "shape: " + shape_str(s) + " has " + std::to_string(count_of(s)) + " elements, not " +
                                  std::to_string(v.size()));
-            return PyView{v, s, self};
+            return PyView{v, s, self, export_stream(self)};
           },
           "A View of the same memory with another shape (same number of elements).");
 }
@@ -202,7 +219,7 @@ void bind_memory(py::module_& m) {
       [](py::handle kind, py::handle device, py::object mr) {
         const MemoryKind k = to_kind(kind);
         const Device d = to_device(device);
-        MemoryResource* raw = mr.is_none() ? nullptr : mr.cast<MemoryResource*>();
+        MemoryResource* raw = to_resource(mr);
         set_default_resource(k, d, raw);
         auto key = std::make_pair(static_cast<int>(k), d.str());
         if (raw == nullptr) {
@@ -227,16 +244,18 @@ void bind_memory(py::module_& m) {
              const DType t = to_dtype(dtype);
              const Device d = to_device(device);
              const MemoryKind k = to_kind(kind);
-             MemoryResource* raw = mr.is_none() ? nullptr : mr.cast<MemoryResource*>();
+             MemoryResource* raw = to_resource(mr);
              Buffer b = [&] {
                py::gil_scoped_release release;
                return stream != nullptr ? Buffer(n, t, d, k, view_of(*stream), raw) : Buffer(n, t, d, k, raw);
              }();
-             return std::make_unique<PyBuffer>(std::move(b), std::move(s), mr);
+             return std::make_unique<PyBuffer>(
+                 std::move(b), std::move(s), mr,
+                 stream != nullptr ? py::cast(stream, py::return_value_policy::reference) : py::object(py::none()));
            }),
            py::arg("shape"), py::arg("dtype") = "float32", py::arg_v("device", Device::host(), "Device.host()"),
            py::arg_v("kind", MemoryKind::device, "MemoryKind.device"), py::arg("stream") = nullptr,
-           py::arg("mr") = py::none(), py::keep_alive<1, 6>())
+           py::arg("mr") = py::none())
       .def("__repr__", [](PyBuffer& b) {
         return "gpucloud.Buffer(shape=" + shape_str(b.shape) + ", dtype=" + dtype_name(b.buffer.dtype()) +
                ", device='" + b.buffer.device().str() + "', kind='" + memory_kind_name(b.buffer.kind()) + "')";
@@ -252,7 +271,9 @@ void bind_memory(py::module_& m) {
   });
   add_array_protocols(view_class, [](py::object self) {
     auto& v = self.cast<PyView&>();
-    return std::make_tuple(v.view, &v.shape, std::optional<StreamView>());
+    std::optional<StreamView> stream;
+    if (!v.stream.is_none()) stream = v.stream.cast<PyStream&>().view;
+    return std::make_tuple(v.view, &v.shape, stream);
   });
 
   // copy and cast: borrow dst (writable) and src, same shape, run with the GIL dropped, keep both

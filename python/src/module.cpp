@@ -1,7 +1,9 @@
 #include "bindings.hpp"
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "gpucloud's C++ core: devices, streams, events, buffers, memory resources, copies";
+  m.doc() =
+      "gpucloud's C++ core, bound by capability: runtime, memory, movement, compute, amp, comm, monitor "
+      "(the same names as the C++ API)";
   m.def(
       "_noop", [] {}, "A bare pybind11 call: the baseline of bench/bench_python_overhead.py.");
   struct Noop {};
@@ -14,10 +16,13 @@ PYBIND11_MODULE(_core, m) {
   gpucloud::python::bind_memory(m);
   gpucloud::python::bind_movement(m);
   gpucloud::python::bind_amp(m);
-  gpucloud::python::bind_gemm(m);
-  gpucloud::python::bind_collectives(m);
+  gpucloud::python::bind_compute(m);
+  gpucloud::python::bind_comm(m);
   gpucloud::python::bind_monitor(m);
-  // Borrowed objects still held at exit are released while the interpreter can still do it.
-  py::module_::import("atexit").attr("register")(
-      py::cpp_function([] { gpucloud::python::release_all_borrows_at_exit(); }));
+  // At exit, while the interpreter can still run them: background threads stop (a thread that
+  // needs the GIL during finalisation is ended mid-call), then borrowed objects are released.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    gpucloud::python::stop_background_threads_at_exit();
+    gpucloud::python::release_all_borrows_at_exit();
+  }));
 }

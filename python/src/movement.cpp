@@ -15,18 +15,25 @@ struct PyChunk {
   py::object stream;  // the (borrowed) stream to enqueue work on
 };
 
+// A batch holds the stream it was handed to (its memory is released in that stream's order), so
+// it stays valid after the consumer drops the stream, the prefetcher or both.
 struct PyBatch {
-  explicit PyBatch(Batch b) : batch(std::move(b)) {}
+  PyBatch(Batch b, py::object consumer_stream) : stream(std::move(consumer_stream)), batch(std::move(b)) {}
   ~PyBatch() {
     py::gil_scoped_release release;  // freeing may wait for the last pool returns
     Batch gone = std::move(batch);
   }
+  py::object stream;  // declared first: outlives the batch
   Batch batch;
 };
 
+// A prefetcher's producer thread calls the Python source, so it must stop before the interpreter
+// finalises (a thread taking the GIL then is ended mid-call: "terminate called ..."): every live
+// prefetcher is registered to be stopped at exit.
 struct PyPrefetcher {
   std::unique_ptr<Prefetcher> prefetcher;
   ~PyPrefetcher() {
+    unregister_background(this);
     py::gil_scoped_release release;  // the producer may be waiting for the GIL to call the source
     prefetcher.reset();
   }
@@ -41,10 +48,13 @@ void run_pipeline(py::object self, py::handle dst, py::handle src, PyStream& str
   Borrowed s = borrow(src, "src");
   ChunkStep chunk_step;
   if (!step.is_none()) {
-    chunk_step = [&step, self](const Chunk& c) {
+    // A chunk's data is a slice of dst (upload) or a slot of the pipeline's device ring (transform):
+    // its View holds both, and its stream (the pipeline's) holds the pipeline.
+    py::object memory_owners = py::make_tuple(self, d.owner);
+    chunk_step = [&step, self, memory_owners](const Chunk& c) {
       py::gil_scoped_acquire acquire;
-      auto view = py::cast(PyView{c.data, flat(c.data), self});
-      auto borrowed = py::cast(std::make_unique<PyStream>(c.stream));
+      auto borrowed = py::cast(std::make_unique<PyStream>(c.stream, self));
+      auto view = py::cast(PyView{c.data, flat(c.data), memory_owners, borrowed});
       step(py::cast(PyChunk{c.index, c.offset, view, borrowed}));
     };
   }
@@ -149,7 +159,7 @@ void bind_movement(py::module_& m) {
           [](py::object self) {
             auto& b = self.cast<PyBatch&>();
             py::list out;
-            for (const BufferView& v : b.batch.arrays()) out.append(py::cast(PyView{v, flat(v), self}));
+            for (const BufferView& v : b.batch.arrays()) out.append(py::cast(PyView{v, flat(v), self, b.stream}));
             return out;
           },
           "The arrays in device memory (flat Views; reshape on the consumer's side).")
@@ -163,6 +173,8 @@ void bind_movement(py::module_& m) {
              auto p = std::make_unique<PyPrefetcher>();
              p->prefetcher = std::make_unique<Prefetcher>(to_device(device), python_source(std::move(source)),
                                                           PrefetchOptions{depth, to_kind(kind)});
+             Prefetcher* raw = p->prefetcher.get();
+             register_background(p.get(), [raw] { raw->stop(); });
              return p;
            }),
            py::arg("source"), py::arg_v("device", Device::host(), "Device.host()"), py::kw_only(),
@@ -177,7 +189,8 @@ void bind_movement(py::module_& m) {
               b = p.prefetcher->next(stream.view);
             }
             if (!b) return py::none();
-            return py::cast(std::make_unique<PyBatch>(std::move(*b)));
+            return py::cast(
+                std::make_unique<PyBatch>(std::move(*b), py::cast(&stream, py::return_value_policy::reference)));
           },
           py::arg("stream"),
           "The next Batch with `stream` already waiting for its copies, or None at the end; re-raises "

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdint>
 #include <iterator>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -18,14 +20,36 @@ namespace {
 StreamView view_of(PyStream& s) { return s.view; }
 }  // namespace
 
+namespace {
+// Streams made from Python, drained at exit while Python host functions can still run. GIL-guarded.
+std::set<PyStream*>& live_streams() {
+  static auto* set = new std::set<PyStream*>();
+  return *set;
+}
+}  // namespace
+
+PyStream::PyStream(Device device) : owned(std::make_unique<Stream>(device)), view(*owned) {
+  live_streams().insert(this);
+}
+
 PyStream::~PyStream() {
   if (!owned) return;
+  live_streams().erase(this);
   py::gil_scoped_release release;
   owned.reset();
 }
 
+bool interpreter_finalizing() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 std::shared_ptr<py::object> gil_safe(py::object object) {
   return std::shared_ptr<py::object>(new py::object(std::move(object)), [](py::object* o) {
+    if (interpreter_finalizing()) return;  // leaked: the GIL can no longer be taken
     py::gil_scoped_acquire acquire;
     delete o;
   });
@@ -36,13 +60,36 @@ namespace {
 // it has passed that work. They are released here, on a Python thread that holds the GIL, at the
 // next binding call or synchronize(): a stream thread taking the GIL to release them would stall
 // its stream whenever Python holds it (the host backend's worker, at every borrowed array).
+// The memory ranges of the Buffers and Views among them, and the objects themselves, tell
+// exports which pending work touches what they export.
 struct PendingBorrow {
   std::shared_ptr<std::atomic<bool>> done;
   py::object objects;
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;  // [begin, end) of gpucloud memory
+  std::vector<const PyObject*> ids;                               // the objects, and the owners of Views
 };
 std::vector<PendingBorrow>& borrowed() {  // guarded by the GIL; never destroyed (cleared at exit)
   static auto* list = new std::vector<PendingBorrow>();
   return *list;
+}
+
+std::pair<std::uintptr_t, std::uintptr_t> range_of(BufferView v) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(v.data());
+  return {begin, begin + v.size_bytes()};
+}
+
+void wait_for_flags(const std::vector<std::shared_ptr<std::atomic<bool>>>& flags) {
+  if (flags.empty()) return;
+  py::gil_scoped_release release;
+  for (const auto& f : flags) {
+    while (!f->load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Background threads (prefetchers) to stop at exit: key -> how to stop it. Guarded by the GIL.
+std::map<const void*, std::function<void()>>& background() {
+  static auto* map = new std::map<const void*, std::function<void()>>();
+  return *map;
 }
 }  // namespace
 
@@ -60,12 +107,9 @@ void release_finished_borrows() {
 
 void release_all_borrows_at_exit() {
   auto& list = borrowed();
-  {
-    py::gil_scoped_release release;  // the streams finish their work, then set the flags
-    for (const auto& b : list) {
-      while (!b.done->load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  }
+  std::vector<std::shared_ptr<std::atomic<bool>>> flags;
+  for (const auto& b : list) flags.push_back(b.done);
+  wait_for_flags(flags);  // the streams finish their work, then set the flags
   std::vector<PendingBorrow> all;
   all.swap(list);
 }
@@ -73,10 +117,66 @@ void release_all_borrows_at_exit() {
 void keep_alive_until_done(StreamView stream, std::vector<py::object> objects) {
   release_finished_borrows();
   if (objects.empty()) return;
-  auto done = std::make_shared<std::atomic<bool>>(false);
+  PendingBorrow pending;
+  for (const auto& o : objects) {
+    pending.ids.push_back(o.ptr());
+    if (py::isinstance<PyBuffer>(o)) {
+      pending.ranges.push_back(range_of(o.cast<PyBuffer&>().buffer.view()));
+    } else if (py::isinstance<PyView>(o)) {
+      const auto& v = o.cast<PyView&>();
+      pending.ranges.push_back(range_of(v.view));
+      pending.ids.push_back(v.owner.ptr());
+    }
+  }
+  pending.done = std::make_shared<std::atomic<bool>>(false);
   // always_run: the flag must be set even if earlier work on the stream failed.
-  launch_cleanup(stream, [done] { done->store(true, std::memory_order_release); });
-  borrowed().push_back(PendingBorrow{std::move(done), py::cast(std::move(objects))});
+  launch_cleanup(stream, [done = pending.done] { done->store(true, std::memory_order_release); });
+  pending.objects = py::cast(std::move(objects));
+  borrowed().push_back(std::move(pending));
+}
+
+void wait_for_work_on(py::handle self, BufferView view) {
+  release_finished_borrows();
+  const auto mine = range_of(view);
+  // The exported object and what it views: a View's owner, that owner's owner, ...
+  std::vector<const PyObject*> chain{self.ptr()};
+  for (py::handle h = self; py::isinstance<PyView>(h);) {
+    h = h.cast<PyView&>().owner;
+    chain.push_back(h.ptr());
+  }
+  std::vector<std::shared_ptr<std::atomic<bool>>> flags;
+  for (const auto& b : borrowed()) {
+    if (b.done->load(std::memory_order_acquire)) continue;
+    bool touches = false;
+    for (const PyObject* id : chain) touches = touches || std::find(b.ids.begin(), b.ids.end(), id) != b.ids.end();
+    for (const auto& r : b.ranges) touches = touches || (r.first < mine.second && mine.first < r.second);
+    if (touches) flags.push_back(b.done);
+  }
+  wait_for_flags(flags);
+}
+
+void register_background(const void* key, std::function<void()> stop) { background()[key] = std::move(stop); }
+
+void unregister_background(const void* key) { background().erase(key); }
+
+void stop_background_threads_at_exit() {
+  auto stops = std::move(background());
+  background().clear();
+  for (auto& [key, stop] : stops) {
+    (void)key;
+    py::gil_scoped_release release;  // the thread may be waiting for the GIL to finish its call
+    stop();
+  }
+  // Work still queued on Python's streams runs now, while it may still call Python; its errors
+  // have nobody left to hear them.
+  const std::vector<PyStream*> streams(live_streams().begin(), live_streams().end());
+  for (PyStream* s : streams) {
+    py::gil_scoped_release release;
+    try {
+      s->view.synchronize();
+    } catch (...) {
+    }
+  }
 }
 
 DType to_dtype(py::handle h) {
@@ -216,6 +316,7 @@ void bind_runtime(py::module_& m) {
       [](PyStream& s, py::function fn) {
         auto held = gil_safe(std::move(fn));
         launch_host_func(view_of(s), [held] {
+          if (interpreter_finalizing()) return;  // Python can no longer run
           py::gil_scoped_acquire acquire;
           (*held)();  // a Python exception travels as error_already_set to synchronize()
         });

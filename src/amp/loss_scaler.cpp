@@ -4,6 +4,7 @@
 
 #include "amp/amp_checks.hpp"
 #include "amp/amp_launch.hpp"
+#include "runtime/access.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <cmath>
@@ -82,6 +83,8 @@ int LossScaler::unscale(const std::vector<BufferView>& grads, StreamView stream)
     detail::check_float_tensor(grads[i], stream, "LossScaler::unscale", "grads[" + std::to_string(i) + "]");
     rows.push_back({grads[i]});
   }
+  detail::check_disjoint(
+      grads, [](std::size_t i) { return "grads[" + std::to_string(i) + "]"; }, "LossScaler::unscale");
   const int launches = detail::amp::unscale(rows, impl_->device_state(), stream);
   detail::hold_until_done(stream, impl_);
   return launches;

@@ -6,6 +6,7 @@
 #include "amp/amp_checks.hpp"
 #include "amp/amp_launch.hpp"
 #include "memory/stream_scratch.hpp"
+#include "runtime/access.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <cstring>
@@ -34,6 +35,16 @@ struct Common {
                        name + ".grad: " + std::to_string(p[i].grad.size()) + " elements for a parameter of " +
                            std::to_string(p[i].param.size()));
     }
+    // Every parameter and gradient is its own memory: a duplicate or a parameter that is its own
+    // gradient would be updated twice (or read after its update) in one fused pass.
+    std::vector<BufferView> all;
+    for (const auto& pg : p) {
+      all.push_back(pg.param);
+      all.push_back(pg.grad);
+    }
+    detail::check_disjoint(
+        all, [](std::size_t k) { return "params[" + std::to_string(k / 2) + "]." + (k % 2 == 0 ? "param" : "grad"); },
+        call);
     params = std::move(p);
     for (const auto& pg : params) {
       if (master_weights && pg.param.dtype() != DType::float32) {
@@ -239,6 +250,8 @@ detail::amp::Rows1 checked_rows(const std::vector<BufferView>& tensors, StreamVi
     detail::check_float_tensor(tensors[i], s, call, "tensors[" + std::to_string(i) + "]");
     rows.push_back({tensors[i]});
   }
+  detail::check_disjoint(
+      tensors, [](std::size_t i) { return "tensors[" + std::to_string(i) + "]"; }, call);
   return rows;
 }
 

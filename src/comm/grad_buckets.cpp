@@ -4,6 +4,7 @@
 #include <gpucloud/runtime/error.hpp>
 #include <gpucloud/runtime/event.hpp>
 
+#include "runtime/access.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <string>
@@ -75,6 +76,8 @@ GradBucketer::GradBucketer(Communicator& comm, std::vector<BufferView> grads, Bu
         *options.wire_dtype == DType::float16 || *options.wire_dtype == DType::bfloat16, call,
         std::string("options.wire_dtype: ") + dtype_name(*options.wire_dtype) + " is not float16 or bfloat16");
   }
+  detail::check_disjoint(
+      grads, [](std::size_t i) { return "grads[" + std::to_string(i) + "]"; }, call);
   auto impl = std::make_unique<Impl>();
   impl->comm = &comm;
   impl->options = options;

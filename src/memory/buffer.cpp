@@ -3,6 +3,9 @@
 
 #include "runtime/access.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 #include <limits>
 #include <utility>
 
@@ -118,6 +121,34 @@ bool overlaps(BufferView a, BufferView b) noexcept {
 
 void check_no_overlap(BufferView a, BufferView b, const char* call, const char* arg) {
   GPUCLOUD_EXPECTS(!overlaps(a, b), call, std::string(arg) + ": overlaps the destination");
+}
+
+void check_disjoint(const std::vector<BufferView>& views, const std::function<std::string(std::size_t)>& name,
+                    const char* call) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    if (!views[i].empty()) order.push_back(i);
+  }
+  auto begin = [&](std::size_t i) { return reinterpret_cast<std::uintptr_t>(views[i].data()); };
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return begin(a) < begin(b); });
+  // Sorted by start: a view overlaps an earlier one exactly when it starts before the furthest end.
+  std::uintptr_t furthest = 0;
+  std::size_t holder = 0;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const std::size_t i = order[k];
+    if (k > 0 && begin(i) < furthest) {
+      const std::size_t first = std::min(i, holder), second = std::max(i, holder);
+      GPUCLOUD_FAIL(InvalidArgument, call,
+                    name(second) + ": overlaps " + name(first) +
+                        " (the same memory listed twice, or a parameter that is its own gradient); a fused pass "
+                        "would update it twice");
+    }
+    const std::uintptr_t end = begin(i) + views[i].size_bytes();
+    if (end > furthest) {
+      furthest = end;
+      holder = i;
+    }
+  }
 }
 
 }  // namespace detail

@@ -180,7 +180,15 @@ void Prefetcher::stop() noexcept {
     dropped.swap(shared_->ready);
     shared_->error = nullptr;
   }
-  // `dropped` frees its batches here, outside the lock; their memory returns after the copies.
+  dropped.clear();  // outside the lock; their memory returns after the copies
+  // Everything the source handed over is released here, on the caller's thread, before stop()
+  // returns: the copies finish, their host arrays are let go, and the source itself (a Python
+  // iterator, say) is destroyed; nothing is left to release later on a stream's thread.
+  try {
+    shared_->copy_stream.synchronize();
+  } catch (...) {  // a failed copy belongs to a batch nobody will consume
+  }
+  shared_->source = nullptr;
 }
 
 Device Prefetcher::device() const noexcept { return shared_->device; }

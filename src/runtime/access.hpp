@@ -4,6 +4,11 @@
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/runtime/stream.hpp>
 
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
 namespace gpucloud::detail {
 
 /// What touches the memory: a copy engine (cudaMemcpyAsync / memcpy) or a kernel.
@@ -17,5 +22,11 @@ bool overlaps(BufferView a, BufferView b) noexcept;
 
 /// @throws InvalidArgument naming @p arg when @p a and @p b overlap in memory.
 void check_no_overlap(BufferView a, BufferView b, const char* call, const char* arg);
+
+/// @throws InvalidArgument naming both when any two of @p views overlap (the same tensor listed
+///         twice, a parameter that is its own gradient): a fused pass would update it twice.
+///         @p name(i) names view i. O(n log n).
+void check_disjoint(const std::vector<BufferView>& views, const std::function<std::string(std::size_t)>& name,
+                    const char* call);
 
 }  // namespace gpucloud::detail
