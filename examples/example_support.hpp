@@ -5,12 +5,17 @@
 
 #include <gpucloud/gpucloud.hpp>
 
+#include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
+#include <limits>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,23 +52,43 @@ inline std::string describe(const gc::MetricsSummary& s) {
   return text;
 }
 
-/// How an option's value is stored into its field.
+/// How an option's value is stored into its field; throws std::invalid_argument saying what the
+/// value should be (parse_options names the option).
 using Setter = std::function<void(const std::string&)>;
 inline Setter into(int& v) {
-  return [&v](const std::string& s) { v = std::stoi(s); };
-}
-inline Setter into(float& v) {
-  return [&v](const std::string& s) { v = std::stof(s); };
+  return [&v](const std::string& s) {
+    char* end = nullptr;
+    errno = 0;
+    const long x = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || errno == ERANGE || x < INT_MIN || x > INT_MAX) {
+      throw std::invalid_argument("'" + s + "' is not an integer");
+    }
+    v = static_cast<int>(x);
+  };
 }
 inline Setter into(double& v) {
-  return [&v](const std::string& s) { v = std::stod(s); };
+  return [&v](const std::string& s) {
+    char* end = nullptr;
+    const double x = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !std::isfinite(x))
+      throw std::invalid_argument("'" + s + "' is not a finite number");
+    v = x;
+  };
+}
+inline Setter into(float& v) {
+  return [&v](const std::string& s) {
+    double x = 0;
+    into(x)(s);
+    if (std::fabs(x) > std::numeric_limits<float>::max()) throw std::invalid_argument("'" + s + "' overflows a float");
+    v = static_cast<float>(x);
+  };
 }
 inline Setter into(std::string& v) {
   return [&v](const std::string& s) { v = s; };
 }
 
-/// Reads "--name value" options (and value-less @p switches) into their fields; an unknown option
-/// or a missing value is an InvalidArgument naming it.
+/// Reads "--name value" options (and value-less @p switches) into their fields; an unknown option,
+/// a missing value or a value of the wrong form is an InvalidArgument naming the option.
 inline void parse_options(int argc, char** argv, const char* program, const std::map<std::string, Setter>& options,
                           const std::map<std::string, bool*>& switches = {}) {
   for (int i = 1; i < argc; ++i) {
@@ -75,8 +100,28 @@ inline void parse_options(int argc, char** argv, const char* program, const std:
     auto opt = options.find(a);
     if (opt == options.end()) throw gc::InvalidArgument(program, "unknown option " + a, __FILE__, __LINE__);
     if (i + 1 >= argc) throw gc::InvalidArgument(program, a + ": needs a value", __FILE__, __LINE__);
-    opt->second(argv[++i]);
+    try {
+      opt->second(argv[++i]);
+    } catch (const std::exception& e) {
+      throw gc::InvalidArgument(program, a + ": " + e.what(), __FILE__, __LINE__);
+    }
   }
+}
+
+/// An option's value checked after parsing: @throws InvalidArgument "option: why" unless @p ok.
+inline void require(bool ok, const char* program, const std::string& option, const std::string& why) {
+  if (!ok) throw gc::InvalidArgument(program, option + ": " + why, __FILE__, __LINE__);
+}
+
+/// @p value is one of @p allowed, or an InvalidArgument naming @p option and the choices.
+inline void require_one_of(const std::string& value, std::initializer_list<const char*> allowed, const char* program,
+                           const std::string& option) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (value == a) return;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  require(false, program, option, "'" + value + "' is not one of " + list);
 }
 
 /// A standard normal number that is a pure function of (seed, a, b, c).

@@ -1,9 +1,51 @@
 """What the Python training examples share: values into and out of buffers of any float dtype on
 any device (through float32, since NumPy has no bfloat16). The examples import it from their own
 directory, which Python puts on the path when it runs them."""
+import argparse
+import math
+
 import numpy as np
 
 import gpucloud as gc
+
+
+def positive_int(text):
+    """argparse type: an integer >= 1, with a message that names the problem."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def step_or_none(text):
+    """argparse type: a step number, or -1 for none."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"{value}: a step, or -1 for none")
+    return value
+
+
+def finite_float(low=None, high=None, low_inclusive=False):
+    """argparse type: a finite float, optionally within bounds."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not finite")
+        if low is not None and (value < low or (value == low and not low_inclusive)):
+            raise argparse.ArgumentTypeError(f"{value} must be {'>=' if low_inclusive else '>'} {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{value} must be <= {high}")
+        return value
+    return parse
 
 
 def to_device(array, dtype, device, stream):

@@ -60,6 +60,16 @@ Options parse(int argc, char** argv) {
                            {"--device", into(o.device)},
                            {"--overflow-at", into(o.overflow_at)},
                            {"--target", into(o.target)}});
+  using examples::require;
+  constexpr const char* p = "train_cnn";
+  require(o.steps >= 1, p, "--steps", "must be at least 1");
+  require(o.batch >= 1, p, "--batch", "must be at least 1");
+  require(o.log_every >= 1, p, "--log-every", "must be at least 1");
+  require(o.lr > 0.0f, p, "--lr", "must be positive");
+  require(o.noise >= 0.0f, p, "--noise", "must be a finite number >= 0");
+  require(o.target > 0.0 && o.target <= 1.0, p, "--target", "an accuracy in (0, 1]");
+  require(o.overflow_at >= -1, p, "--overflow-at", "a step, or -1 for none");
+  examples::require_one_of(o.dtype, {"fp16", "bf16", "fp32"}, p, "--dtype");
   return o;
 }
 

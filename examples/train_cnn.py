@@ -48,15 +48,15 @@ def batches(steps, n, noise):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--steps", type=support.positive_int, default=400)
+    ap.add_argument("--batch", type=support.positive_int, default=64)
     ap.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--noise", type=float, default=0.35)
-    ap.add_argument("--log-every", type=int, default=100)
-    ap.add_argument("--overflow-at", type=int, default=200)
+    ap.add_argument("--lr", type=support.finite_float(low=0.0), default=3e-3)
+    ap.add_argument("--noise", type=support.finite_float(low=0.0, low_inclusive=True), default=0.35)
+    ap.add_argument("--log-every", type=support.positive_int, default=100)
+    ap.add_argument("--overflow-at", type=support.step_or_none, default=200)
     ap.add_argument("--device", default="host")
-    ap.add_argument("--target", type=float, default=0.95)
+    ap.add_argument("--target", type=support.finite_float(low=0.0, high=1.0), default=0.95)
     args = ap.parse_args()
     dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[args.dtype]
     dev = gc.Device(args.device)

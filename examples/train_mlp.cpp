@@ -65,6 +65,18 @@ Options parse(int argc, char** argv) {
                            {"--crash-after", into(o.crash_after)},
                            {"--target", into(o.target)}},
                           {{"--resume", &o.resume}});
+  using examples::require;
+  constexpr const char* p = "train_mlp";
+  require(o.steps >= 1, p, "--steps", "must be at least 1");
+  require(o.batch >= 1, p, "--batch", "must be at least 1");
+  require(o.log_every >= 1, p, "--log-every", "must be at least 1");
+  require(o.checkpoint_every >= 1, p, "--checkpoint-every", "must be at least 1");
+  require(o.lr > 0.0f, p, "--lr", "must be positive");
+  require(o.target > 0.0, p, "--target", "must be positive");
+  require(o.overflow_at >= -1, p, "--overflow-at", "a step, or -1 for none");
+  require(o.crash_after >= -1, p, "--crash-after", "a step, or -1 for none");
+  examples::require_one_of(o.dtype, {"fp16", "bf16", "fp32"}, p, "--dtype");
+  require(!o.resume || !o.checkpoint.empty(), p, "--resume", "needs --checkpoint FILE");
   return o;
 }
 

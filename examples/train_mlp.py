@@ -39,18 +39,20 @@ def batches(start, steps, rank, local, dtype, teacher):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--steps", type=support.positive_int, default=1500)
+    ap.add_argument("--batch", type=support.positive_int, default=256, help="global batch, divided over the ranks")
     ap.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--log-every", type=int, default=250)
-    ap.add_argument("--overflow-at", type=int, default=700)
+    ap.add_argument("--lr", type=support.finite_float(low=0.0), default=3e-3)
+    ap.add_argument("--log-every", type=support.positive_int, default=250)
+    ap.add_argument("--overflow-at", type=support.step_or_none, default=700)
     ap.add_argument("--device", default="host")
     ap.add_argument("--checkpoint")
-    ap.add_argument("--checkpoint-every", type=int, default=500)
+    ap.add_argument("--checkpoint-every", type=support.positive_int, default=500)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--dump", help="write the final fp32 weights (masters where the model is fp16/bf16) to this .npz")
     args = ap.parse_args()
+    if args.resume and not args.checkpoint:
+        ap.error("--resume needs --checkpoint FILE")
 
     np_dtype = {"fp16": np.float16, "bf16": np.float32, "fp32": np.float32}[args.dtype]  # bf16: cast on device
     model_dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[args.dtype]
@@ -62,6 +64,9 @@ def main():
     if launch.size > 1:
         comm = gc.Communicator.nccl_from_mpi(dev) if dev.is_cuda else gc.Communicator.mpi_world()
     rank, size = (comm.rank, comm.size) if comm else (0, 1)
+    if args.batch % size != 0:
+        ap.error(f"--batch: {args.batch} does not divide over {size} ranks (the global batch would be "
+                 f"{args.batch // size * size}); pass a multiple of {size}")
     local = args.batch // size
     say = print if rank == 0 else (lambda *a, **k: None)
     say(f"train_mlp.py: {size} rank(s) on {dev}, {model_dtype}, global batch {args.batch}, {args.steps} steps")

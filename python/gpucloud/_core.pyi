@@ -1,5 +1,5 @@
 """
-gpucloud's C++ core: devices, streams, events, buffers, memory resources, copies
+gpucloud's C++ core, bound by capability: runtime, memory, movement, compute, amp, comm, monitor (the same names as the C++ API)
 """
 from __future__ import annotations
 import collections.abc
@@ -1491,7 +1491,7 @@ def elapsed_ms(start: Event, end: Event) -> float:
     """
     Milliseconds between two completed records of timing events.
     """
-def fill(dst: typing.Any, value: typing.SupportsFloat | typing.SupportsIndex, stream: Stream) -> None:
+def fill(dst: typing.Any, value: typing.Any, stream: Stream) -> None:
     """
     Set every element of dst, in stream order.
     """

@@ -74,3 +74,30 @@ def test_the_cnn_twin_reaches_its_accuracy_and_skips_the_forced_overflow(dtype):
     out = run([sys.executable, str(cnn), "--steps", "250", "--overflow-at", "120", "--dtype", dtype])
     assert "target 0.95: reached" in out, out
     assert re.search(r"step +121 .* skipped 1", out), out
+
+
+@pytest.mark.parametrize("script, args, named", [
+    ("train_mlp.py", ["--log-every", "0"], "--log-every"),
+    ("train_mlp.py", ["--checkpoint-every", "0"], "--checkpoint-every"),
+    ("train_mlp.py", ["--steps", "abc"], "--steps"),
+    ("train_mlp.py", ["--dtype", "fp64"], "--dtype"),
+    ("train_mlp.py", ["--lr", "inf"], "--lr"),
+    ("train_mlp.py", ["--resume"], "--resume"),
+    ("train_cnn.py", ["--noise", "nan"], "--noise"),
+    ("train_cnn.py", ["--target", "1.5"], "--target"),
+])
+def test_bad_options_are_refused_naming_the_option(script, args, named):
+    r = subprocess.run([sys.executable, str(EXAMPLE.with_name(script)), *args], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and named in r.stderr, r.stdout + r.stderr
+
+
+def test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused():
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    r = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
+                        sys.executable, str(EXAMPLE), "--batch", "3", "--steps", "5"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode != 0 and "--batch: 3 does not divide over 2 ranks" in r.stderr, r.stdout + r.stderr
