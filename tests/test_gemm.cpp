@@ -292,6 +292,21 @@ TEST_P(GemmTest, BadInputIsRejectedNamingTheArgument) {
   gc::GemmArgs neg = g;
   neg.m = -1;
   EXPECT_NE(message(c, a, b, neg).find("negative"), std::string::npos);
+  // Sizes that overflow: a batch x stride product beyond int64 (it passed the size check and
+  // wrote outside C), and dimensions beyond the int the libraries count in.
+  gc::GemmArgs huge_stride = g;
+  huge_stride.batch = 1 << 30;
+  huge_stride.stride_a = huge_stride.stride_b = 0;  // A and B broadcast over the batch
+  huge_stride.stride_c = std::int64_t{1} << 40;
+  EXPECT_NE(message(c, a, b, huge_stride).find("overflows int64"), std::string::npos);
+  gc::GemmArgs huge_batch = g;
+  huge_batch.batch = std::int64_t{1} << 31;
+  EXPECT_NE(message(c, a, b, huge_batch).find("batch: 2147483648 exceeds"), std::string::npos);
+  if (device().is_host()) {
+    gc::GemmArgs wide = g;
+    wide.n = std::int64_t{1} << 31;  // cblas_sgemm would print "illegal value" and leave C alone
+    EXPECT_NE(message(c, a, b, wide).find("n: 2147483648 exceeds the host BLAS's int"), std::string::npos);
+  }
   if (device().is_cuda()) {
     gc::Buffer host_a(24, gc::DType::float32, gc::Device::host(), gc::MemoryKind::host);
     EXPECT_NE(message(c, host_a, b, g).find("a:"), std::string::npos);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace gpucloud {
@@ -57,8 +58,17 @@ bool is_fp8(DType t) { return t == DType::float8_e4m3 || t == DType::float8_e5m2
 
 bool has_bias(Epilogue e) { return e == Epilogue::bias || e == Epilogue::bias_relu || e == Epilogue::bias_gelu; }
 
+// a * b + c in int64, or an InvalidArgument naming @p what when it overflows.
+std::int64_t checked_madd(std::int64_t a, std::int64_t b, std::int64_t c, const std::string& what) {
+  std::int64_t product = 0, sum = 0;
+  GPUCLOUD_EXPECTS(!__builtin_mul_overflow(a, b, &product) && !__builtin_add_overflow(product, c, &sum), kCall,
+                   what + ": the element count overflows int64 (" + std::to_string(a) + " x " + std::to_string(b) +
+                       " + " + std::to_string(c) + ")");
+  return sum;
+}
+
 std::int64_t extent(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
-  return rows == 0 || cols == 0 ? 0 : (rows - 1) * ld + cols;
+  return rows == 0 || cols == 0 ? 0 : checked_madd(rows - 1, ld, cols, "ld");
 }
 
 void check_operand(const char* name, BufferView v, std::int64_t rows, std::int64_t cols, std::int64_t& ld,
@@ -68,9 +78,9 @@ void check_operand(const char* name, BufferView v, std::int64_t rows, std::int64
   GPUCLOUD_EXPECTS(ld >= std::max<std::int64_t>(cols, 1), kCall,
                    "ld" + arg + ": " + std::to_string(ld) + " is shorter than a row of " + arg + " (" +
                        std::to_string(cols) + " elements)");
-  if (stride < 0) stride = rows * ld;
+  if (stride < 0) stride = checked_madd(rows, ld, 0, "stride_" + arg);
   const std::int64_t one = extent(rows, cols, ld);
-  const std::int64_t needed = one == 0 ? 0 : (batch - 1) * stride + one;
+  const std::int64_t needed = one == 0 ? 0 : checked_madd(batch - 1, stride, one, "batch x stride_" + arg);
   GPUCLOUD_EXPECTS(static_cast<std::int64_t>(v.size()) >= needed, kCall,
                    arg + ": " + std::to_string(v.size()) + " elements, the shape needs " + std::to_string(needed));
 }
@@ -83,6 +93,18 @@ detail::GemmPlan validate(BufferView c, BufferView a, BufferView b, const GemmAr
                    "m/n/k: negative dimension (" + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " +
                        std::to_string(g.k) + ")");
   GPUCLOUD_EXPECTS(g.batch >= 1, kCall, "batch: " + std::to_string(g.batch) + " must be at least 1");
+  // The libraries count in int: OpenBLAS's cblas_sgemm for every dimension and leading dimension,
+  // cuBLASLt for the batch (its layouts take 64-bit rows, columns and strides).
+  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+  GPUCLOUD_EXPECTS(g.batch <= kIntMax, kCall, "batch: " + std::to_string(g.batch) + " exceeds 2^31-1");
+  if (s.device().is_host()) {
+    for (auto [value, name] : {std::pair{g.m, "m"}, std::pair{g.n, "n"}, std::pair{g.k, "k"}, std::pair{g.lda, "lda"},
+                               std::pair{g.ldb, "ldb"}, std::pair{g.ldc, "ldc"}}) {
+      GPUCLOUD_EXPECTS(value <= kIntMax, kCall,
+                       std::string(name) + ": " + std::to_string(value) +
+                           " exceeds the host BLAS's int (2^31-1); split the product");
+    }
+  }
   // dtypes
   const bool float_pair = a.dtype() == b.dtype() &&
                           (a.dtype() == DType::float32 || a.dtype() == DType::float16 || a.dtype() == DType::bfloat16);
