@@ -91,6 +91,14 @@ void bind_comm(py::module_& m) {
             // An mpi4py communicator (anything with py2f()), or a Fortran handle as an int.
             std::int64_t handle = 0;
             if (py::hasattr(comm, "py2f")) {
+              // mpi4py's py2f() after MPI_Finalize aborts the whole process: ask its module first.
+              const auto module_name = py::str(py::type::handle_of(comm).attr("__module__")).cast<std::string>();
+              const py::module_ mpi = py::module_::import(module_name.c_str());
+              if (py::hasattr(mpi, "Is_finalized") && mpi.attr("Is_finalized")().cast<bool>()) {
+                GPUCLOUD_FAIL(InvalidArgument, "Communicator.mpi",
+                              "comm: MPI is already finalised (MPI.Finalize() was called), so no MPI communicator "
+                              "exists any more");
+              }
               handle = arg_int(comm.attr("py2f")(), "comm.py2f()");
             } else if (py::isinstance<py::int_>(comm)) {
               handle = arg_int(comm, "comm");

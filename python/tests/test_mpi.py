@@ -33,3 +33,51 @@ def test_communicator_from_mpi4py():
     pytest.importorskip("mpi4py", reason="mpi4py is not installed (Debian: python3-mpi4py)")
     result = run_mpi(3, "--mpi4py")
     assert "mpi4py communicators on 3 ranks: ok" in result.stdout
+
+
+def test_communicator_from_a_finalised_mpi4py_is_an_error_not_an_abort():
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (Debian: python3-mpi4py)")
+    code = """
+from mpi4py import MPI
+import gpucloud as gc
+comm = MPI.COMM_WORLD.Dup()
+MPI.Finalize()
+try:
+    gc.Communicator.mpi(comm)
+except gc.InvalidArgument as e:
+    print("refused:", e)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "refused: Communicator.mpi: comm: MPI is already finalised" in r.stdout, \
+        r.stdout + r.stderr
+
+
+def test_a_rank_that_never_joins_ends_the_job_after_the_timeout():
+    """The survivor raises CommunicationError after the timeout, and the job then ends (the library
+    aborts it at exit) instead of waiting in MPI_Finalize for the missing rank."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
+    code = """
+import time, numpy as np, gpucloud as gc
+c = gc.Communicator.mpi_world()
+if c.rank == 1:
+    time.sleep(120)        # never joins
+s = gc.Stream()
+x = np.ones(8, np.float32)
+c.all_reduce(x, x, s)
+try:
+    s.synchronize()
+except gc.CommunicationError as e:
+    print("rank 0 raised:", "waited" in str(e), flush=True)
+"""
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1",
+               GPUCLOUD_COMM_TIMEOUT="1")
+    import time
+    start = time.monotonic()
+    r = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
+                        sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=100)
+    took = time.monotonic() - start
+    assert "rank 0 raised: True" in r.stdout, r.stdout + r.stderr
+    assert r.returncode != 0 and "gpucloud: ending the job" in r.stderr, r.stdout + r.stderr
+    assert took < 60, f"the job took {took:.0f} s to end"
