@@ -15,6 +15,9 @@
 #          MPI: OpenMPI's initialisation leaks by design), with GPUCLOUD_BLAS=OFF: the host GEMM's
 #          built-in loop nest (what builds without OpenBLAS run) under the same tests
 #   tsan   stream, memory, kernel and monitor tests (everything threaded) under ThreadSanitizer
+#   python-asan  the Python package built host-only with AddressSanitizer + UBSan, and the whole
+#          pytest suite run against it with the sanitizer runtime preloaded (the interpreter is
+#          not instrumented): a use-after-free in the bindings is a report, not luck
 # GPUCLOUD_CUDA_ARCHS (default 80) narrows the CUDA architectures compiled for tests; real builds
 # keep the library's default list.
 set -euo pipefail
@@ -39,6 +42,9 @@ configure_build_test() {
 }
 
 # python_package NAME PYTHON [venv options]: pip install . into build/venv-NAME, then pytest.
+# PIP_BUILD_OPTIONS (an array) adds -C options to the build; PYTEST_PRELOAD preloads a library.
+PIP_BUILD_OPTIONS=()
+PYTEST_PRELOAD=""
 python_package() {
   local name=$1 python=$2
   shift 2
@@ -49,8 +55,9 @@ python_package() {
   export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
   "$py" -m pip install -q --upgrade pip # Debian's pip 23.0 lacks -C
   "$py" -m pip install -q -r python/requirements-test.txt
-  "$py" -m pip install -q . -C cmake.define.GPUCLOUD_CUDA_ARCHS="$archs" -C build-dir="build/python-$name"
-  "$py" -m pytest -ra python/tests
+  "$py" -m pip install -q . -C cmake.define.GPUCLOUD_CUDA_ARCHS="$archs" -C build-dir="build/python-$name" \
+    "${PIP_BUILD_OPTIONS[@]}"
+  LD_PRELOAD="$PYTEST_PRELOAD" "$py" -m pytest -ra python/tests
 }
 
 mkdir -p build
@@ -65,5 +72,15 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   configure_build_test tsan "-L stream|memory|kernels|movement|amp|gemm|monitor" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF
+# The bindings under AddressSanitizer: host-only (CUDA's runtime and ASan do not mix well), the
+# built-in GEMM (OpenBLAS is not instrumented), leaks off (CPython keeps objects until exit).
+PIP_BUILD_OPTIONS=(-C cmake.define.GPUCLOUD_CUDA=OFF -C cmake.define.GPUCLOUD_BLAS=OFF
+  -C cmake.define.GPUCLOUD_SANITIZE=address,undefined -C cmake.build-type=Debug)
+# libstdc++ too: the interpreter does not load it, and ASan must find the real __cxa_throw.
+PYTEST_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)"
+ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  python_package python-asan python3
+PIP_BUILD_OPTIONS=()
+PYTEST_PRELOAD=""
 echo
-echo "all configurations passed: main, python, interop, host, asan, tsan"
+echo "all configurations passed: main, python, interop, host, asan, tsan, python-asan"

@@ -115,6 +115,26 @@ TEST(HostStream, EveryThreadWhoseWorkWasDroppedHearsWhy) {
   s.synchronize();  // and A's
 }
 
+// A framework's stream adopted without owning it: gpucloud work runs on it, and dropping the
+// adopter leaves the native stream alive.
+TEST_P(StreamTest, FromNativeAdoptsACallersStream) {
+  if (device().is_host()) {
+    EXPECT_THROW(gc::Stream::from_native(nullptr, device()), gc::InvalidArgument);  // no native handle
+    return;
+  }
+  gc::Stream owner(device());
+  EXPECT_THROW(gc::Stream::from_native(nullptr, device()), gc::InvalidArgument);  // the legacy stream
+  std::atomic<int> ran{0};
+  {
+    gc::Stream adopted = gc::Stream::from_native(owner.native_handle(), device());
+    EXPECT_EQ(adopted.native_handle(), owner.native_handle());
+    gc::launch_host_func(adopted, [&] { ++ran; });
+  }  // drained, not destroyed
+  gc::launch_host_func(owner, [&] { ++ran; });
+  owner.synchronize();
+  EXPECT_EQ(ran.load(), 2);
+}
+
 TEST(HostStream, EventSynchronizeFromWorkOnItsOwnStreamIsAnErrorNotADeadlock) {
   gc::Stream s;
   gc::Event e;

@@ -266,8 +266,23 @@ class Stream:
     """
     An in-order asynchronous work queue on one device.
     """
+    @staticmethod
+    def from_native(native: typing.Any, device: typing.Any = None) -> Stream:
+        """
+        Adopts a caller's stream (as Stream(stream), with the device given or taken from the object); the caller keeps it alive.
+        """
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """
+        The CUDA stream protocol: (0, cudaStream_t as an int), so frameworks can adopt this stream.
+        """
+    @typing.overload
     def __init__(self, device: Device = ...) -> None:
         ...
+    @typing.overload
+    def __init__(self, stream: typing.Any) -> None:
+        """
+        Adopts a framework's CUDA stream (an object with __cuda_stream__, a torch.cuda.Stream, a cupy.cuda.Stream): gpucloud work is then ordered with the framework's. Every function that takes a Stream accepts these directly.
+        """
     def __repr__(self) -> str:
         ...
     def query(self) -> bool:
@@ -1493,7 +1508,7 @@ def elapsed_ms(start: Event, end: Event) -> float:
     """
 def fill(dst: typing.Any, value: typing.Any, stream: Stream) -> None:
     """
-    Set every element of dst, in stream order.
+    Set every element of dst to value, in stream order: an int exactly (int64 beyond 2^53 too), a float converted as cast() does.
     """
 def find_gpu_spec(device_name: str) -> GpuSpec | None:
     """

@@ -327,7 +327,9 @@ void bind_memory(py::module_& m) {
         }
         keep_alive_until_done(view_of(stream), {d.owner});
       },
-      py::arg("dst"), py::arg("value"), py::arg("stream"), "Set every element of dst, in stream order.");
+      py::arg("dst"), py::arg("value"), py::arg("stream"),
+      "Set every element of dst to value, in stream order: an int exactly (int64 beyond 2^53 too), a float "
+      "converted as cast() does.");
 
   py::enum_<MemoryAdvice>(m, "MemoryAdvice", "Hints for managed memory.")
       .value("read_mostly", MemoryAdvice::read_mostly)

@@ -18,6 +18,58 @@ namespace gpucloud::python {
 
 namespace {
 StreamView view_of(PyStream& s) { return s.view; }
+
+// Streams adopted from frameworks, one per (device, handle), kept for the process's life: work
+// enqueued through a temporary wrapper must still find it when it runs. GIL-guarded.
+std::map<std::pair<int, std::uintptr_t>, std::unique_ptr<Stream>>& adopted() {
+  static auto* map = new std::map<std::pair<int, std::uintptr_t>, std::unique_ptr<Stream>>();
+  return *map;
+}
+
+// The (handle, device) of a framework's stream: an object with __cuda_stream__ (the CUDA stream
+// protocol: a (version, handle) pair), a torch.cuda.Stream (.cuda_stream), a cupy.cuda.Stream
+// (.ptr), or a handle as an int; the device from the object (.device / .device_id) or @p device.
+std::pair<std::uintptr_t, Device> native_stream_of(py::handle obj, py::handle device) {
+  std::int64_t handle = 0;
+  if (py::hasattr(obj, "__cuda_stream__")) {
+    py::object pair = obj.attr("__cuda_stream__");
+    if (PyCallable_Check(pair.ptr())) pair = pair();
+    if (!py::isinstance<py::tuple>(pair) || py::len(pair) != 2) {
+      throw py::type_error("stream: __cuda_stream__ must give a (version, handle) pair, got " + type_name(pair));
+    }
+    handle = arg_int(pair.cast<py::tuple>()[1], "stream.__cuda_stream__()[1]");
+  } else if (py::hasattr(obj, "cuda_stream")) {
+    handle = arg_int(obj.attr("cuda_stream"), "stream.cuda_stream");
+  } else if (py::hasattr(obj, "ptr") && py::hasattr(obj, "device_id")) {
+    handle = arg_int(obj.attr("ptr"), "stream.ptr");
+  } else if (PyIndex_Check(obj.ptr()) != 0) {
+    handle = arg_int(obj, "stream");
+  } else {
+    throw py::type_error(
+        "stream: expected a gpucloud.Stream, an object with __cuda_stream__, a torch.cuda.Stream, "
+        "a cupy.cuda.Stream or a cudaStream_t as an int, got " +
+        type_name(obj));
+  }
+  Device d = device.is_none() ? Device::host() : to_device(device);
+  if (device.is_none()) {
+    if (py::hasattr(obj, "device") && py::hasattr(obj.attr("device"), "index") &&
+        !obj.attr("device").attr("index").is_none()) {
+      d = Device::cuda(static_cast<int>(arg_int(obj.attr("device").attr("index"), "stream.device.index")));
+    } else if (py::hasattr(obj, "device_id")) {
+      d = Device::cuda(static_cast<int>(arg_int(obj.attr("device_id"), "stream.device_id")));
+    } else {
+      d = Device::cuda(0);
+    }
+  }
+  return {static_cast<std::uintptr_t>(handle), d};
+}
+
+std::unique_ptr<PyStream> adopt(py::handle obj, py::handle device) {
+  const auto [handle, d] = native_stream_of(obj, device);
+  auto& slot = adopted()[{d.is_cuda() ? d.index() : -1, handle}];
+  if (!slot) slot = std::make_unique<Stream>(Stream::from_native(reinterpret_cast<void*>(handle), d));
+  return std::make_unique<PyStream>(slot->view(), py::none());
+}
 }  // namespace
 
 namespace {
@@ -270,6 +322,23 @@ void bind_runtime(py::module_& m) {
   py::class_<PyStream> stream_class(m, "Stream", "An in-order asynchronous work queue on one device.");
   py::class_<Event> event_class(m, "Event", "A marker recorded on a stream, to order and time work across streams.");
   stream_class.def(py::init<Device>(), py::arg_v("device", Device::host(), "Device.host()"))
+      .def(py::init([](py::object stream_like) { return adopt(stream_like, py::none()); }), py::arg("stream"),
+           "Adopts a framework's CUDA stream (an object with __cuda_stream__, a torch.cuda.Stream, a "
+           "cupy.cuda.Stream): gpucloud work is then ordered with the framework's. Every function that takes a "
+           "Stream accepts these directly.")
+      .def_static(
+          "from_native", [](py::object native, py::object device) { return adopt(native, device); }, py::arg("native"),
+          py::arg("device") = py::none(),
+          "Adopts a caller's stream (as Stream(stream), with the device given or taken from the object); the "
+          "caller keeps it alive.")
+      .def(
+          "__cuda_stream__",
+          [](PyStream& s) {
+            GPUCLOUD_EXPECTS(s.view.device().is_cuda(), "Stream.__cuda_stream__",
+                             "a host stream has no CUDA stream to share (" + s.view.device().str() + ")");
+            return py::make_tuple(0, reinterpret_cast<std::uintptr_t>(s.view.native_handle()));
+          },
+          "The CUDA stream protocol: (0, cudaStream_t as an int), so frameworks can adopt this stream.")
       .def_property_readonly("device", [](PyStream& s) { return s.view.device(); })
       .def(
           "synchronize",
@@ -290,6 +359,9 @@ void bind_runtime(py::module_& m) {
           "native_handle", [](PyStream& s) { return reinterpret_cast<std::uintptr_t>(s.view.native_handle()); },
           "The cudaStream_t as an integer (0 on the host).")
       .def("__repr__", [](PyStream& s) { return "gpucloud.Stream(" + s.view.device().str() + ")"; });
+
+  // Framework streams convert to gpucloud.Stream wherever one is expected.
+  py::implicitly_convertible<py::object, PyStream>();
 
   event_class
       .def(py::init<Device, bool>(), py::arg_v("device", Device::host(), "Device.host()"), py::arg("timing") = true)

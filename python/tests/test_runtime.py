@@ -3,6 +3,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import gpucloud as gc
@@ -113,3 +114,63 @@ def test_build_info_names_the_optional_parts():
     assert isinstance(info.nccl, bool) and isinstance(info.cudnn, bool) and isinstance(info.mpi, bool)
     if not info.cuda:
         assert not info.nccl and not info.cudnn
+
+
+# ---- the CUDA stream protocol: frameworks' streams in, gpucloud's out --------------------------
+
+class ForeignStream:
+    """Any framework's stream, as the CUDA stream protocol describes it."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+def test_a_host_stream_has_no_cuda_stream_to_share():
+    with pytest.raises(gc.InvalidArgument, match="host stream has no CUDA stream"):
+        gc.Stream().__cuda_stream__()
+
+
+def test_foreign_streams_are_typed_errors_without_a_gpu():
+    if gc.cuda_device_count() > 0:
+        pytest.skip("a GPU is present: test_gpucloud_streams_round_trip_through_the_protocol runs instead")
+    with pytest.raises(gc.Error):
+        gc.Stream(ForeignStream(1234))
+    with pytest.raises(TypeError, match="stream: expected a gpucloud.Stream"):
+        gc.Stream("not a stream")
+    with pytest.raises(TypeError):  # where a Stream is expected, the conversion fails cleanly
+        gc.copy(np.zeros(3), np.ones(3), ForeignStream(1234))
+
+
+def test_gpucloud_streams_round_trip_through_the_protocol():
+    if gc.cuda_device_count() == 0:
+        pytest.skip(f"no CUDA device: {gc.cuda_unavailable_reason()}")
+    own = gc.Stream(gc.Device.cuda(0))
+    version, handle = own.__cuda_stream__()
+    assert version == 0 and handle == own.native_handle != 0
+    adopted = gc.Stream(ForeignStream(handle))  # as a framework's stream would come in
+    assert adopted.native_handle == handle and adopted.device == gc.Device.cuda(0)
+    with pytest.raises(gc.InvalidArgument, match="legacy default stream"):
+        gc.Stream.from_native(0, gc.Device.cuda(0))
+    buf = gc.Buffer(1000, "float32", gc.Device.cuda(0))
+    gc.fill(buf, 3.0, ForeignStream(handle))  # accepted wherever a Stream is
+    own.synchronize()  # the same CUDA stream: the fill is done
+    host = np.zeros(1000, np.float32)
+    gc.copy(host, buf, own)
+    own.synchronize()
+    assert (host == 3.0).all()
+
+
+def test_torch_streams_are_accepted():
+    torch = pytest.importorskip("torch")
+    if gc.cuda_device_count() == 0 or not torch.cuda.is_available():
+        pytest.skip("needs a GPU and a CUDA build of torch")
+    ts = torch.cuda.Stream()
+    s = gc.Stream(ts)
+    assert s.native_handle == ts.cuda_stream
+    x = torch.zeros(1000, device="cuda")
+    gc.fill(x, 2.0, ts)
+    ts.synchronize()
+    assert float(x.sum()) == 2000.0

@@ -23,6 +23,17 @@ Stream::Stream(Device device)
     : impl_(device.is_host() ? std::unique_ptr<detail::StreamImpl>(std::make_unique<detail::HostStream>())
                              : detail::cuda::make_stream(device.index())) {}
 
+Stream Stream::from_native(void* native, Device device) {
+  GPUCLOUD_EXPECTS(device.is_cuda(), "Stream::from_native",
+                   "device: " + device.str() + " has no native streams; adopt a CUDA stream of a GPU");
+  GPUCLOUD_EXPECTS(native != nullptr, "Stream::from_native",
+                   "native: null is the legacy default stream, which synchronises with every other; pass a "
+                   "created stream");
+  return Stream(detail::cuda::adopt_stream(device.index(), native));
+}
+
+Stream::Stream(std::unique_ptr<detail::StreamImpl> impl) noexcept : impl_(std::move(impl)) {}
+
 Stream::~Stream() = default;  // the implementation drains its work before it goes
 Stream::Stream(Stream&&) noexcept = default;
 Stream& Stream::operator=(Stream&&) noexcept = default;

@@ -1,7 +1,8 @@
 /// @file stream.hpp
 /// @brief Streams: in-order asynchronous work queues on a device.
 ///
-/// On a CUDA device a Stream owns a non-blocking cudaStream_t. On the host it owns a worker
+/// On a CUDA device a Stream owns a non-blocking cudaStream_t (or adopts a caller's:
+/// Stream::from_native). On the host it owns a worker
 /// thread that runs enqueued work in order, so stream-ordered code behaves the same on both.
 /// An exception thrown by enqueued work is kept; work enqueued after it on the same stream is
 /// discarded (event records and waits still complete), and the exception is rethrown, with its
@@ -53,6 +54,14 @@ class GPUCLOUD_API Stream {
  public:
   /// @brief Creates a stream on @p device (host: a worker thread; CUDA: a non-blocking stream).
   explicit Stream(Device device = Device::host());
+  /// @brief Adopts a caller's stream (a framework's: PyTorch's current stream, CuPy's) without
+  ///        owning it: gpucloud work is enqueued on @p native (a cudaStream_t of @p device),
+  ///        ordered with the framework's own work. The caller keeps @p native alive while the
+  ///        returned Stream is used; destroying the Stream drains gpucloud's work and leaves
+  ///        @p native alone.
+  /// @throws InvalidArgument for the host device (a host stream has no native handle) or a
+  ///         null handle (the legacy default stream, which gpucloud never uses).
+  static Stream from_native(void* native, Device device);
   /// @brief Waits for the stream's work to finish, then releases it; never throws.
   ~Stream();
   Stream(Stream&&) noexcept;             ///< Moves ownership.
@@ -76,6 +85,7 @@ class GPUCLOUD_API Stream {
   detail::StreamImpl* impl() const noexcept { return impl_.get(); }
 
  private:
+  explicit Stream(std::unique_ptr<detail::StreamImpl> impl) noexcept;
   std::unique_ptr<detail::StreamImpl> impl_;
 };
 

@@ -58,10 +58,12 @@ class CudaStream final : public StreamImpl {
     DeviceGuard guard(device);
     GPUCLOUD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
+  // Adopts @p native (a framework's stream): used, never destroyed.
+  CudaStream(int device, cudaStream_t native) : StreamImpl(Device::cuda(device)), stream_(native), owned_(false) {}
   ~CudaStream() override {
     GPUCLOUD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));
     cleanups_.wait(detail::CleanupQueue::shared());  // they refer to this stream
-    GPUCLOUD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
+    if (owned_) GPUCLOUD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
   }
   void synchronize() override {
     GPUCLOUD_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -139,6 +141,7 @@ class CudaStream final : public StreamImpl {
     }
   }
   cudaStream_t stream_ = nullptr;
+  bool owned_ = true;  // false: a caller's stream (from_native), never destroyed here
   std::mutex mutex_;
   std::exception_ptr host_error_;
   detail::PendingCleanups cleanups_;
@@ -198,6 +201,14 @@ cudaMemLocation location_of(Device target) {
 }  // namespace
 
 std::unique_ptr<StreamImpl> make_stream(int device) { return std::make_unique<CudaStream>(device); }
+std::unique_ptr<StreamImpl> adopt_stream(int device, void* native) {
+  int count = 0;
+  GPUCLOUD_CUDA_CHECK(cudaGetDeviceCount(&count));
+  GPUCLOUD_EXPECTS(
+      device >= 0 && device < count, "Stream::from_native",
+      "device: cuda:" + std::to_string(device) + " is not one of the " + std::to_string(count) + " visible GPUs");
+  return std::make_unique<CudaStream>(device, static_cast<cudaStream_t>(native));
+}
 std::unique_ptr<EventImpl> make_event(int device, bool timing) { return std::make_unique<CudaEvent>(device, timing); }
 
 void* allocate(MemoryKind kind, std::size_t bytes, int device) {

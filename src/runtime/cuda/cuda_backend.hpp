@@ -28,6 +28,8 @@ DeviceProperties properties(int device);
 MemoryInfo memory_info(int device);
 
 std::unique_ptr<StreamImpl> make_stream(int device);
+/// A stream over the caller's cudaStream_t @p native of @p device, which it does not destroy.
+std::unique_ptr<StreamImpl> adopt_stream(int device, void* native);
 std::unique_ptr<EventImpl> make_event(int device, bool timing);
 
 /// cudaMalloc / cudaMallocHost / cudaMallocManaged. @throws OutOfMemory naming the request.

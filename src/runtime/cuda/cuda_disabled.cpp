@@ -22,6 +22,7 @@ int device_count(std::string& reason) noexcept {
 DeviceProperties properties(int) { unavailable("device_properties"); }
 MemoryInfo memory_info(int) { unavailable("memory_info"); }
 std::unique_ptr<StreamImpl> make_stream(int) { unavailable("Stream"); }
+std::unique_ptr<StreamImpl> adopt_stream(int, void*) { unavailable("Stream::from_native"); }
 std::unique_ptr<EventImpl> make_event(int, bool) { unavailable("Event"); }
 void* allocate(MemoryKind, std::size_t, int) { unavailable("allocate"); }
 void deallocate(MemoryKind, void*, int) noexcept {}
