@@ -88,7 +88,7 @@ def main():
         kw = dict(stride=stride, padding=pad, layout=layout)
         flops = 2.0 * y.numel() * c * rs * rs
         passes = {
-            "forward": (lambda: gc.conv2d(ours_view(y), ours_view(x), ours_view(w), s, **kw),
+            "forward": (lambda: gc.conv2d_forward(ours_view(y), ours_view(x), ours_view(w), s, **kw),
                         lambda: F.conv2d(x, w, stride=stride, padding=pad)),
             "backward_data": (lambda: gc.conv2d_backward_data(ours_view(dx), ours_view(dy), ours_view(w), s, **kw),
                               lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, stride=stride, padding=pad)),

@@ -91,8 +91,8 @@ def main():
     conv2 = dict(padding=1, stride=2, layout="nhwc")
 
     def forward(x):
-        gc.conv2d(h1, x, w1, s, epilogue="bias_relu", bias=b1, **conv1)
-        gc.conv2d(h2, h1, w2, s, epilogue="bias_relu", bias=b2, **conv2)
+        gc.conv2d_forward(h1, x, w1, s, epilogue="bias_relu", bias=b1, **conv1)
+        gc.conv2d_forward(h2, h1, w2, s, epilogue="bias_relu", bias=b2, **conv2)
         gc.cast(b3f, b3, s)  # the fp32 output's bias is given in fp32
         gc.gemm(scores, h2.reshape((n, FLAT)), w3, s, epilogue="bias", bias=b3f)
 

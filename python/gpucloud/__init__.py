@@ -54,17 +54,17 @@ from ._core import (  # noqa: F401
     StatisticsAdaptor,
     Stream,
     Unsupported,
-    View,
+    BufferView,
     advise,
     available_devices,
     build_info,
     bias_grad,
     cast,
     comm_group,
-    conv2d,
+    conv2d_forward,
     conv2d_backward_data,
     conv2d_backward_filter,
-    conv2d_output_shape,
+    conv2d_output_size,
     clip_grad_norm,
     copy,
     cuda_device_count,
@@ -104,3 +104,18 @@ Prefetcher.batches = _batches
 from . import distributed  # noqa: E402,F401  (NCCL ids through torchrun's store)
 
 __all__ = [name for name in dir() if not name.startswith("_")]
+
+# Names before 0.2, when Python and C++ named these differently: they still work for one release,
+# with a DeprecationWarning naming the one name they now share.
+_DEPRECATED = {"View": "BufferView", "conv2d": "conv2d_forward", "conv2d_output_shape": "conv2d_output_size"}
+
+
+def __getattr__(name):
+    if name in _DEPRECATED:
+        import warnings
+
+        new = _DEPRECATED[name]
+        warnings.warn(f"gpucloud.{name} is deprecated: use gpucloud.{new} (the C++ name)", DeprecationWarning,
+                      stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module 'gpucloud' has no attribute {name!r}")

@@ -17,7 +17,7 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'View', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'comm_group', 'conv2d', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_output_shape', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'set_default_resource', 'supports']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'set_default_resource', 'supports']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -475,7 +475,7 @@ class Buffer:
         ...
     def __repr__(self: Buffer) -> str:
         ...
-    def reshape(self, *args) -> View:
+    def reshape(self, *args) -> BufferView:
         """
         A View of the same memory with another shape (same number of elements).
         """
@@ -508,7 +508,7 @@ class Buffer:
         """
         Number of elements.
         """
-class View:
+class BufferView:
     """
     A non-owning view (a pipeline chunk, a batch's array); keeps its owner alive.
     """
@@ -522,7 +522,7 @@ class View:
         ...
     def __repr__(self) -> str:
         ...
-    def reshape(self, *args) -> View:
+    def reshape(self, *args) -> BufferView:
         """
         A View of the same memory with another shape (same number of elements).
         """
@@ -1203,7 +1203,7 @@ class Communicator:
         ...
     def all_reduce(self, send: typing.Any, recv: typing.Any, stream: Stream, *, op: str = 'sum', hierarchical: bool = False) -> None:
         """
-        recv = op over ranks of send (in place when they are the same array).
+        recv = op over ranks of send (in place when they are the same array). hierarchical=True is deprecated: call hierarchical_all_reduce.
         """
     def all_reduce_auto(self, send: typing.Any, recv: typing.Any, stream: Stream, *, op: str = 'sum') -> None:
         """
@@ -1213,6 +1213,10 @@ class Communicator:
         ...
     def broadcast(self, buffer: typing.Any, root: typing.SupportsInt | typing.SupportsIndex, stream: Stream) -> None:
         ...
+    def hierarchical_all_reduce(self, send: typing.Any, recv: typing.Any, stream: Stream, *, op: str = 'sum') -> None:
+        """
+        The same result through the node hierarchy (Horovod): reduce-scatter inside each node, all-reduce across nodes, all-gather inside each node.
+        """
     def measure_cost_model(self, stream: Stream) -> AllReduceCostModel:
         """
         Fit the cost model's alpha and beta on this job (every rank calls it).
@@ -1466,10 +1470,6 @@ def comm_group(issue: collections.abc.Callable) -> None:
     """
     Calls issue() and sends the collectives it enqueues on several communicators as one NCCL group.
     """
-def conv2d(y: typing.Any, x: typing.Any, filter: typing.Any, stream: Stream, *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0, epilogue: str = 'none', bias: typing.Any = None) -> None:
-    """
-    y = epilogue(alpha conv(x, filter) + beta y [+ bias]) in stream order (cross-correlation, as torch.nn.functional.conv2d); epilogue none, bias or bias_relu.
-    """
 def conv2d_backward_data(dx: typing.Any, dy: typing.Any, filter: typing.Any, stream: Stream, *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
     """
     dx = alpha * (gradient of the convolution with respect to x, given dy) + beta dx.
@@ -1478,7 +1478,11 @@ def conv2d_backward_filter(dfilter: typing.Any, x: typing.Any, dy: typing.Any, s
     """
     dfilter = alpha * (gradient of the convolution with respect to the filter, summed over the batch) + beta dfilter.
     """
-def conv2d_output_shape(x_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], filter_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw') -> list[int]:
+def conv2d_forward(y: typing.Any, x: typing.Any, filter: typing.Any, stream: Stream, *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0, epilogue: str = 'none', bias: typing.Any = None) -> None:
+    """
+    y = epilogue(alpha conv(x, filter) + beta y [+ bias]) in stream order (cross-correlation, as torch.nn.functional.conv2d); epilogue none, bias or bias_relu.
+    """
+def conv2d_output_size(x_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], filter_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw') -> list[int]:
     """
     The output's shape (in the layout's order) of a convolution of these shapes.
     """

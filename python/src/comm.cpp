@@ -165,6 +165,12 @@ void bind_comm(py::module_& m) {
           "all_reduce",
           [](Communicator& c, py::handle send, py::handle recv, PyStream& stream, const std::string& op,
              bool hierarchical) {
+            if (hierarchical) {
+              PyErr_WarnEx(PyExc_DeprecationWarning,
+                           "Communicator.all_reduce(hierarchical=True) is deprecated: call "
+                           "Communicator.hierarchical_all_reduce (the C++ name)",
+                           1);
+            }
             Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
             collective(stream, {s, r}, [&] {
               if (hierarchical) {
@@ -175,7 +181,18 @@ void bind_comm(py::module_& m) {
             });
           },
           py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum",
-          py::arg("hierarchical") = false, "recv = op over ranks of send (in place when they are the same array).")
+          py::arg("hierarchical") = false,
+          "recv = op over ranks of send (in place when they are the same array). hierarchical=True is deprecated: "
+          "call hierarchical_all_reduce.")
+      .def(
+          "hierarchical_all_reduce",
+          [](Communicator& c, py::handle send, py::handle recv, PyStream& stream, const std::string& op) {
+            Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
+            collective(stream, {s, r}, [&] { c.hierarchical_all_reduce(s.view, r.view, to_op(op), stream.view); });
+          },
+          py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum",
+          "The same result through the node hierarchy (Horovod): reduce-scatter inside each node, all-reduce "
+          "across nodes, all-gather inside each node.")
       .def(
           "reduce_scatter",
           [](Communicator& c, py::handle send, py::handle recv, PyStream& stream, const std::string& op) {

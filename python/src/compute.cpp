@@ -90,7 +90,7 @@ void bind_conv(py::module_& m) {
       .value("nchw", ConvLayout::nchw)
       .value("nhwc", ConvLayout::nhwc);
   m.def(
-      "conv2d_output_shape",
+      "conv2d_output_size",
       [](std::vector<std::int64_t> x, std::vector<std::int64_t> filter, py::handle stride, py::handle padding,
          py::handle dilation, std::int64_t groups, const std::string& layout) {
         return y_shape(conv_args(x, filter, stride, padding, dilation, groups, layout, 1.0f, 0.0f));
@@ -99,7 +99,7 @@ void bind_conv(py::module_& m) {
       py::arg("dilation") = 1, py::arg("groups") = 1, py::arg("layout") = "nchw",
       "The output's shape (in the layout's order) of a convolution of these shapes.");
   m.def(
-      "conv2d",
+      "conv2d_forward",
       [](py::handle y, py::handle x, py::handle filter, PyStream& stream, py::handle stride, py::handle padding,
          py::handle dilation, std::int64_t groups, const std::string& layout, float alpha, float beta,
          const std::string& epilogue, py::object bias) {

@@ -234,7 +234,7 @@ void bind_memory(py::module_& m) {
   py::class_<PyBuffer> buffer_class(m, "Buffer",
                                     "An owning allocation of one dtype, of any memory kind, on one device.");
   // Both classes first, so each one's signatures (reshape returns a View) can name the other.
-  py::class_<PyView> view_class(m, "View",
+  py::class_<PyView> view_class(m, "BufferView",
                                 "A non-owning view (a pipeline chunk, a batch's array); keeps its owner alive.");
   buffer_class
       .def(py::init([](py::handle shape, py::handle dtype, py::handle device, py::handle kind, PyStream* stream,
@@ -266,7 +266,7 @@ void bind_memory(py::module_& m) {
   });
 
   view_class.def("__repr__", [](PyView& v) {
-    return "gpucloud.View(shape=" + shape_str(v.shape) + ", dtype=" + dtype_name(v.view.dtype()) + ", device='" +
+    return "gpucloud.BufferView(shape=" + shape_str(v.shape) + ", dtype=" + dtype_name(v.view.dtype()) + ", device='" +
            v.view.device().str() + "', kind='" + memory_kind_name(v.view.kind()) + "')";
   });
   add_array_protocols(view_class, [](py::object self) {

@@ -14,7 +14,7 @@ def main():
     want = np.arange(1001, dtype=np.float32) * (n * (n + 1) / 2)
     flat, hier = np.empty_like(x), np.empty_like(x)
     comm.all_reduce(x, flat, s)
-    comm.all_reduce(x, hier, s, hierarchical=True)
+    comm.hierarchical_all_reduce(x, hier, s)
     ints = np.full(7, r + 1, np.int64)
     comm.all_reduce(ints, ints, s, op="max")
     gathered = np.empty(3 * n, np.int32)

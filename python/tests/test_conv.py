@@ -33,10 +33,10 @@ def test_forward_matches_a_direct_convolution(host_stream, layout):
     if layout == "nhwc":
         x, w = np.ascontiguousarray(x.transpose(0, 2, 3, 1)), np.ascontiguousarray(w.transpose(0, 2, 3, 1))
         ref = ref.transpose(0, 2, 3, 1)
-    shape = gc.conv2d_output_shape(x.shape, w.shape, layout=layout, **kw)
+    shape = gc.conv2d_output_size(x.shape, w.shape, layout=layout, **kw)
     assert tuple(shape) == ref.shape
     y = np.full(shape, np.nan, np.float32)
-    gc.conv2d(y, x, w, host_stream, layout=layout, **kw)
+    gc.conv2d_forward(y, x, w, host_stream, layout=layout, **kw)
     host_stream.synchronize()
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 1e-5
 
@@ -45,8 +45,8 @@ def test_gradients_satisfy_the_adjoint_identities(host_stream):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 4, 7, 7)).astype(np.float32)
     w = rng.standard_normal((5, 4, 3, 3)).astype(np.float32)
-    y = np.empty(gc.conv2d_output_shape(x.shape, w.shape, stride=2, padding=1), np.float32)
-    gc.conv2d(y, x, w, host_stream, stride=2, padding=1)
+    y = np.empty(gc.conv2d_output_size(x.shape, w.shape, stride=2, padding=1), np.float32)
+    gc.conv2d_forward(y, x, w, host_stream, stride=2, padding=1)
     dy = rng.standard_normal(y.shape).astype(np.float32)
     dx, dw = np.empty_like(x), np.empty_like(w)
     gc.conv2d_backward_data(dx, dy, w, host_stream, stride=2, padding=1)
@@ -63,7 +63,7 @@ def test_fp16_with_fused_bias_relu(host_stream):
     w = rng.standard_normal((4, 3, 3, 3)).astype(np.float16)
     bias = rng.standard_normal(4).astype(np.float16)
     y = np.empty((1, 4, 6, 6), np.float16)
-    gc.conv2d(y, x, w, host_stream, padding=1, epilogue="bias_relu", bias=bias)
+    gc.conv2d_forward(y, x, w, host_stream, padding=1, epilogue="bias_relu", bias=bias)
     host_stream.synchronize()
     ref = np.maximum(direct_conv(x, w, (1, 1), (1, 1), (1, 1), 1) + bias.astype(np.float64)[None, :, None, None], 0)
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 1e-2
@@ -74,14 +74,14 @@ def test_bad_input_names_the_argument(host_stream):
     w = np.zeros((6, 4, 3, 3), np.float32)
     y = np.zeros((1, 6, 3, 3), np.float32)
     with pytest.raises(gc.InvalidArgument, match="y: shape"):
-        gc.conv2d(np.zeros((1, 6, 4, 4), np.float32), x, w, host_stream)
+        gc.conv2d_forward(np.zeros((1, 6, 4, 4), np.float32), x, w, host_stream)
     with pytest.raises(gc.InvalidArgument, match="groups"):
-        gc.conv2d(y, x, np.zeros((6, 2, 3, 3), np.float32), host_stream, groups=3)
+        gc.conv2d_forward(y, x, np.zeros((6, 2, 3, 3), np.float32), host_stream, groups=3)
     with pytest.raises(gc.InvalidArgument, match="smaller than one element"):
-        gc.conv2d_output_shape((1, 4, 2, 2), (6, 4, 3, 3))
+        gc.conv2d_output_size((1, 4, 2, 2), (6, 4, 3, 3))
     with pytest.raises(gc.InvalidArgument, match="filter: dtype float16"):
-        gc.conv2d(y, x, w.astype(np.float16), host_stream)
+        gc.conv2d_forward(y, x, w.astype(np.float16), host_stream)
     with pytest.raises(gc.InvalidArgument, match="4-D"):
-        gc.conv2d(y, x[0], w, host_stream)
+        gc.conv2d_forward(y, x[0], w, host_stream)
     with pytest.raises(gc.InvalidArgument, match="layout"):
-        gc.conv2d(y, x, w, host_stream, layout="chwn")
+        gc.conv2d_forward(y, x, w, host_stream, layout="chwn")

@@ -212,7 +212,7 @@ def test_conv_geometry_of_any_type(arg, which):
     x = np.zeros((1, 2, 5, 5), np.float32)
     w = np.zeros((2, 2, 3, 3), np.float32)
     try:
-        gc.conv2d_output_shape(x.shape, w.shape, **{which: arg})
+        gc.conv2d_output_size(x.shape, w.shape, **{which: arg})
     except Exception as e:  # noqa: BLE001
         assert typed_error(e), repr(e)
 

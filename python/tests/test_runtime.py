@@ -174,3 +174,27 @@ def test_torch_streams_are_accepted():
     gc.fill(x, 2.0, ts)
     ts.synchronize()
     assert float(x.sum()) == 2000.0
+
+
+def test_pre_0_2_names_still_work_and_warn():
+    with pytest.warns(DeprecationWarning, match="gpucloud.conv2d_forward"):
+        assert gc.conv2d is gc.conv2d_forward
+    with pytest.warns(DeprecationWarning, match="gpucloud.conv2d_output_size"):
+        assert gc.conv2d_output_shape((1, 2, 5, 5), (3, 2, 3, 3)) == gc.conv2d_output_size((1, 2, 5, 5), (3, 2, 3, 3))
+    with pytest.warns(DeprecationWarning, match="gpucloud.BufferView"):
+        assert gc.View is gc.BufferView
+    with pytest.raises(AttributeError):
+        gc.no_such_name  # noqa: B018
+
+
+def test_hierarchical_all_reduce_has_its_own_name():
+    if not gc.build_info().mpi:
+        pytest.skip("built without MPI")
+    c = gc.Communicator.mpi_world()
+    s = gc.Stream()
+    x = np.arange(10, dtype=np.float32)
+    c.hierarchical_all_reduce(x, x, s)
+    with pytest.warns(DeprecationWarning, match="hierarchical_all_reduce"):
+        c.all_reduce(x, x, s, hierarchical=True)
+    s.synchronize()
+    assert (x == np.arange(10, dtype=np.float32)).all()  # one rank: the sum is the input

@@ -181,7 +181,7 @@ def test_conv2d_and_its_gradients_match_torch(host_stream, layout):
         return t.permute(0, 2, 3, 1).contiguous() if layout == "nhwc" else t.contiguous()
 
     y, dx, dw = torch.empty_like(to(y_ref)), torch.empty_like(to(x)), torch.empty_like(to(w))
-    gc.conv2d(y, to(x), to(w), host_stream, layout=layout, **kw)
+    gc.conv2d_forward(y, to(x), to(w), host_stream, layout=layout, **kw)
     gc.conv2d_backward_data(dx, to(dy), to(w), host_stream, layout=layout, **kw)
     gc.conv2d_backward_filter(dw, to(x), to(dy), host_stream, layout=layout, **kw)
     host_stream.synchronize()
