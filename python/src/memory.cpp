@@ -166,6 +166,18 @@ void add_array_protocols(py::class_<T>& cls, Get get) {
           "A View of the same memory with another shape (same number of elements).");
 }
 
+// Memory resources are destroyed with the GIL released: a pool's destructor waits for the blocks
+// still in flight on streams, whose work may be a Python host function that needs the GIL.
+struct DeleteWithoutGil {
+  template <class T>
+  void operator()(T* p) const {
+    py::gil_scoped_release release;
+    delete p;
+  }
+};
+template <class T>
+using ResourceHolder = std::unique_ptr<T, DeleteWithoutGil>;
+
 // Default resources set from Python stay alive while they are the default.
 std::map<std::pair<int, std::string>, py::object>& default_owners() {
   static auto* owners = new std::map<std::pair<int, std::string>, py::object>();
@@ -182,21 +194,24 @@ void bind_memory(py::module_& m) {
       .value("managed", MemoryKind::managed)
       .def("__str__", [](MemoryKind k) { return std::string(memory_kind_name(k)); });
 
-  py::class_<MemoryResource>(m, "MemoryResource", "Allocates memory of one kind on one device.")
+  py::class_<MemoryResource, ResourceHolder<MemoryResource>>(m, "MemoryResource",
+                                                             "Allocates memory of one kind on one device.")
       .def_property_readonly("kind", &MemoryResource::kind)
       .def_property_readonly("device", &MemoryResource::device);
-  py::class_<PlainResource, MemoryResource>(m, "PlainResource", "One system allocation per request.")
+  py::class_<PlainResource, MemoryResource, ResourceHolder<PlainResource>>(m, "PlainResource",
+                                                                           "One system allocation per request.")
       .def(py::init(
                [](py::handle kind, py::handle device) { return new PlainResource(to_kind(kind), to_device(device)); }),
            py::arg("kind"), py::arg_v("device", Device::host(), "Device.host()"));
-  py::class_<PoolResource, MemoryResource>(m, "PoolResource",
-                                           "Caching pool with power-of-two size classes and stream-ordered reuse.")
+  py::class_<PoolResource, MemoryResource, ResourceHolder<PoolResource>>(
+      m, "PoolResource", "Caching pool with power-of-two size classes and stream-ordered reuse.")
       .def(py::init<MemoryResource&, std::size_t>(), py::arg("upstream"),
            py::arg("max_block_bytes") = std::size_t{1} << 30, py::keep_alive<1, 2>())
       .def("release", &PoolResource::release, "Return every cached block upstream.")
       .def_property_readonly("pool_bytes", &PoolResource::pool_bytes)
       .def_property_readonly("cached_bytes", &PoolResource::cached_bytes);
-  py::class_<AsyncPoolResource, MemoryResource>(m, "AsyncPoolResource", "CUDA's stream-ordered allocator.")
+  py::class_<AsyncPoolResource, MemoryResource, ResourceHolder<AsyncPoolResource>>(m, "AsyncPoolResource",
+                                                                                   "CUDA's stream-ordered allocator.")
       .def(py::init<Device>(), py::arg("device"));
   py::class_<MemoryStatistics>(m, "MemoryStatistics")
       .def_readonly("current_bytes", &MemoryStatistics::current_bytes)
@@ -204,11 +219,13 @@ void bind_memory(py::module_& m) {
       .def_readonly("total_bytes", &MemoryStatistics::total_bytes)
       .def_readonly("current_allocations", &MemoryStatistics::current_allocations)
       .def_readonly("total_allocations", &MemoryStatistics::total_allocations);
-  py::class_<StatisticsAdaptor, MemoryResource>(m, "StatisticsAdaptor", "Counts bytes and allocations.")
+  py::class_<StatisticsAdaptor, MemoryResource, ResourceHolder<StatisticsAdaptor>>(m, "StatisticsAdaptor",
+                                                                                   "Counts bytes and allocations.")
       .def(py::init<MemoryResource&>(), py::arg("upstream"), py::keep_alive<1, 2>())
       .def("statistics", &StatisticsAdaptor::statistics)
       .def("reset_peak", &StatisticsAdaptor::reset_peak);
-  py::class_<LimitingAdaptor, MemoryResource>(m, "LimitingAdaptor", "Fails allocations beyond a byte limit.")
+  py::class_<LimitingAdaptor, MemoryResource, ResourceHolder<LimitingAdaptor>>(m, "LimitingAdaptor",
+                                                                               "Fails allocations beyond a byte limit.")
       .def(py::init<MemoryResource&, std::size_t>(), py::arg("upstream"), py::arg("limit_bytes"),
            py::keep_alive<1, 2>())
       .def_property_readonly("allocated_bytes", &LimitingAdaptor::allocated_bytes)

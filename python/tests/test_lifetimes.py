@@ -211,6 +211,18 @@ def test_pool_resource_dropped_while_a_stream_releases_borrowed_arrays():
     """, timeout=30)
 
 
+def test_pool_dropped_while_python_work_it_waits_for_is_queued():
+    run_case("""
+        s = gc.Stream()
+        pool = gc.PoolResource(gc.PlainResource("host"))
+        b = gc.Buffer(1000, "float32", kind="host", stream=s, mr=pool)
+        slow(s, 0.3)     # a Python host function: it needs the GIL to run
+        del b, pool      # the pool's destructor waits for b's stream-ordered free, behind it
+        s.synchronize()
+        print("ok")
+    """, timeout=30)
+
+
 # ---- background threads at exit -----------------------------------------------------------
 
 def test_prefetcher_alive_at_exit():
