@@ -48,8 +48,8 @@ class GPUCLOUD_API LossScaler {
   /// @throws InvalidArgument for options out of range.
   LossScaler(Device device, StreamView stream, LossScalerOptions options = {});
   ~LossScaler();
-  LossScaler(LossScaler&&) noexcept;
-  LossScaler& operator=(LossScaler&&) noexcept;
+  LossScaler(LossScaler&&) noexcept;             ///< Moves ownership.
+  LossScaler& operator=(LossScaler&&) noexcept;  ///< Moves ownership.
   LossScaler(const LossScaler&) = delete;
   LossScaler& operator=(const LossScaler&) = delete;
 

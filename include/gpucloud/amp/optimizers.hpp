@@ -61,8 +61,8 @@ class GPUCLOUD_API FusedSGD {
   ///        @p stream's order: @p stream must outlive the optimizer.
   FusedSGD(std::vector<ParamGrad> params, SgdOptions options, StreamView stream);
   ~FusedSGD();
-  FusedSGD(FusedSGD&&) noexcept;
-  FusedSGD& operator=(FusedSGD&&) noexcept;
+  FusedSGD(FusedSGD&&) noexcept;             ///< Moves ownership.
+  FusedSGD& operator=(FusedSGD&&) noexcept;  ///< Moves ownership.
   /// @brief One step; skipped on the device if @p scaler found an overflow. Returns launches.
   int step(StreamView stream, const LossScaler* scaler = nullptr);
   /// @brief Changes the learning rate for later steps.
@@ -92,8 +92,8 @@ class GPUCLOUD_API FusedAdam {
   ///        @p stream's order: @p stream must outlive the optimizer.
   FusedAdam(std::vector<ParamGrad> params, AdamOptions options, StreamView stream);
   ~FusedAdam();
-  FusedAdam(FusedAdam&&) noexcept;
-  FusedAdam& operator=(FusedAdam&&) noexcept;
+  FusedAdam(FusedAdam&&) noexcept;             ///< Moves ownership.
+  FusedAdam& operator=(FusedAdam&&) noexcept;  ///< Moves ownership.
   /// @brief One step; skipped on the device if @p scaler found an overflow. Returns launches.
   int step(StreamView stream, const LossScaler* scaler = nullptr);
   /// @brief Changes the learning rate for later steps.

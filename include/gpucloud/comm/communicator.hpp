@@ -91,8 +91,8 @@ class GPUCLOUD_API Communicator {
   static std::vector<Communicator> nccl_single_process(const std::vector<Device>& devices);
 
   ~Communicator();
-  Communicator(Communicator&&) noexcept;
-  Communicator& operator=(Communicator&&) noexcept;
+  Communicator(Communicator&&) noexcept;             ///< Moves ownership.
+  Communicator& operator=(Communicator&&) noexcept;  ///< Moves ownership.
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 

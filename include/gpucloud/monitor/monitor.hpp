@@ -68,8 +68,8 @@ class GPUCLOUD_API MetricsMonitor {
   /// Starts sampling @p device every @p interval (at least 10 ms), taking the first reading now.
   explicit MetricsMonitor(Device device, std::chrono::milliseconds interval = std::chrono::milliseconds(500));
   ~MetricsMonitor();
-  MetricsMonitor(MetricsMonitor&&) noexcept;
-  MetricsMonitor& operator=(MetricsMonitor&&) noexcept;
+  MetricsMonitor(MetricsMonitor&&) noexcept;             ///< Moves ownership.
+  MetricsMonitor& operator=(MetricsMonitor&&) noexcept;  ///< Moves ownership.
   MetricsMonitor(const MetricsMonitor&) = delete;
   MetricsMonitor& operator=(const MetricsMonitor&) = delete;
 

@@ -58,8 +58,8 @@ class GPUCLOUD_API CopyPipeline {
   explicit CopyPipeline(Device device, PipelineOptions options = {});
   /// @brief Waits for the pipeline's work, then releases its streams and buffers.
   ~CopyPipeline();
-  CopyPipeline(CopyPipeline&&) noexcept;
-  CopyPipeline& operator=(CopyPipeline&&) noexcept;
+  CopyPipeline(CopyPipeline&&) noexcept;             ///< Moves ownership.
+  CopyPipeline& operator=(CopyPipeline&&) noexcept;  ///< Moves ownership.
   CopyPipeline(const CopyPipeline&) = delete;
   CopyPipeline& operator=(const CopyPipeline&) = delete;
 

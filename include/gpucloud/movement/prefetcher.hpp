@@ -42,8 +42,8 @@ struct PrefetchShared;
 class GPUCLOUD_API Batch {
  public:
   ~Batch();
-  Batch(Batch&&) noexcept;
-  Batch& operator=(Batch&&) noexcept;
+  Batch(Batch&&) noexcept;             ///< Moves ownership.
+  Batch& operator=(Batch&&) noexcept;  ///< Moves ownership.
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
 

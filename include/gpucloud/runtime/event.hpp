@@ -16,7 +16,7 @@ class EventImpl;
 
 /// @brief An owned, move-only event on one device (CUDA semantics on both backends).
 ///
-/// record() captures the work enqueued on a stream so far; query()/synchronize()/Stream::wait()
+/// record() captures the work enqueued on a stream so far; query(), synchronize() and Stream::wait()
 /// refer to the latest record. An event never recorded counts as complete.
 class GPUCLOUD_API Event {
  public:
