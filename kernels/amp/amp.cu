@@ -1,7 +1,7 @@
 // CUDA launchers for the mixed-precision kernels: the bodies of amp_ops.hpp, the block reduction
 // of the norm through CUB.
 #include "kernels/amp/amp_ops.hpp"
-#include "kernels/launch/body_kernel.cuh"
+#include "kernels/launch/launch.cuh"
 
 #include "amp/amp_launch.hpp"
 #include "runtime/cuda/cuda_check.hpp"
@@ -28,25 +28,11 @@ __global__ void __launch_bounds__(kMtaThreads) sum_squares_kernel(Grid grid, Ten
   if (threadIdx.x == 0) partials[blockIdx.x] = block_sum;
 }
 
-template <class Fn>
-__global__ void single_thread_kernel(Fn fn) {
-  fn();
-}
-
-cudaStream_t native(StreamImpl& s) { return static_cast<cudaStream_t>(s.native_handle()); }
-
 template <int Depth, class Body>
 void launch_mta(const TensorListMeta<Depth>& meta, const Body& body, StreamImpl& s) {
   DeviceGuard guard(s.device().index());
   const Grid grid = mta_grid(meta);
   multi_tensor_kernel<Depth><<<grid.blocks, grid.threads, 0, native(s)>>>(body, grid, meta);
-  GPUCLOUD_CUDA_CHECK(cudaGetLastError());
-}
-
-template <class Fn>
-void launch_single(const Fn& fn, StreamImpl& s) {
-  DeviceGuard guard(s.device().index());
-  single_thread_kernel<<<1, 1, 0, native(s)>>>(fn);
   GPUCLOUD_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,7 +1,7 @@
 // CUDA launchers for cast and fill: the same bodies the host backend runs (src/compute/cast.cpp).
 #include "kernels/compute/cast_body.hpp"
-#include "kernels/launch/body_kernel.cuh"
 #include "kernels/launch/dispatch.hpp"
+#include "kernels/launch/launch.cuh"
 
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
@@ -13,10 +13,7 @@ namespace gpucloud::detail::cuda {
 namespace {
 template <class Body>
 void launch(const Body& body, std::size_t n, StreamImpl& stream) {
-  DeviceGuard guard(stream.device().index());
-  const kernels::Grid grid = kernels::elementwise_grid(n);
-  kernels::run_body<<<grid.blocks, grid.threads, 0, static_cast<cudaStream_t>(stream.native_handle())>>>(body, grid);
-  GPUCLOUD_CUDA_CHECK(cudaGetLastError());
+  launch_body(body, kernels::elementwise_grid(n), stream);
 }
 
 // @p value (double or int64) converted once to dst's dtype on the host, written by the body.

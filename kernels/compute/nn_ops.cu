@@ -1,6 +1,6 @@
 // CUDA launchers of the training-step ops: the bodies of nn_ops.hpp.
 #include "kernels/compute/nn_ops.hpp"
-#include "kernels/launch/body_kernel.cuh"
+#include "kernels/launch/launch.cuh"
 
 #include "compute/nn_ops_launch.hpp"
 #include "runtime/cuda/cuda_check.hpp"
@@ -13,11 +13,6 @@ namespace gpucloud::detail::cuda {
 namespace {
 using namespace kernels;
 
-template <class Fn>
-__global__ void single(Fn fn) {
-  fn();
-}
-
 struct FinishMse {
   const float* partials;
   std::int64_t count, n;
@@ -27,18 +22,13 @@ struct FinishMse {
 
 template <class Body>
 void launch(const Body& body, Grid grid, StreamImpl& s) {
-  DeviceGuard guard(s.device().index());
-  run_body<<<grid.blocks, grid.threads, 0, static_cast<cudaStream_t>(s.native_handle())>>>(body, grid);
-  GPUCLOUD_CUDA_CHECK(cudaGetLastError());
+  launch_body(body, grid, s);
 }
 }  // namespace
 
 void nn_mse(const MseBody& body, Grid grid, float* loss, StreamImpl& s) {
   launch(body, grid, s);
-  DeviceGuard guard(s.device().index());
-  single<<<1, 1, 0, static_cast<cudaStream_t>(s.native_handle())>>>(
-      FinishMse{body.partials, static_cast<std::int64_t>(grid_size(grid)), body.n, loss});
-  GPUCLOUD_CUDA_CHECK(cudaGetLastError());
+  launch_single(FinishMse{body.partials, static_cast<std::int64_t>(grid_size(grid)), body.n, loss}, s);
 }
 
 void nn_relu_backward(const ReluBackwardBody& body, Grid grid, StreamImpl& s) { launch(body, grid, s); }

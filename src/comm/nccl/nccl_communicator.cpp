@@ -13,6 +13,7 @@
 #include "runtime/access.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/native_stream.hpp"
 #include "runtime/nvtx.hpp"
 #include "runtime/stream_impl.hpp"
 
@@ -126,8 +127,6 @@ struct NcclCommunicator final : Communicator::Impl {
     if (agree_host != nullptr) detail::cuda::deallocate(MemoryKind::pinned, agree_host, device.index());
   }
 
-  cudaStream_t native(StreamView s) const { return static_cast<cudaStream_t>(s.impl()->native_handle()); }
-
   // Buffers the collective may use: reachable from a stream of this communicator's GPU.
   void check_memory(BufferView v, StreamView s, const char* call, const char* arg) const {
     GPUCLOUD_EXPECTS(s.device() == device, call,
@@ -179,7 +178,7 @@ struct NcclCommunicator final : Communicator::Impl {
     std::lock_guard<std::mutex> lock(order);
     check_usable(op);
     detail::DeviceGuard guard(device.index());
-    const cudaStream_t s = native(stream);
+    const cudaStream_t s = detail::cuda::native(stream);
     if (agree_words != nullptr && group_depth == 0) agree(op, count, dtype, s);
     {
       detail::NvtxRange range(op);

@@ -5,6 +5,7 @@
 
 #include "runtime/cleanup_queue.hpp"
 #include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/native_stream.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -183,8 +184,6 @@ class CudaEvent final : public EventImpl {
 void CudaStream::wait(EventImpl& event) {
   GPUCLOUD_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<CudaEvent&>(event).event(), 0));
 }
-
-cudaStream_t native(StreamImpl& stream) { return static_cast<cudaStream_t>(stream.native_handle()); }
 
 cudaMemLocation location_of(Device target) {
   cudaMemLocation loc{};

@@ -9,6 +9,7 @@
 #include "compute/plan_cache.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/native_stream.hpp"
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -233,7 +234,7 @@ detail::PlanCache<PlanKey, Plan>& plans() {
 void conv2d(const ConvPlan& p, BufferView out, BufferView in1, BufferView in2, StreamImpl& stream) {
   const int device = stream.device().index();
   DeviceGuard guard(device);
-  const auto native = static_cast<cudaStream_t>(stream.native_handle());
+  const cudaStream_t native = cuda::native(stream);
   Handles::Entry& h = handles().get(device);
   std::lock_guard<std::mutex> lock(h.mutex);
   GPUCLOUD_CUDNN_CHECK(cudnnSetStream(h.handle, native));

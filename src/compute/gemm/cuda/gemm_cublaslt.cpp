@@ -8,6 +8,7 @@
 #include "compute/plan_cache.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/native_stream.hpp"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -246,7 +247,7 @@ void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& p, StreamImp
   }
   const int device = stream.device().index();
   DeviceGuard guard(device);
-  const auto native = static_cast<cudaStream_t>(stream.native_handle());
+  const cudaStream_t native = cuda::native(stream);
   cublasLtHandle_t handle = handles().get(device);
   const Alignments align = alignments_of(a, b, c);
   Plan& plan = plans().get(key_of(device, a.dtype(), b.dtype(), c.dtype(), p, align),
