@@ -9,6 +9,7 @@
 #include "compute/plan_cache.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/device_handles.hpp"
 #include "runtime/cuda/native_stream.hpp"
 
 #include <cuda_runtime_api.h>
@@ -52,37 +53,12 @@ bool benchmark() {
   return on;
 }
 
-// One cuDNN handle per device, created on first use, destroyed at exit (no-throw).
-class Handles {
- public:
-  struct Entry {
-    cudnnHandle_t handle = nullptr;
-    std::mutex mutex;  // cudnnSetStream + the call: one caller at a time
-  };
-  Entry& get(int device) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto& slot = handles_[device];
-    if (!slot) {
-      DeviceGuard guard(device);
-      auto e = std::make_unique<Entry>();
-      GPUCLOUD_CUDNN_CHECK(cudnnCreate(&e->handle));
-      slot = std::move(e);
-    }
-    return *slot;
-  }
-  ~Handles() {
-    for (auto& [device, e] : handles_) {
-      if (e && cudnnDestroy(e->handle) != CUDNN_STATUS_SUCCESS) std::fprintf(stderr, "gpucloud: cudnnDestroy failed\n");
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<int, std::unique_ptr<Entry>> handles_;
-};
-
+// One cuDNN handle per device (runtime/cuda/device_handles.hpp); its entry's mutex serialises
+// cudnnSetStream + the call.
+using Handles = PerDeviceHandles<cudnnHandle_t>;
 Handles& handles() {
-  static Handles h;
+  static Handles h([](cudnnHandle_t* out) { GPUCLOUD_CUDNN_CHECK(cudnnCreate(out)); },
+                   [](cudnnHandle_t handle) { return cudnnDestroy(handle) == CUDNN_STATUS_SUCCESS; }, "cuDNN");
   return h;
 }
 

@@ -8,6 +8,7 @@
 #include "compute/plan_cache.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/device_handles.hpp"
 #include "runtime/cuda/native_stream.hpp"
 
 #include <cublasLt.h>
@@ -63,32 +64,11 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-// One cuBLASLt handle per device, created on first use, destroyed at exit (no-throw).
-class Handles {
- public:
-  cublasLtHandle_t get(int device) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = handles_.find(device);
-    if (it != handles_.end()) return it->second;
-    DeviceGuard guard(device);
-    cublasLtHandle_t h = nullptr;
-    GPUCLOUD_CUBLAS_CHECK(cublasLtCreate(&h));
-    handles_[device] = h;
-    return h;
-  }
-  ~Handles() {
-    for (auto& [device, h] : handles_) {
-      if (cublasLtDestroy(h) != CUBLAS_STATUS_SUCCESS) std::fprintf(stderr, "gpucloud: cublasLtDestroy failed\n");
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<int, cublasLtHandle_t> handles_;
-};
-
-Handles& handles() {
-  static Handles h;
+// One cuBLASLt handle per device (runtime/cuda/device_handles.hpp).
+PerDeviceHandles<cublasLtHandle_t>& handles() {
+  static PerDeviceHandles<cublasLtHandle_t> h(
+      [](cublasLtHandle_t* out) { GPUCLOUD_CUBLAS_CHECK(cublasLtCreate(out)); },
+      [](cublasLtHandle_t handle) { return cublasLtDestroy(handle) == CUBLAS_STATUS_SUCCESS; }, "cuBLASLt");
   return h;
 }
 
@@ -248,7 +228,7 @@ void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& p, StreamImp
   const int device = stream.device().index();
   DeviceGuard guard(device);
   const cudaStream_t native = cuda::native(stream);
-  cublasLtHandle_t handle = handles().get(device);
+  cublasLtHandle_t handle = handles().get(device).handle;
   const Alignments align = alignments_of(a, b, c);
   Plan& plan = plans().get(key_of(device, a.dtype(), b.dtype(), c.dtype(), p, align),
                            [&] { return make_plan(handle, a.dtype(), b.dtype(), c.dtype(), p, align); });
