@@ -266,6 +266,8 @@ TEST_P(ConvTest, BadInputIsRejectedBeforeAnyWorkAndNamesTheArgument) {
   EXPECT_NE(message(with([](auto& b) { b.stride_w = 0; }), y, x, f).find("stride_w"), std::string::npos);
   EXPECT_NE(message(with([](auto& b) { b.pad_h = -1; }), y, x, f).find("pad_h"), std::string::npos);
   EXPECT_NE(message(with([](auto& b) { b.c = std::int64_t{1} << 33; }), y, x, f).find("32 bits"), std::string::npos);
+  EXPECT_NE(message(with([](auto& b) { b.n = std::int64_t{1} << 28; }), y, x, f).find("exceed 2^31-1"),
+            std::string::npos);  // 2^28 x 4 x 5 x 5 elements: more than cuDNN's and the BLAS's int
   EXPECT_NE(message(with([](auto& b) { b.n = 2; }), y, x, f).find("y: 54 elements, the shape needs 108"),
             std::string::npos);
   EXPECT_NE(message(a, y.view().slice(0, 5), x, f).find("y: 5 elements"), std::string::npos);

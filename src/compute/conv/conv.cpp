@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,13 @@ ConvPlan validate(ConvPass pass, BufferView out, const char* out_name, BufferVie
   const std::int64_t y_count = times(times(g.n, g.k, call, "y"), times(g.oh, g.ow, call, "y"), call, "y");
   const std::int64_t f_count =
       times(g.k, times(g.cg(), times(g.r, g.s, call, "filter"), call, "filter"), call, "filter");
+  // cuDNN's descriptors and the host BLAS count in int: every tensor's elements (hence its
+  // strides, pixels and taps) must fit one.
+  for (auto [count, name] : {std::pair{x_count, "x"}, std::pair{y_count, "y"}, std::pair{f_count, "filter"}}) {
+    GPUCLOUD_EXPECTS(count <= std::numeric_limits<int>::max(), call,
+                     std::string(name) + ": " + str(count) +
+                         " elements exceed 2^31-1, the int that cuDNN and the host BLAS count in; split the batch");
+  }
   const DType t = out.dtype();
   GPUCLOUD_EXPECTS(t == DType::float32 || t == DType::float16 || t == DType::bfloat16, call,
                    std::string(out_name) + ": dtype " + dtype_name(t) + " is not float32, float16 or bfloat16");
