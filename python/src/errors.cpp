@@ -4,9 +4,24 @@
 
 #include <Python.h>
 
+#include <cstring>
+
 namespace gpucloud::python {
 
 namespace {
+// Raises @p type with @p what; bytes that are not UTF-8 (a bytes argument echoed in a message) are
+// replaced, so the error is the typed one and never a UnicodeDecodeError.
+void set_error(PyObject* type, const char* what) {
+  PyObject* message = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "replace");
+  if (message == nullptr) {
+    PyErr_Clear();
+    PyErr_SetString(type, "gpucloud error (its message could not be decoded)");
+    return;
+  }
+  PyErr_SetObject(type, message);
+  Py_DECREF(message);
+}
+
 PyObject* make(py::module_& m, const char* name, PyObject* bases, const char* doc) {
   const std::string qualified = std::string("gpucloud.") + name;
   PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
@@ -33,20 +48,20 @@ void register_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const InvalidArgument& e) {
-      PyErr_SetString(invalid_argument, e.what());
+      set_error(invalid_argument, e.what());
     } catch (const OutOfMemory& e) {
-      PyErr_SetString(out_of_memory, e.what());
+      set_error(out_of_memory, e.what());
     } catch (const DeviceError& e) {
-      PyErr_SetString(device_error, e.what());
+      set_error(device_error, e.what());
     } catch (const CommunicationError& e) {
-      PyErr_SetString(communication_error, e.what());
+      set_error(communication_error, e.what());
     } catch (const Unsupported& e) {
-      PyErr_SetString(unsupported, e.what());
+      set_error(unsupported, e.what());
     } catch (const Error& e) {
-      PyErr_SetString(error, e.what());
+      set_error(error, e.what());
     } catch (const py::cast_error& e) {
       // A conversion no parameter check caught: still a TypeError, never a bare RuntimeError.
-      PyErr_SetString(PyExc_TypeError, (std::string("gpucloud: wrong argument type: ") + e.what()).c_str());
+      set_error(PyExc_TypeError, (std::string("gpucloud: wrong argument type: ") + e.what()).c_str());
     }
   });
 }

@@ -24,6 +24,7 @@ from hypothesis.extra import numpy as hnp  # noqa: E402
 
 settings.register_profile("ci", max_examples=60, derandomize=True, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("mid", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("GPUCLOUD_HYPOTHESIS_PROFILE", "ci"))
 
@@ -226,3 +227,41 @@ def test_operations_given_junk_arrays(a, b):
             call()
         assert typed_error(info.value), repr(info.value)
     s.synchronize()
+
+
+PUBLIC_FUNCTIONS = sorted(name for name in dir(gc) if not name.startswith("_") and callable(getattr(gc, name))
+                          and not isinstance(getattr(gc, name), type) and name not in gc._DEPRECATED)
+
+
+@pytest.mark.parametrize("name", PUBLIC_FUNCTIONS)
+@given(args=st.lists(junk, max_size=5))
+def test_every_public_function_given_junk_raises_a_typed_error(name, args):
+    """Every module-level function, called with 0-5 arguments of any type: it works or raises a
+    TypeError or a gpucloud error, never a crash or a bare RuntimeError."""
+    try:
+        getattr(gc, name)(*args)
+    except Exception as e:  # noqa: BLE001
+        assert typed_error(e), f"{name}{tuple(args)!r}: {e!r}"
+
+
+PUBLIC_CLASSES = sorted(name for name in dir(gc) if not name.startswith("_") and isinstance(getattr(gc, name), type)
+                        and not issubclass(getattr(gc, name), BaseException) and name not in gc._DEPRECATED)
+
+
+@pytest.mark.parametrize("name", PUBLIC_CLASSES)
+@given(args=st.lists(junk, max_size=4))
+def test_every_public_class_constructed_from_junk_raises_a_typed_error(name, args):
+    try:
+        getattr(gc, name)(*args)
+    except Exception as e:  # noqa: BLE001
+        assert typed_error(e), f"{name}{tuple(args)!r}: {e!r}"
+
+
+@given(args=st.lists(junk, max_size=3), method=st.sampled_from(
+    ["synchronize", "wait", "query", "__cuda_stream__"]))
+def test_stream_methods_given_junk(args, method):
+    s = gc.Stream()
+    try:
+        getattr(s, method)(*args)
+    except Exception as e:  # noqa: BLE001
+        assert typed_error(e), f"Stream.{method}{tuple(args)!r}: {e!r}"
