@@ -1,9 +1,12 @@
 """gpucloud: the runtime pieces of multi-GPU data-parallel training.
 
-The same concepts and names as the C++ library: devices, streams and events; buffers of every
-memory kind with RMM-style memory resources; asynchronous copies, casts and fills. Every operation
-accepts gpucloud buffers and, without copying, anything that speaks DLPack or the array
-interfaces (NumPy arrays, PyTorch tensors, CuPy arrays).
+The same concepts and names as the C++ library, capability by capability: runtime (devices,
+streams, events, dtypes), memory (buffers of every kind, RMM-style resources), movement (copies,
+the copy pipeline, the prefetcher), compute (cast and fill, GEMM, convolution, training-step ops),
+amp (loss scaling, fused optimizers, clipping), comm (MPI and NCCL communicators, gradient
+buckets) and monitor (device metrics). Every operation accepts gpucloud buffers and, without
+copying, anything that speaks DLPack or the array interfaces (NumPy arrays, PyTorch tensors, CuPy
+arrays); every Stream parameter also takes a framework's stream (__cuda_stream__).
 """
 
 from ._core import (  # noqa: F401

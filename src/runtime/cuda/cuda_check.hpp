@@ -1,4 +1,6 @@
-// Internal: checks for CUDA runtime, cuBLAS and NCCL return codes (not API).
+// Internal: checks for CUDA runtime return codes, and DeviceGuard (not API). cuBLAS/cuBLASLt's are
+// in compute/gemm/cuda/library_check.hpp, cuDNN's in compute/conv/cuda/cudnn_check.hpp, NCCL's in
+// comm/nccl/nccl_check.hpp, MPI's in comm/mpi/mpi_check.hpp.
 //
 // Throwing checks turn a failure into a typed gpucloud error naming the call, file:line, the
 // error's name and string; the no-throw variant (for destructors) reports to stderr and
