@@ -20,19 +20,15 @@ struct FinishMse {
   __device__ void operator()() const { finish_mse(partials, count, n, loss); }
 };
 
-template <class Body>
-void launch(const Body& body, Grid grid, StreamImpl& s) {
-  launch_body(body, grid, s);
-}
 }  // namespace
 
 void nn_mse(const MseBody& body, Grid grid, float* loss, StreamImpl& s) {
-  launch(body, grid, s);
+  launch_body(body, grid, s);
   launch_single(FinishMse{body.partials, static_cast<std::int64_t>(grid_size(grid)), body.n, loss}, s);
 }
 
-void nn_relu_backward(const ReluBackwardBody& body, Grid grid, StreamImpl& s) { launch(body, grid, s); }
+void nn_relu_backward(const ReluBackwardBody& body, Grid grid, StreamImpl& s) { launch_body(body, grid, s); }
 
-void nn_bias_grad(const BiasGradBody& body, Grid grid, StreamImpl& s) { launch(body, grid, s); }
+void nn_bias_grad(const BiasGradBody& body, Grid grid, StreamImpl& s) { launch_body(body, grid, s); }
 
 }  // namespace gpucloud::detail::cuda
