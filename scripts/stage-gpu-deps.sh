@@ -16,6 +16,9 @@ mkdir -p "$prefix/include" "$prefix/$multiarch/cmake"
 cp -r /usr/include/benchmark "$prefix/include/"
 cp -a /usr/$multiarch/libbenchmark.so* /usr/$multiarch/libbenchmark_main.a "$prefix/$multiarch/"
 cp -r /usr/$multiarch/cmake/benchmark "$prefix/$multiarch/cmake/"
+mkdir -p .deps/include  # header-only: nlohmann-json and xxHash (checkpoints)
+cp -r /usr/include/nlohmann .deps/include/
+cp /usr/include/xxhash.h .deps/include/
 mkdir -p .deps/dlpack/include
 cp -r /usr/include/dlpack .deps/dlpack/include/
 du -sh .deps

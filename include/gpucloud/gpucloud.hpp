@@ -35,3 +35,6 @@
 #include <gpucloud/comm/grad_buckets.hpp>
 // monitor: device metrics
 #include <gpucloud/monitor/monitor.hpp>
+// checkpoint: named state, asynchronous sharded checkpoints in safetensors files
+#include <gpucloud/checkpoint/checkpoint.hpp>
+#include <gpucloud/checkpoint/state_dict.hpp>

@@ -43,6 +43,11 @@ void register_errors(py::module_& m) {
       make(m, "CommunicationError", error, "A collective failed, timed out or a peer died.");
   static PyObject* unsupported =
       make(m, "Unsupported", two(error, PyExc_NotImplementedError), "Not available in this build or on this device.");
+  static PyObject* checkpoint_error =
+      make(m, "CheckpointError", error, "A checkpoint cannot be written or read (I/O, truncation, checksum).");
+  static PyObject* checkpoint_mismatch =
+      make(m, "CheckpointMismatch", two(checkpoint_error, PyExc_ValueError),
+           "A sound checkpoint that does not fit what it is loaded into; nothing was written.");
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -57,6 +62,10 @@ void register_errors(py::module_& m) {
       set_error(communication_error, e.what());
     } catch (const Unsupported& e) {
       set_error(unsupported, e.what());
+    } catch (const CheckpointMismatch& e) {
+      set_error(checkpoint_mismatch, e.what());
+    } catch (const CheckpointError& e) {
+      set_error(checkpoint_error, e.what());
     } catch (const Error& e) {
       set_error(error, e.what());
     } catch (const py::cast_error& e) {

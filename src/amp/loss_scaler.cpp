@@ -4,6 +4,7 @@
 
 #include "amp/amp_checks.hpp"
 #include "amp/amp_launch.hpp"
+#include "checkpoint/state_checks.hpp"
 #include "runtime/access.hpp"
 #include "runtime/stream_impl.hpp"
 
@@ -119,6 +120,25 @@ void LossScaler::load_state(const LossScalerState& state, StreamView stream) {
   upload_state(ScalerState{state.scale, state.found_inf ? 1.0f : 0.0f, state.growth_tracker, state.hysteresis_left},
                impl_->state.view(), stream);
   detail::hold_until_done(stream, impl_);
+}
+
+StateDict LossScaler::state_dict() const {
+  const Device dev = impl_->state.device();
+  ScalerState* st = impl_->device_state();
+  return {{"scale", {BufferView(&st->scale, 1, DType::float32, MemoryKind::device, dev), {}}},
+          {"growth_tracker", {BufferView(&st->growth_tracker, 1, DType::int32, MemoryKind::device, dev), {}}},
+          {"hysteresis_left", {BufferView(&st->hysteresis_left, 1, DType::int32, MemoryKind::device, dev), {}}}};
+}
+
+void LossScaler::load_state_dict(const StateDict& state, StreamView stream) {
+  constexpr const char* call = "LossScaler::load_state_dict";
+  impl_->check_stream(stream, call);
+  detail::check_state_entries(state_dict(), state, call);
+  LossScalerState s;
+  detail::read_to_host(state.at("scale").view, &s.scale, sizeof s.scale, stream);
+  detail::read_to_host(state.at("growth_tracker").view, &s.growth_tracker, sizeof s.growth_tracker, stream);
+  detail::read_to_host(state.at("hysteresis_left").view, &s.hysteresis_left, sizeof s.hysteresis_left, stream);
+  load_state(s, stream);
 }
 
 BufferView LossScaler::found_inf() const {

@@ -5,6 +5,7 @@
 
 #include "amp/amp_checks.hpp"
 #include "amp/amp_launch.hpp"
+#include "checkpoint/state_checks.hpp"
 #include "memory/stream_scratch.hpp"
 #include "runtime/access.hpp"
 #include "runtime/stream_impl.hpp"
@@ -96,6 +97,40 @@ struct Common {
     detail::hold_until_done(s, std::move(staging));
   }
 
+  // "step" and, per parameter, each of @p per_param's buffers that exists, and the master.
+  StateDict state_dict(const std::vector<std::pair<const char*, const std::vector<Buffer>*>>& per_param) const {
+    StateDict out;
+    out["step"] = TensorRef{BufferView(scalars.data(), 1, DType::int64, scalars.kind(), device), {}};
+    auto add = [&](const char* suffix, const std::vector<Buffer>& v) {
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].empty()) out["state." + std::to_string(i) + "." + suffix] = TensorRef{v[i].view(), {}};
+      }
+    };
+    for (const auto& [suffix, v] : per_param) add(suffix, *v);
+    add("master", masters);
+    return out;
+  }
+
+  // Checks @p state against @p expected, copies it in (skipping entries that are the state's own
+  // memory), loads the step count and sets the parameters from their masters.
+  void load_state_dict(const StateDict& expected, const StateDict& state, StreamView s, const char* call) {
+    GPUCLOUD_EXPECTS(s.device() == device, call,
+                     "stream: the state is on " + device.str() + ", the stream on " + s.device().str());
+    detail::check_state_entries(expected, state, call);
+    std::int64_t step = 0;
+    detail::read_to_host(state.at("step").view, &step, sizeof step, s);
+    GPUCLOUD_EXPECTS(step >= 0, call, "state['step']: " + std::to_string(step) + " is negative");
+    for (const auto& [name, ref] : expected) {
+      const BufferView src = state.at(name).view;
+      if (name == "step" || src.data() == ref.view.data()) continue;
+      copy(ref.view, src, s);
+    }
+    load_step_count(static_cast<std::size_t>(step), s);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (!masters[i].empty()) cast(params[i].param, masters[i], s);
+    }
+  }
+
   BufferView checked(const std::vector<Buffer>& v, std::size_t i, const char* call) const {
     GPUCLOUD_EXPECTS(i < params.size(), call,
                      "i: " + std::to_string(i) + " is not below " + std::to_string(params.size()));
@@ -161,6 +196,11 @@ void FusedSGD::load_step_count(std::size_t steps, StreamView stream) {
   impl_->common.load_step_count(steps, stream);
   detail::hold_until_done(stream, impl_);
 }
+StateDict FusedSGD::state_dict() const { return impl_->common.state_dict({{"momentum_buffer", &impl_->momentum}}); }
+void FusedSGD::load_state_dict(const StateDict& state, StreamView stream) {
+  impl_->common.load_state_dict(state_dict(), state, stream, "FusedSGD::load_state_dict");
+  detail::hold_until_done(stream, impl_);
+}
 BufferView FusedSGD::momentum_buffer(std::size_t i) const {
   return impl_->common.checked(impl_->momentum, i, "FusedSGD::momentum_buffer");
 }
@@ -224,6 +264,14 @@ void FusedAdam::set_lr(float lr) {
 std::size_t FusedAdam::step_count(StreamView stream) const { return impl_->common.step_count(stream); }
 void FusedAdam::load_step_count(std::size_t steps, StreamView stream) {
   impl_->common.load_step_count(steps, stream);
+  detail::hold_until_done(stream, impl_);
+}
+StateDict FusedAdam::state_dict() const {
+  return impl_->common.state_dict(
+      {{"exp_avg", &impl_->exp_avg}, {"exp_avg_sq", &impl_->exp_avg_sq}, {"max_exp_avg_sq", &impl_->max_exp_avg_sq}});
+}
+void FusedAdam::load_state_dict(const StateDict& state, StreamView stream) {
+  impl_->common.load_state_dict(state_dict(), state, stream, "FusedAdam::load_state_dict");
   detail::hold_until_done(stream, impl_);
 }
 BufferView FusedAdam::exp_avg(std::size_t i) const {

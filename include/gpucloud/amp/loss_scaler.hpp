@@ -2,6 +2,7 @@
 /// @brief Dynamic (and static) loss scaling with PyTorch GradScaler's defaults and update rule.
 #pragma once
 
+#include <gpucloud/checkpoint/state_dict.hpp>
 #include <gpucloud/export.hpp>
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/runtime/device.hpp>
@@ -65,6 +66,14 @@ class GPUCLOUD_API LossScaler {
   LossScalerState state(StreamView stream) const;
   /// @brief Restores a state (from a checkpoint) in @p stream's order. @throws InvalidArgument.
   void load_state(const LossScalerState& state, StreamView stream);
+
+  /// @brief The state as named views of its device memory (no copies), for checkpoints: "scale"
+  ///        (float32), "growth_tracker" and "hysteresis_left" (int32), one element each.
+  StateDict state_dict() const;
+  /// @brief Restores @p state, named as state_dict() (its views may be state_dict()'s own,
+  ///        filled by checkpoint::load); validated as load_state. Synchronises @p stream.
+  /// @throws InvalidArgument naming the entry; nothing is changed then.
+  void load_state_dict(const StateDict& state, StreamView stream);
 
   /// @brief found-inf on the device: one float32, non-zero after an overflow this step.
   BufferView found_inf() const;

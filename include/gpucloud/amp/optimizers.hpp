@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gpucloud/amp/loss_scaler.hpp>
+#include <gpucloud/checkpoint/state_dict.hpp>
 #include <gpucloud/export.hpp>
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/runtime/stream.hpp>
@@ -71,6 +72,16 @@ class GPUCLOUD_API FusedSGD {
   std::size_t step_count(StreamView stream) const;
   /// @brief Sets the step count (restoring a checkpoint), in @p stream's order.
   void load_step_count(std::size_t steps, StreamView stream);
+  /// @brief The state as named views of its memory (no copies), for checkpoints: "step" (int64,
+  ///        one element) and, per parameter i, "state.<i>.momentum_buffer" (with momentum) and
+  ///        "state.<i>.master" (fp32 masters of fp16/bf16 parameters). Read in the state's stream order.
+  StateDict state_dict() const;
+  /// @brief Restores @p state, named and shaped as state_dict() (its views may be state_dict()'s
+  ///        own, filled by checkpoint::load), in @p stream's order; each parameter is then set from
+  ///        its restored master. Reads the step count: synchronises @p stream.
+  /// @throws InvalidArgument naming the entry (missing, unexpected, another dtype or size, a
+  ///         negative step); nothing is changed then.
+  void load_state_dict(const StateDict& state, StreamView stream);
   /// @brief Momentum buffer of parameter @p i (fp32), empty without momentum.
   BufferView momentum_buffer(std::size_t i) const;
   /// @brief fp32 master of parameter @p i, empty when the parameter is fp32 itself.
@@ -102,6 +113,17 @@ class GPUCLOUD_API FusedAdam {
   std::size_t step_count(StreamView stream) const;
   /// @brief Sets the step count (restoring a checkpoint), in @p stream's order.
   void load_step_count(std::size_t steps, StreamView stream);
+  /// @brief The state as named views of its memory (no copies), for checkpoints: "step" (int64,
+  ///        one element) and, per parameter i, "state.<i>.exp_avg", "state.<i>.exp_avg_sq",
+  ///        "state.<i>.max_exp_avg_sq" (amsgrad) and
+  ///        "state.<i>.master" (fp32 masters of fp16/bf16 parameters). Read in the state's stream order.
+  StateDict state_dict() const;
+  /// @brief Restores @p state, named and shaped as state_dict() (its views may be state_dict()'s
+  ///        own, filled by checkpoint::load), in @p stream's order; each parameter is then set from
+  ///        its restored master. Reads the step count: synchronises @p stream.
+  /// @throws InvalidArgument naming the entry (missing, unexpected, another dtype or size, a
+  ///         negative step); nothing is changed then.
+  void load_state_dict(const StateDict& state, StreamView stream);
   /// @brief First moment of parameter @p i (fp32).
   BufferView exp_avg(std::size_t i) const;
   /// @brief Second moment of parameter @p i (fp32).

@@ -73,6 +73,20 @@ class GPUCLOUD_API Unsupported : public Error {
   using Error::Error;
 };
 
+/// @brief A checkpoint cannot be written or read: an I/O error (a full disk), a missing or
+///        truncated file, a checksum that does not match, a manifest of another format.
+class GPUCLOUD_API CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// @brief A sound checkpoint that does not fit what it is loaded into: a tensor missing or
+///        unexpected, of another dtype or shape. Nothing was written.
+class GPUCLOUD_API CheckpointMismatch : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
 }  // namespace gpucloud
 
 /// @brief Throws gpucloud::InvalidArgument from @p call naming @p reason unless @p cond holds.

@@ -1,0 +1,509 @@
+// Writing checkpoints: the snapshot on a copy stream, the files on a background thread, the
+// commit by rank 0 once every rank's file is durable (docs/checkpoint.md#how-a-save-commits).
+#include <gpucloud/checkpoint/checkpoint.hpp>
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/event.hpp>
+
+#include "checkpoint/files.hpp"
+#include "checkpoint/format.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+namespace gpucloud::checkpoint {
+
+using nlohmann::json;
+namespace d = detail;
+
+// ---- PendingSave ----------------------------------------------------------------------------
+
+struct PendingSave::State {
+  std::string directory;
+  std::int64_t step = 0;
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool finished = false;
+  std::exception_ptr error;
+  bool error_taken = false;
+
+  void finish(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    finished = true;
+    error = std::move(e);
+    cv.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [this] { return finished; });
+    if (error && !error_taken) {
+      error_taken = true;
+      std::rethrow_exception(error);
+    }
+  }
+};
+
+PendingSave::PendingSave() = default;
+PendingSave::PendingSave(std::shared_ptr<State> state) : state_(std::move(state)) {}
+void PendingSave::wait() {
+  if (state_) state_->wait();
+}
+bool PendingSave::done() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->finished;
+}
+std::string PendingSave::directory() const { return state_ ? state_->directory : std::string(); }
+std::int64_t PendingSave::step() const { return state_ ? state_->step : 0; }
+
+std::string directory_name(std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%012lld", static_cast<long long>(step));
+  return name;
+}
+
+namespace {
+
+constexpr const char* kCall = "Checkpointer::save_async";
+
+// "step-000000001000" -> 1000; false for anything else (tmp directories included).
+bool committed_step(const std::string& name, std::int64_t& step) {
+  if (name.size() != 17 || name.compare(0, 5, "step-") != 0) return false;
+  std::int64_t v = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    v = v * 10 + (name[i] - '0');
+  }
+  step = v;
+  return true;
+}
+
+std::string rank_file(int rank) {
+  char name[40];
+  std::snprintf(name, sizeof name, "rank-%05d.safetensors", rank);
+  return name;
+}
+std::string marker_file(int rank, const char* suffix) {
+  char name[40];
+  std::snprintf(name, sizeof name, "rank-%05d.%s", rank, suffix);
+  return name;
+}
+
+// One tensor as this rank writes it.
+struct Item {
+  std::string name;
+  BufferView view;
+  std::vector<std::int64_t> shape;
+  std::uint64_t bytes = 0;
+  int rank = 0;              // the rank that writes it
+  std::uint64_t offset = 0;  // in this rank's data (and staging)
+};
+
+// Balanced by bytes: largest first, each to the least loaded rank (ties: the lower). Every rank
+// computes the same assignment from the same names and sizes.
+void assign_ranks(std::vector<Item>& items, int world) {
+  std::vector<Item*> order;
+  for (auto& it : items) order.push_back(&it);
+  std::stable_sort(order.begin(), order.end(), [](const Item* a, const Item* b) { return a->bytes > b->bytes; });
+  std::vector<std::uint64_t> load(static_cast<std::size_t>(world), 0);
+  for (Item* it : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    it->rank = static_cast<int>(least);
+    load[static_cast<std::size_t>(least)] += std::max<std::uint64_t>(it->bytes, 1);
+  }
+}
+
+// What every rank must agree on: the step and every tensor's name, dtype and shape.
+std::uint64_t layout_hash(std::int64_t step, const std::vector<Item>& items) {
+  std::string text = std::to_string(step);
+  for (const auto& it : items) {
+    text += "|" + it.name + ":" + dtype_name(it.view.dtype()) + d::shape_str(it.shape);
+  }
+  return d::xxh3(text.data(), text.size());
+}
+
+void check_encodable(const std::string& s, const std::string& what) {
+  try {
+    (void)json(s).dump();
+  } catch (const json::exception&) {
+    GPUCLOUD_FAIL(InvalidArgument, kCall, what + ": not valid UTF-8");
+  }
+}
+
+std::uint64_t random_id() {
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
+         static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+// Polls @p ready until it returns true, checking @p failed (a message: throw) in between, for at
+// most @p timeout.
+template <class Ready, class Failed>
+void poll(Ready ready, Failed failed, std::chrono::milliseconds timeout, const std::string& waiting_for) {
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::milliseconds(1);
+  while (!ready()) {
+    if (auto message = failed()) throw CheckpointError("checkpoint commit", *message, __FILE__, __LINE__);
+    if (std::chrono::steady_clock::now() - start > timeout) {
+      throw CheckpointError("checkpoint commit",
+                            "timed out after " + std::to_string(timeout.count()) + " ms waiting for " + waiting_for,
+                            __FILE__, __LINE__);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
+std::optional<std::string> read_error_marker(const std::string& path) {
+  if (!d::exists(path)) return std::nullopt;
+  try {
+    return d::read_file(path, 1 << 16);
+  } catch (const std::exception&) {
+    return std::string("(its error marker could not be read)");
+  }
+}
+
+}  // namespace
+
+// ---- Checkpointer ---------------------------------------------------------------------------
+
+struct Checkpointer::Impl {
+  std::string root;
+  Options options;
+  int rank = 0, world = 1;
+  std::uint64_t run_id = 0;
+  std::optional<Stream> copy_stream;  // on the device of the latest save's stream
+  Buffer staging;                     // reused while large enough
+  std::thread writer;
+  std::shared_ptr<PendingSave::State> current;
+
+  ~Impl() { finish_previous(false); }
+
+  void finish_previous(bool rethrow) {
+    if (writer.joinable()) writer.join();
+    if (current && rethrow) {
+      auto state = std::move(current);
+      state->wait();
+    }
+    current.reset();
+  }
+
+  // The background part of a save.
+  void write(const std::shared_ptr<PendingSave::State>& state, std::vector<Item> mine, std::shared_ptr<Event> snapshot,
+             std::uint64_t layout, const Metadata& metadata, const std::vector<Item>& all);
+  void commit(const std::string& tmp, const std::string& final_dir, std::int64_t step, std::uint64_t layout,
+              const json& own, const std::vector<Item>& all, const Metadata& metadata);
+  void clean_up(std::int64_t step, const std::string& keep_tmp);
+};
+
+Checkpointer::Checkpointer(std::string root, Options options) {
+  GPUCLOUD_EXPECTS(!root.empty(), "Checkpointer", "root: empty path");
+  GPUCLOUD_EXPECTS(options.keep_last >= 0, "Checkpointer",
+                   "options.keep_last: " + std::to_string(options.keep_last) + " is negative (0 keeps all)");
+  GPUCLOUD_EXPECTS(options.commit_timeout.count() > 0, "Checkpointer", "options.commit_timeout: must be positive");
+  if (options.staging != nullptr) {
+    const auto kind = options.staging->kind();
+    GPUCLOUD_EXPECTS(kind == MemoryKind::pinned || kind == MemoryKind::host, "Checkpointer",
+                     std::string("options.staging: a resource of ") + memory_kind_name(kind) +
+                         " memory; snapshots need pinned (or host) memory");
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->root = std::move(root);
+  impl->options = options;
+  d::make_directories(impl->root);
+  impl->run_id = random_id();
+  if (options.comm != nullptr) {
+    Communicator& comm = *options.comm;
+    impl->rank = comm.rank();
+    impl->world = comm.size();
+    // Rank 0's run id, for every rank's temporary directory names.
+    Stream s(comm.device());
+    Buffer host(1, DType::int64, Device::host(), MemoryKind::pinned);
+    Buffer shared(1, DType::int64, comm.device(), MemoryKind::device);
+    *host.data_as<std::int64_t>() = static_cast<std::int64_t>(impl->run_id);
+    copy(shared, host, s);
+    comm.broadcast(shared, 0, s);
+    copy(host, shared, s);
+    s.synchronize();
+    impl->run_id = static_cast<std::uint64_t>(*host.data_as<std::int64_t>());
+  }
+  impl_ = std::move(impl);
+}
+
+Checkpointer::~Checkpointer() = default;
+Checkpointer::Checkpointer(Checkpointer&&) noexcept = default;
+Checkpointer& Checkpointer::operator=(Checkpointer&& other) noexcept {
+  if (this != &other) {
+    if (impl_) impl_->finish_previous(false);
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+const std::string& Checkpointer::root() const { return impl_->root; }
+
+void Checkpointer::wait() { impl_->finish_previous(true); }
+
+void Checkpointer::save(std::int64_t step, const StateDict& tensors, StreamView stream, const Metadata& metadata) {
+  save_async(step, tensors, stream, metadata).wait();
+  impl_->finish_previous(false);
+}
+
+PendingSave Checkpointer::save_async(std::int64_t step, const StateDict& tensors, StreamView stream,
+                                     const Metadata& metadata) {
+  Impl& im = *impl_;
+  // Every argument first: nothing is enqueued or waited for on a bad call.
+  GPUCLOUD_EXPECTS(step >= 0, kCall, "step: " + std::to_string(step) + " is negative");
+  const Device dev = stream.device();
+  std::vector<Item> all;
+  for (const auto& [name, ref] : tensors) {
+    GPUCLOUD_EXPECTS(!name.empty(), kCall, "tensors: an empty name");
+    GPUCLOUD_EXPECTS(name != "__metadata__", kCall, "tensors: '__metadata__' is reserved by safetensors");
+    check_encodable(name, "tensors: the name '" + name + "'");
+    Item it;
+    it.name = name;
+    it.view = ref.view;
+    it.shape = shape_of(ref, "tensors['" + name + "']");
+    it.bytes = ref.view.size_bytes();
+    const bool host_memory = ref.view.device().is_host();
+    GPUCLOUD_EXPECTS(ref.view.empty() || host_memory || ref.view.device() == dev, kCall,
+                     "tensors['" + name + "']: on " + ref.view.device().str() + ", the stream on " + dev.str());
+    all.push_back(std::move(it));
+  }
+  for (const auto& [key, value] : metadata) {
+    GPUCLOUD_EXPECTS(key.compare(0, 9, "gpucloud.") != 0, kCall,
+                     "metadata['" + key + "']: keys starting with 'gpucloud.' are reserved");
+    check_encodable(key, "metadata: a key");
+    check_encodable(value, "metadata['" + key + "']");
+  }
+  im.finish_previous(true);  // the previous save: joined, its error raised here if nobody saw it
+
+  assign_ranks(all, im.world);
+  std::vector<Item> mine;
+  for (const auto& it : all) {
+    if (it.rank == im.rank) mine.push_back(it);
+  }
+  // Widest elements first, so every tensor starts aligned to its element size in the file.
+  std::stable_sort(mine.begin(), mine.end(), [](const Item& a, const Item& b) {
+    return dtype_size(a.view.dtype()) > dtype_size(b.view.dtype());
+  });
+  std::uint64_t total = 0;
+  for (auto& it : mine) {
+    it.offset = total;
+    total += it.bytes;
+  }
+  if (im.staging.size_bytes() < total) {
+    im.staging = Buffer();
+    const MemoryKind kind = im.options.staging != nullptr ? im.options.staging->kind() : MemoryKind::pinned;
+    im.staging = Buffer(static_cast<std::size_t>(total), DType::uint8, Device::host(), kind, im.options.staging);
+  }
+  if (!im.copy_stream || im.copy_stream->device() != dev) im.copy_stream.emplace(dev);
+
+  // The snapshot: on the copy stream after the caller's work; the caller's later work after it.
+  Event ready(dev, false);
+  ready.record(stream);
+  im.copy_stream->wait(ready);
+  const auto staging_kind = im.staging.kind();
+  for (const auto& it : mine) {
+    if (it.bytes == 0) continue;
+    const BufferView src(it.view.data(), static_cast<std::size_t>(it.bytes), DType::uint8, it.view.kind(),
+                         it.view.device());
+    const BufferView dst(static_cast<char*>(im.staging.data()) + it.offset, static_cast<std::size_t>(it.bytes),
+                         DType::uint8, staging_kind, Device::host());
+    copy(dst, src, *im.copy_stream);
+  }
+  auto snapshot = std::make_shared<Event>(dev, false);
+  snapshot->record(*im.copy_stream);
+  stream.wait(*snapshot);
+
+  auto state = std::make_shared<PendingSave::State>();
+  state->directory = im.root + "/" + directory_name(step);
+  state->step = step;
+  im.current = state;
+  const std::uint64_t layout = layout_hash(step, all);
+  im.writer = std::thread(
+      [impl = impl_, state, mine = std::move(mine), snapshot, layout, metadata, all = std::move(all)]() mutable {
+        try {
+          impl->write(state, std::move(mine), std::move(snapshot), layout, metadata, all);
+          state->finish(nullptr);
+        } catch (...) {
+          state->finish(std::current_exception());
+        }
+      });
+  return PendingSave(state);
+}
+
+void Checkpointer::Impl::write(const std::shared_ptr<PendingSave::State>& state, std::vector<Item> mine,
+                               std::shared_ptr<Event> snapshot, std::uint64_t layout, const Metadata& metadata,
+                               const std::vector<Item>& all) {
+  const std::string final_dir = state->directory;
+  const std::string tmp = final_dir + ".tmp-" + d::hex64(run_id);
+  const std::string file = tmp + "/" + rank_file(rank);
+  try {
+    snapshot->synchronize();
+    d::make_directories(tmp);
+    std::map<std::string, d::FileEntry> entries;
+    std::map<std::string, std::uint64_t> sums;
+    const char* base = static_cast<const char*>(staging.data());
+    for (const auto& it : mine) {
+      entries[it.name] = d::FileEntry{it.view.dtype(), it.shape, it.offset, it.offset + it.bytes};
+      sums[it.name] = d::xxh3(base + it.offset, static_cast<std::size_t>(it.bytes));
+    }
+    Metadata file_meta{{"format", "pt"}, {"gpucloud.step", std::to_string(state->step)}};
+    const std::string prefix = d::safetensors_prefix(entries, file_meta);
+    std::uint64_t data_bytes = 0;
+    for (const auto& it : mine) data_bytes += it.bytes;
+    {
+      d::File f = d::File::create(file);
+      f.write_all(prefix.data(), prefix.size());
+      if (data_bytes > 0) f.write_all(base, static_cast<std::size_t>(data_bytes));
+      f.sync_and_close();
+    }
+    // Where each tensor lies in the file, and its checksum: rank 0 assembles the manifest.
+    json marker = {{"layout", d::hex64(layout)}, {"tensors", json::object()}};
+    for (const auto& it : mine) {
+      marker["tensors"][it.name] = {{"begin", prefix.size() + it.offset},
+                                    {"end", prefix.size() + it.offset + it.bytes},
+                                    {"xxh3_64", d::hex64(sums[it.name])}};
+    }
+    if (rank == 0) {
+      commit(tmp, final_dir, state->step, layout, marker, all, metadata);
+      return;
+    }
+    const std::string done = tmp + "/" + marker_file(rank, "json");
+    d::write_file(done + ".part", marker.dump());
+    d::rename_durably(done + ".part", done);
+    // Committed once rank 0 has renamed the directory, with a manifest of this run and step.
+    const std::string manifest = final_dir + "/manifest.json";
+    const std::string run = d::hex64(run_id);
+    poll(
+        [&] {
+          if (!d::exists(manifest)) return false;
+          try {
+            const Manifest m = d::decode_manifest(d::read_file(manifest, 1u << 30), manifest);
+            const auto it = m.metadata.find("gpucloud.run");
+            return m.step == state->step && it != m.metadata.end() && it->second == run;
+          } catch (const CheckpointError&) {
+            return false;
+          }
+        },
+        [&]() -> std::optional<std::string> {
+          auto e = read_error_marker(tmp + "/commit.error");
+          if (e) return "rank 0 failed to write the checkpoint: " + *e;
+          return std::nullopt;
+        },
+        options.commit_timeout, "rank 0 to commit " + final_dir);
+  } catch (const std::exception& e) {
+    // Best effort: free the space, and tell the other ranks (rank 0: that the commit failed).
+    std::remove(file.c_str());
+    try {
+      if (d::exists(tmp)) {
+        d::write_file(tmp + "/" + (rank == 0 ? std::string("commit.error") : marker_file(rank, "error")), e.what());
+      }
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+void Checkpointer::Impl::commit(const std::string& tmp, const std::string& final_dir, std::int64_t step,
+                                std::uint64_t layout, const json& own, const std::vector<Item>& all,
+                                const Metadata& metadata) {
+  std::vector<json> markers(static_cast<std::size_t>(world));
+  markers[0] = own;
+  for (int r = 1; r < world; ++r) {
+    const std::string path = tmp + "/" + marker_file(r, "json");
+    poll([&] { return d::exists(path); },
+         [&]() -> std::optional<std::string> {
+           auto e = read_error_marker(tmp + "/" + marker_file(r, "error"));
+           if (e) return "rank " + std::to_string(r) + " failed to write its file: " + *e;
+           return std::nullopt;
+         },
+         options.commit_timeout, "rank " + std::to_string(r) + "'s file in " + tmp);
+    try {
+      markers[static_cast<std::size_t>(r)] = json::parse(d::read_file(path, 1u << 30));
+    } catch (const json::exception& e) {
+      throw CheckpointError("checkpoint commit", path + ": not JSON (" + e.what() + ")", __FILE__, __LINE__);
+    }
+    if (markers[static_cast<std::size_t>(r)].value("layout", "") != d::hex64(layout)) {
+      throw CheckpointError("checkpoint commit",
+                            "rank " + std::to_string(r) +
+                                " saved another step or other tensors (names, dtypes or "
+                                "shapes) than rank 0: every rank must save the same state",
+                            __FILE__, __LINE__);
+    }
+  }
+  Manifest m;
+  m.step = step;
+  m.world_size = world;
+  for (int r = 0; r < world; ++r) m.files.push_back(rank_file(r));
+  m.metadata = metadata;
+  m.metadata["gpucloud.run"] = d::hex64(run_id);
+  for (const auto& it : all) {
+    const json& t = markers[static_cast<std::size_t>(it.rank)]["tensors"];
+    if (!t.contains(it.name)) {
+      throw CheckpointError("checkpoint commit", "rank " + std::to_string(it.rank) + " did not write '" + it.name + "'",
+                            __FILE__, __LINE__);
+    }
+    TensorInfo info;
+    info.dtype = it.view.dtype();
+    info.shape = it.shape;
+    info.file = rank_file(it.rank);
+    info.begin = t[it.name]["begin"].get<std::uint64_t>();
+    info.end = t[it.name]["end"].get<std::uint64_t>();
+    info.xxh3 = std::stoull(t[it.name]["xxh3_64"].get<std::string>(), nullptr, 16);
+    m.tensors.emplace(it.name, std::move(info));
+  }
+  d::write_file(tmp + "/manifest.json", d::encode_manifest(m));
+  for (int r = 1; r < world; ++r) std::remove((tmp + "/" + marker_file(r, "json")).c_str());
+  d::sync_directory(tmp);
+  clean_up(step, tmp);
+  // A checkpoint of the same step from an earlier run is replaced.
+  std::string old;
+  if (d::exists(final_dir)) {
+    old = final_dir + ".old-" + d::hex64(run_id);
+    d::remove_all_quietly(old);
+    d::rename_durably(final_dir, old);
+  }
+  d::rename_durably(tmp, final_dir);
+  if (!old.empty()) d::remove_all_quietly(old);
+  if (options.keep_last > 0) {
+    std::vector<std::int64_t> steps;
+    for (const auto& name : d::list_directory(root)) {
+      std::int64_t s = 0;
+      if (committed_step(name, s)) steps.push_back(s);
+    }
+    std::sort(steps.begin(), steps.end());
+    const std::size_t keep = static_cast<std::size_t>(options.keep_last);
+    for (std::size_t i = 0; i + keep < steps.size(); ++i) d::remove_all_quietly(root + "/" + directory_name(steps[i]));
+  }
+  d::sync_directory(root);
+}
+
+// Removes what interrupted saves left: temporary directories of other runs, and of this run for
+// earlier steps. (One training run writes to a root at a time.)
+void Checkpointer::Impl::clean_up(std::int64_t step, const std::string& keep_tmp) {
+  const std::string keep = keep_tmp.substr(keep_tmp.find_last_of('/') + 1);
+  for (const auto& name : d::list_directory(root)) {
+    if (name == keep || name.compare(0, 5, "step-") != 0) continue;
+    const auto dot = name.find('.');
+    if (dot == std::string::npos) continue;  // committed
+    std::int64_t s = 0;
+    if (!committed_step(name.substr(0, dot), s)) continue;
+    const bool ours = name.find(d::hex64(run_id)) != std::string::npos;
+    if (!ours || s < step) d::remove_all_quietly(root + "/" + name);
+  }
+}
+
+}  // namespace gpucloud::checkpoint

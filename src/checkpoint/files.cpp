@@ -1,0 +1,153 @@
+#include "checkpoint/files.hpp"
+
+#include <gpucloud/runtime/error.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace gpucloud::checkpoint::detail {
+
+namespace fs = std::filesystem;
+
+namespace {
+[[noreturn]] void fail_errno(const char* call, const std::string& path, int err) {
+  throw CheckpointError(call, path + ": " + std::strerror(err), __FILE__, __LINE__);
+}
+}  // namespace
+
+File File::create(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_errno("open", path, errno);
+  return File(fd, path);
+}
+
+File File::open_read(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_errno("open", path, errno);
+  return File(fd, path);
+}
+
+File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void File::write_all(const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail_errno("write", path_, errno);
+    }
+    if (w == 0) fail_errno("write", path_, EIO);
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+void File::read_at(void* data, std::size_t n, std::uint64_t offset) const {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail_errno("pread", path_, errno);
+    }
+    if (r == 0) {
+      throw CheckpointError("read",
+                            path_ + ": the file ends at byte " + std::to_string(offset) + ", " + std::to_string(n) +
+                                " bytes early (truncated)",
+                            __FILE__, __LINE__);
+    }
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    offset += static_cast<std::uint64_t>(r);
+  }
+}
+
+std::uint64_t File::size() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) fail_errno("fstat", path_, errno);
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+void File::sync_and_close() {
+  if (::fsync(fd_) != 0) fail_errno("fsync", path_, errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail_errno("close", path_, errno);
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  File f = File::create(path);
+  f.write_all(text.data(), text.size());
+  f.sync_and_close();
+}
+
+std::string read_file(const std::string& path, std::size_t limit) {
+  const File f = File::open_read(path);
+  const std::uint64_t n = f.size();
+  if (n > limit) {
+    throw CheckpointError(
+        "read",
+        path + ": " + std::to_string(n) + " bytes, more than the " + std::to_string(limit) + " such a file can have",
+        __FILE__, __LINE__);
+  }
+  std::string text(static_cast<std::size_t>(n), '\0');
+  f.read_at(text.data(), text.size(), 0);
+  return text;
+}
+
+void sync_directory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail_errno("open", path, errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fail_errno("fsync", path, err);
+}
+
+void make_directories(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) fail_errno("mkdir", path, ec.value());
+}
+
+void rename_durably(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) fail_errno("rename", from + " -> " + to, errno);
+  sync_directory(parent_of(to));
+}
+
+void remove_all_quietly(const std::string& path) noexcept {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+}
+
+std::vector<std::string> list_directory(const std::string& path) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  return names;
+}
+
+bool exists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(path, ec);
+}
+
+std::string parent_of(const std::string& path) {
+  const std::string p = fs::path(path).parent_path().string();
+  return p.empty() ? "." : p;
+}
+
+}  // namespace gpucloud::checkpoint::detail

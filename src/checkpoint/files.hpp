@@ -1,0 +1,58 @@
+// POSIX file I/O for checkpoints: every failure a CheckpointError with the path and strerror;
+// writes that are durable (fsync of files and of the directories that name them).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpucloud::checkpoint::detail {
+
+/// An open file descriptor, closed on destruction.
+class File {
+ public:
+  /// Creates (or truncates) @p path for writing.
+  static File create(const std::string& path);
+  /// Opens @p path for reading.
+  static File open_read(const std::string& path);
+  File(File&& other) noexcept;
+  File& operator=(File&&) = delete;
+  File(const File&) = delete;
+  ~File();
+  /// Writes all @p n bytes (short writes and EINTR retried).
+  void write_all(const void* data, std::size_t n);
+  /// Reads exactly @p n bytes at @p offset. @throws CheckpointError when the file ends first.
+  void read_at(void* data, std::size_t n, std::uint64_t offset) const;
+  /// The file's size in bytes.
+  std::uint64_t size() const;
+  /// fsync, then close (its error reported too: NFS reports write errors at close).
+  void sync_and_close();
+  const std::string& path() const { return path_; }
+
+ private:
+  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_ = -1;
+  std::string path_;
+};
+
+/// Writes @p text to @p path durably (create, write, fsync, close).
+void write_file(const std::string& path, const std::string& text);
+/// Reads the whole of @p path (at most @p limit bytes, else CheckpointError).
+std::string read_file(const std::string& path, std::size_t limit);
+/// fsync of a directory, so the entries created or renamed in it survive a power loss.
+void sync_directory(const std::string& path);
+/// mkdir -p.
+void make_directories(const std::string& path);
+/// rename(2), then fsync of the target's directory.
+void rename_durably(const std::string& from, const std::string& to);
+/// rm -rf; errors ignored (best effort, for clean-up).
+void remove_all_quietly(const std::string& path) noexcept;
+/// Names of the entries of @p path (empty when it does not exist).
+std::vector<std::string> list_directory(const std::string& path);
+/// True when @p path exists.
+bool exists(const std::string& path);
+/// The directory part of @p path.
+std::string parent_of(const std::string& path);
+
+}  // namespace gpucloud::checkpoint::detail

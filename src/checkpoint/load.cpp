@@ -1,0 +1,154 @@
+// Reading checkpoints: everything verified before the first byte reaches the caller's tensors.
+#include <gpucloud/checkpoint/checkpoint.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/error.hpp>
+
+#include "checkpoint/files.hpp"
+#include "checkpoint/format.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace gpucloud::checkpoint {
+
+namespace d = detail;
+
+namespace {
+constexpr std::size_t kMaxManifestBytes = std::size_t{1} << 30;
+
+[[noreturn]] void mismatch(const std::string& what) {
+  throw CheckpointMismatch("checkpoint::load", what, __FILE__, __LINE__);
+}
+[[noreturn]] void corrupt(const std::string& what) {
+  throw CheckpointError("checkpoint::load", what, __FILE__, __LINE__);
+}
+
+// One tensor file: its size and the entries of its header (offsets made absolute).
+struct CheckedFile {
+  d::File file;
+  std::map<std::string, d::FileEntry> entries;
+};
+
+CheckedFile open_checked(const std::string& path) {
+  CheckedFile c{d::File::open_read(path), {}};
+  const std::uint64_t size = c.file.size();
+  if (size < 8) corrupt(path + ": " + std::to_string(size) + " bytes, too short for a safetensors file (truncated)");
+  unsigned char len_bytes[8];
+  c.file.read_at(len_bytes, 8, 0);
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | len_bytes[i];
+  if (header_len > d::kMaxHeaderBytes || header_len > size - 8) {
+    corrupt(path + ": header length " + std::to_string(header_len) + " does not fit the file of " +
+            std::to_string(size) + " bytes (truncated or damaged)");
+  }
+  std::string header(static_cast<std::size_t>(header_len), '\0');
+  c.file.read_at(header.data(), header.size(), 8);
+  c.entries = d::parse_safetensors_header(header, path);
+  const std::uint64_t data_start = 8 + header_len;
+  std::uint64_t data_end = 0;
+  for (auto& [name, e] : c.entries) {
+    data_end = std::max(data_end, e.end);
+    e.begin += data_start;
+    e.end += data_start;
+  }
+  if (data_start + data_end != size) {
+    corrupt(path + ": " + std::to_string(size) + " bytes, but its header describes " +
+            std::to_string(data_start + data_end) + (size < data_start + data_end ? " (truncated)" : ""));
+  }
+  return c;
+}
+}  // namespace
+
+std::optional<std::string> latest(const std::string& root) {
+  std::optional<std::int64_t> best;
+  for (const auto& name : d::list_directory(root)) {
+    if (name.size() != 17 || name.compare(0, 5, "step-") != 0) continue;
+    if (!std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    if (!d::exists(root + "/" + name + "/manifest.json")) continue;
+    const std::int64_t step = std::stoll(name.substr(5));
+    if (!best || step > *best) best = step;
+  }
+  if (!best) return std::nullopt;
+  return root + "/" + directory_name(*best);
+}
+
+Manifest read_manifest(const std::string& directory) {
+  const std::string path = directory + "/manifest.json";
+  if (!d::exists(directory)) corrupt(directory + ": no such checkpoint directory");
+  if (!d::exists(path)) corrupt(path + ": missing (not a committed checkpoint)");
+  Manifest m = d::decode_manifest(d::read_file(path, kMaxManifestBytes), path);
+  m.directory = directory;
+  return m;
+}
+
+Manifest load(const std::string& directory, const StateDict& into, StreamView stream, bool strict) {
+  // The caller's side first: names and shapes of what it passes.
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+  for (const auto& [name, ref] : into) shapes[name] = shape_of(ref, "into['" + name + "']");
+  const Manifest m = read_manifest(directory);
+  const std::string manifest_path = directory + "/manifest.json";
+  for (const auto& [name, ref] : into) {
+    auto it = m.tensors.find(name);
+    if (it == m.tensors.end()) {
+      mismatch(manifest_path + ": no tensor '" + name + "' in the checkpoint (of step " + std::to_string(m.step) + ")");
+    }
+    const TensorInfo& t = it->second;
+    if (t.dtype != ref.view.dtype()) {
+      mismatch("tensor '" + name + "' in " + t.file + ": " + dtype_name(t.dtype) + " in the checkpoint, " +
+               dtype_name(ref.view.dtype()) + " in into");
+    }
+    if (t.shape != shapes[name]) {
+      mismatch("tensor '" + name + "' in " + t.file + ": shape " + d::shape_str(t.shape) + " in the checkpoint, " +
+               d::shape_str(shapes[name]) + " in into");
+    }
+  }
+  if (strict) {
+    for (const auto& [name, t] : m.tensors) {
+      if (into.count(name) == 0) {
+        mismatch("tensor '" + name + "' in " + t.file + ": in the checkpoint but not in into (strict load)");
+      }
+    }
+  }
+  // Every file needed: its header must describe the manifest's tensors exactly, its size the header.
+  std::map<std::string, CheckedFile> files;
+  std::uint64_t total = 0;
+  for (const auto& [name, ref] : into) {
+    const TensorInfo& t = m.tensors.at(name);
+    auto f = files.find(t.file);
+    if (f == files.end()) f = files.emplace(t.file, open_checked(directory + "/" + t.file)).first;
+    auto e = f->second.entries.find(name);
+    if (e == f->second.entries.end() || e->second.dtype != t.dtype || e->second.shape != t.shape ||
+        e->second.begin != t.begin || e->second.end != t.end) {
+      corrupt(directory + "/" + t.file + ": its header does not describe tensor '" + name + "' as the manifest does");
+    }
+    total += t.end - t.begin;  // bounded by the sizes of the files, checked above
+  }
+  // Read and verify every byte before writing any.
+  Buffer staging(static_cast<std::size_t>(total), DType::uint8, Device::host(), MemoryKind::pinned);
+  std::map<std::string, std::uint64_t> offset_of;
+  std::uint64_t offset = 0;
+  for (const auto& [name, ref] : into) {
+    const TensorInfo& t = m.tensors.at(name);
+    char* dst = static_cast<char*>(staging.data()) + offset;
+    const std::size_t n = static_cast<std::size_t>(t.end - t.begin);
+    files.at(t.file).file.read_at(dst, n, t.begin);
+    if (d::xxh3(dst, n) != t.xxh3) {
+      corrupt(directory + "/" + t.file + ": tensor '" + name +
+              "' fails its checksum (the bytes were changed or damaged)");
+    }
+    offset_of[name] = offset;
+    offset += n;
+  }
+  for (const auto& [name, ref] : into) {
+    if (ref.view.empty()) continue;
+    const BufferView src(static_cast<char*>(staging.data()) + offset_of[name], ref.view.size_bytes(), DType::uint8,
+                         MemoryKind::pinned, Device::host());
+    const BufferView dst(ref.view.data(), ref.view.size_bytes(), DType::uint8, ref.view.kind(), ref.view.device());
+    copy(dst, src, stream);
+  }
+  stream.synchronize();
+  return m;
+}
+
+}  // namespace gpucloud::checkpoint
