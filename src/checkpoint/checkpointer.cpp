@@ -241,7 +241,9 @@ Checkpointer::Checkpointer(std::string root, Options options) {
   impl_ = std::move(impl);
 }
 
-Checkpointer::~Checkpointer() = default;
+Checkpointer::~Checkpointer() {
+  if (impl_) impl_->finish_previous(false);  // joined here: the writer never outlives its Checkpointer
+}
 Checkpointer::Checkpointer(Checkpointer&&) noexcept = default;
 Checkpointer& Checkpointer::operator=(Checkpointer&& other) noexcept {
   if (this != &other) {
@@ -333,7 +335,7 @@ PendingSave Checkpointer::save_async(std::int64_t step, const StateDict& tensors
   im.current = state;
   const std::uint64_t layout = layout_hash(step, all);
   im.writer = std::thread(
-      [impl = impl_, state, mine = std::move(mine), snapshot, layout, metadata, all = std::move(all)]() mutable {
+      [impl = impl_.get(), state, mine = std::move(mine), snapshot, layout, metadata, all = std::move(all)]() mutable {
         try {
           impl->write(state, std::move(mine), std::move(snapshot), layout, metadata, all);
           state->finish(nullptr);
