@@ -4,7 +4,8 @@ The same concepts and names as the C++ library, capability by capability: runtim
 streams, events, dtypes), memory (buffers of every kind, RMM-style resources), movement (copies,
 the copy pipeline, the prefetcher), compute (cast and fill, GEMM, convolution, training-step ops),
 amp (loss scaling, fused optimizers, clipping), comm (MPI and NCCL communicators, gradient
-buckets) and monitor (device metrics). Every operation accepts gpucloud buffers and, without
+buckets), monitor (device metrics) and checkpoint (asynchronous sharded checkpoints in
+safetensors files). Every operation accepts gpucloud buffers and, without
 copying, anything that speaks DLPack or the array interfaces (NumPy arrays, PyTorch tensors, CuPy
 arrays); every Stream parameter also takes a framework's stream (__cuda_stream__).
 """
@@ -15,6 +16,8 @@ from ._core import (  # noqa: F401
     Batch,
     Buffer,
     BuildInfo,
+    CheckpointError,
+    CheckpointMismatch,
     Chunk,
     ChunkTimes,
     CommBackend,
@@ -105,6 +108,7 @@ def _batches(self, stream):
 Prefetcher.batches = _batches
 
 from . import distributed  # noqa: E402,F401  (NCCL ids through torchrun's store)
+from . import checkpoint  # noqa: E402,F401  (gpucloud.checkpoint)
 
 __all__ = [name for name in dir() if not name.startswith("_")]
 

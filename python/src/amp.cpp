@@ -114,7 +114,29 @@ void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
             auto& o = self.cast<Py&>();
             return view_of_state(o.optimizer->master(i), self, o.stream);
           },
-          py::arg("i"), "fp32 master of parameter i (empty for fp32 parameters).");
+          py::arg("i"), "fp32 master of parameter i (empty for fp32 parameters).")
+      .def(
+          "state_dict",
+          [](py::object self) {
+            auto& o = self.cast<Py&>();
+            return state_to_python(o.optimizer->state_dict(), self, o.stream);
+          },
+          "The state as {name: BufferView} of its own memory (no copies): 'step' and 'state.<i>.<buffer>'.")
+      .def(
+          "load_state_dict",
+          [](py::object self, py::handle state, PyStream& stream) {
+            std::vector<py::object> owners;
+            const StateDict sd = state_from_python(state, owners);
+            {
+              py::gil_scoped_release release;
+              self.cast<Py&>().optimizer->load_state_dict(sd, stream.view);
+            }
+            owners.push_back(self);
+            keep_alive_until_done(stream.view, std::move(owners));
+          },
+          py::arg("state"), py::arg("stream"),
+          "Restore {name: array} named as state_dict() (its own views, filled by checkpoint.load, or any arrays); "
+          "each parameter is then set from its master. Synchronises the stream (it reads the step count).");
 }
 
 }  // namespace
@@ -213,6 +235,27 @@ void bind_amp(py::module_& m) {
             hold(self, stream);
           },
           py::arg("state"), py::arg("stream"), "Restore a state (a checkpoint's) in stream order.")
+      .def(
+          "state_dict",
+          [](py::object self) {
+            auto& s = self.cast<PyScaler&>();
+            return state_to_python(s.scaler->state_dict(), self, s.stream);
+          },
+          "The state as {name: BufferView} of its device memory: scale, growth_tracker, hysteresis_left.")
+      .def(
+          "load_state_dict",
+          [](py::object self, py::handle state, PyStream& stream) {
+            std::vector<py::object> owners;
+            const StateDict sd = state_from_python(state, owners);
+            {
+              py::gil_scoped_release release;
+              self.cast<PyScaler&>().scaler->load_state_dict(sd, stream.view);
+            }
+            owners.push_back(self);
+            keep_alive_until_done(stream.view, std::move(owners));
+          },
+          py::arg("state"), py::arg("stream"),
+          "Restore {name: array} named as state_dict() (validated as load_state); synchronises the stream.")
       .def_property_readonly("found_inf",
                              [](py::object self) {
                                auto& s = self.cast<PyScaler&>();

@@ -22,6 +22,14 @@ void bind_amp(py::module_& m);
 void bind_compute(py::module_& m);
 void bind_comm(py::module_& m);
 void bind_monitor(py::module_& m);
+void bind_checkpoint(py::module_& m);
+
+/// A StateDict as Python sees it: {name: BufferView} of memory owned by @p owner, whose exports
+/// wait for @p stream (the stream the state is ordered on).
+py::dict state_to_python(const StateDict& state, py::object owner, py::object stream);
+/// {name: array} from Python (a load_state_dict's argument) as borrowed views; their owners are
+/// appended to @p owners.
+StateDict state_from_python(py::handle state, std::vector<py::object>& owners);
 
 /// Python's Stream: an owned stream, or a borrowed one (a pipeline's internal stream handed to a
 /// compute step) that keeps its owner (the pipeline) alive. The owned stream's destructor waits

@@ -1,0 +1,238 @@
+// Checkpoints: gpucloud.checkpoint (Checkpointer, PendingSave, Manifest, load, latest), and the
+// state_dict()/load_state_dict() of the optimizers and the scaler live in amp.cpp.
+#include "interop.hpp"
+
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+
+namespace gpucloud::python {
+
+namespace ck = gpucloud::checkpoint;
+
+namespace {
+
+// A Python checkpointer: the communicator and staging resource it uses are kept alive (declared
+// first, so they outlive it). A save in flight is waited for at interpreter exit.
+struct PyCheckpointer {
+  py::object comm, staging;
+  std::unique_ptr<ck::Checkpointer> checkpointer;
+  ~PyCheckpointer() {
+    unregister_background(this);
+    py::gil_scoped_release release;
+    checkpointer.reset();
+  }
+};
+
+// {name: array-like} -> a StateDict of borrowed views; the owners (arrays, capsules) in @p owners.
+StateDict borrow_state(py::handle tensors, const char* arg, bool writable, std::vector<py::object>& owners) {
+  if (!py::isinstance<py::dict>(tensors)) {
+    throw py::type_error(std::string(arg) + ": expected a dict of {name: array}, got " + type_name(tensors));
+  }
+  StateDict state;
+  for (auto item : py::reinterpret_borrow<py::dict>(tensors)) {
+    if (!py::isinstance<py::str>(item.first)) {
+      throw py::type_error(std::string(arg) + ": names must be str, got " + type_name(item.first));
+    }
+    const std::string name = item.first.cast<std::string>();
+    const std::string what = std::string(arg) + "['" + name + "']";
+    Borrowed b = writable ? borrow_writable(item.second, what.c_str()) : borrow(item.second, what.c_str());
+    state[name] = TensorRef{b.view, b.shape};
+    owners.push_back(b.owner);
+  }
+  return state;
+}
+
+ck::Metadata to_metadata(py::handle metadata) {
+  ck::Metadata out;
+  if (metadata.is_none()) return out;
+  if (!py::isinstance<py::dict>(metadata)) {
+    throw py::type_error("metadata: expected a dict of {str: str}, got " + type_name(metadata));
+  }
+  for (auto item : py::reinterpret_borrow<py::dict>(metadata)) {
+    if (!py::isinstance<py::str>(item.first) || !py::isinstance<py::str>(item.second)) {
+      throw py::type_error("metadata: keys and values must be str (json.dumps other values), got " +
+                           type_name(item.first) + ": " + type_name(item.second));
+    }
+    out[item.first.cast<std::string>()] = item.second.cast<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+/// A StateDict as Python sees it: {name: View} of memory owned by @p owner.
+py::dict state_to_python(const StateDict& state, py::object owner, py::object stream) {
+  py::dict out;
+  for (const auto& [name, ref] : state) {
+    std::vector<std::int64_t> shape =
+        ref.shape.empty() ? std::vector<std::int64_t>{static_cast<std::int64_t>(ref.view.size())} : ref.shape;
+    out[py::str(name)] = py::cast(PyView{ref.view, std::move(shape), owner, stream});
+  }
+  return out;
+}
+
+/// {name: array} from Python for a load_state_dict: borrowed views, their owners in @p owners.
+StateDict state_from_python(py::handle state, std::vector<py::object>& owners) {
+  return borrow_state(state, "state", false, owners);
+}
+
+void bind_checkpoint(py::module_& parent) {
+  py::module_ m = parent.def_submodule(
+      "checkpoint",
+      "Checkpoints: asynchronous, atomic, sharded across ranks, in safetensors files with a checksummed manifest.");
+  m.attr("FORMAT_VERSION") = ck::kFormatVersion;
+
+  py::class_<ck::TensorInfo>(m, "TensorInfo", "Where one tensor lives in a checkpoint.")
+      .def_readonly("dtype", &ck::TensorInfo::dtype)
+      .def_readonly("shape", &ck::TensorInfo::shape)
+      .def_readonly("file", &ck::TensorInfo::file)
+      .def_readonly("begin", &ck::TensorInfo::begin, "First byte in the file.")
+      .def_readonly("end", &ck::TensorInfo::end, "One past the last byte.")
+      .def_readonly("xxh3", &ck::TensorInfo::xxh3, "XXH3-64 of the bytes.")
+      .def("__repr__", [](const ck::TensorInfo& t) {
+        return "TensorInfo(" + std::string(dtype_name(t.dtype)) +
+               ", shape=" + py::repr(py::cast(t.shape)).cast<std::string>() + ", file='" + t.file + "')";
+      });
+
+  py::class_<ck::Manifest>(m, "Manifest", "A checkpoint's manifest, verified against its checksum.")
+      .def_readonly("format_version", &ck::Manifest::format_version)
+      .def_readonly("step", &ck::Manifest::step)
+      .def_readonly("world_size", &ck::Manifest::world_size, "Ranks that wrote it.")
+      .def_readonly("files", &ck::Manifest::files)
+      .def_readonly("tensors", &ck::Manifest::tensors)
+      .def_readonly("metadata", &ck::Manifest::metadata)
+      .def_readonly("directory", &ck::Manifest::directory)
+      .def("__repr__", [](const ck::Manifest& mf) {
+        return "Manifest(step=" + std::to_string(mf.step) + ", world_size=" + std::to_string(mf.world_size) +
+               ", tensors=" + std::to_string(mf.tensors.size()) + ", directory='" + mf.directory + "')";
+      });
+
+  py::class_<ck::PendingSave>(m, "PendingSave", "A save in flight: wait() for its commit.")
+      .def(
+          "wait",
+          [](ck::PendingSave& p) {
+            py::gil_scoped_release release;
+            p.wait();
+          },
+          "Block until committed (on every rank); raise CheckpointError with the I/O error, once.")
+      .def("done", &ck::PendingSave::done, "True once committed or failed; never blocks.")
+      .def_property_readonly("directory", &ck::PendingSave::directory)
+      .def_property_readonly("step", &ck::PendingSave::step);
+
+  py::class_<PyCheckpointer>(m, "Checkpointer",
+                             "Writes the checkpoints of one training run under a root directory (root/step-N).")
+      .def(py::init([](const std::string& root, py::handle keep_last, py::object comm, py::object staging,
+                       double commit_timeout) {
+             ck::Options o;
+             o.keep_last = static_cast<int>(arg_size(keep_last, "keep_last"));
+             GPUCLOUD_EXPECTS(commit_timeout > 0, "Checkpointer", "commit_timeout: must be positive (seconds)");
+             o.commit_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(commit_timeout * 1000));
+             if (!comm.is_none()) o.comm = &arg_as<Communicator>(comm, "comm", "a gpucloud.Communicator or None");
+             if (!staging.is_none()) {
+               o.staging = &arg_as<MemoryResource>(staging, "staging", "a gpucloud.MemoryResource or None");
+             }
+             auto p = std::make_unique<PyCheckpointer>();
+             p->comm = comm;
+             p->staging = staging;
+             {
+               py::gil_scoped_release release;  // a collective with a communicator
+               p->checkpointer = std::make_unique<ck::Checkpointer>(root, o);
+             }
+             ck::Checkpointer* raw = p->checkpointer.get();
+             register_background(p.get(), [raw] {
+               try {
+                 raw->wait();  // a save in flight commits before the interpreter goes
+               } catch (...) {
+               }
+             });
+             return p;
+           }),
+           py::arg("root"), py::arg("keep_last") = 0, py::arg("comm") = py::none(), py::arg("staging") = py::none(),
+           py::arg("commit_timeout") = 600.0,
+           "keep_last: committed checkpoints kept (0: all). comm: the ranks that write together (every rank calls "
+           "every save). staging: a pinned (or host) MemoryResource for the snapshots. commit_timeout: seconds.")
+      .def(
+          "save_async",
+          [](PyCheckpointer& self, py::handle step, py::handle tensors, PyStream& stream, py::handle metadata) {
+            const std::int64_t s = arg_int(step, "step");
+            std::vector<py::object> owners;
+            const StateDict state = borrow_state(tensors, "tensors", false, owners);
+            const ck::Metadata meta = to_metadata(metadata);
+            ck::PendingSave pending;
+            {
+              py::gil_scoped_release release;
+              pending = self.checkpointer->save_async(s, state, stream.view, meta);
+            }
+            // The snapshot reads the arrays; the stream waits for it, so they live until then.
+            keep_alive_until_done(stream.view, std::move(owners));
+            return pending;
+          },
+          py::arg("step"), py::arg("tensors"), py::arg("stream"), py::arg("metadata") = py::none(),
+          "Snapshot {name: array} after the stream's work (the stream waits for the snapshot), write it in the "
+          "background, return a PendingSave at once. Waits for the previous save first (raising its error).")
+      .def(
+          "save",
+          [](PyCheckpointer& self, py::handle step, py::handle tensors, PyStream& stream, py::handle metadata) {
+            const std::int64_t s = arg_int(step, "step");
+            std::vector<py::object> owners;
+            const StateDict state = borrow_state(tensors, "tensors", false, owners);
+            const ck::Metadata meta = to_metadata(metadata);
+            py::gil_scoped_release release;
+            self.checkpointer->save(s, state, stream.view, meta);
+          },
+          py::arg("step"), py::arg("tensors"), py::arg("stream"), py::arg("metadata") = py::none(),
+          "save_async(...).wait(): returns once committed.")
+      .def(
+          "wait",
+          [](PyCheckpointer& self) {
+            py::gil_scoped_release release;
+            self.checkpointer->wait();
+          },
+          "Wait for the save in flight, if any; raise its error.")
+      .def_property_readonly("root", [](PyCheckpointer& self) { return self.checkpointer->root(); })
+      .def("__enter__", [](py::object self) { return self; })
+      .def(
+          "__exit__",
+          [](PyCheckpointer& self, py::handle type, py::handle, py::handle) {
+            py::gil_scoped_release release;
+            if (type.is_none()) {
+              self.checkpointer->wait();
+            } else {
+              try {
+                self.checkpointer->wait();
+              } catch (...) {  // the exception already leaving the block wins
+              }
+            }
+          },
+          "Waits for the save in flight (raising its error unless another is already raised).");
+
+  m.def(
+      "latest",
+      [](const std::string& root) {
+        py::gil_scoped_release release;
+        return ck::latest(root);
+      },
+      py::arg("root"), "The newest committed checkpoint's directory under root, or None.");
+  m.def(
+      "read_manifest",
+      [](const std::string& directory) {
+        py::gil_scoped_release release;
+        return ck::read_manifest(directory);
+      },
+      py::arg("directory"), "Read and verify a checkpoint's manifest.");
+  m.def(
+      "load",
+      [](const std::string& directory, py::handle into, PyStream& stream, bool strict) {
+        std::vector<py::object> owners;
+        const StateDict state = borrow_state(into, "into", true, owners);
+        py::gil_scoped_release release;
+        return ck::load(directory, state, stream.view, strict);  // synchronises the stream
+      },
+      py::arg("directory"), py::arg("into"), py::arg("stream"), py::arg("strict") = true,
+      "Load into {name: array} (each found by name): everything verified (manifest, headers, checksums, dtypes, "
+      "shapes) before the first write; then copied in stream order, and the stream synchronised. Returns the "
+      "Manifest.");
+  m.def("directory_name", &ck::directory_name, py::arg("step"), "The name of a step's directory: step-000000001000.");
+}
+
+}  // namespace gpucloud::python
