@@ -2,16 +2,17 @@
 // in its real role: batches streamed by the Prefetcher, forward and backward through the GEMM
 // with bias/ReLU epilogues, the MSE loss with a loss-scaled gradient, dynamic loss scaling with
 // skipped steps logged, fp32 master weights and fused AdamW, gradients averaged across ranks by
-// buckets (hierarchical when there is more than one node), a checkpoint every N steps that a
-// restarted run resumes from with the same trajectory.
+// buckets (hierarchical when there is more than one node), an asynchronous checkpoint every N
+// steps (gpucloud::checkpoint: written in the background by all ranks, committed atomically) that
+// a restarted run resumes from with the same trajectory, on any number of ranks.
 //
 // The task: regression onto a fixed random teacher network y = w3 . tanh(W2 tanh(W1 x)); the data
 // of step s, sample i is a pure function of (seed, s, i), so any number of ranks sees the same
 // global batch and a resumed run the same data.
 //
 //   train_mlp [--steps N] [--batch B] [--dtype fp16|bf16|fp32] [--lr X] [--log-every K]
-//             [--checkpoint FILE] [--checkpoint-every N] [--resume] [--overflow-at STEP]
-//             [--device host|cuda] [--dump FILE] [--crash-after STEP]
+//             [--checkpoint-dir DIR] [--checkpoint-every N] [--keep-last K] [--resume]
+//             [--overflow-at STEP] [--device host|cuda] [--dump FILE]
 //   mpirun -np 2 train_mlp ...        data-parallel over MPI ranks (host backend)
 #include <gpucloud/gpucloud.hpp>
 
@@ -39,12 +40,11 @@ namespace {
 constexpr int kIn = 32, kHidden = 128, kTeacherHidden = 16;
 
 struct Options {
-  int steps = 3000, batch = 256, log_every = 250, checkpoint_every = 1000;
+  int steps = 3000, batch = 256, log_every = 250, checkpoint_every = 1000, keep_last = 3;
   float lr = 3e-3f;
-  std::string dtype = "fp16", device = "host", checkpoint, dump;
+  std::string dtype = "fp16", device = "host", checkpoint_dir, dump;
   bool resume = false;
   int overflow_at = 1500;  // a forced overflow: the step must be skipped and logged (-1: none)
-  int crash_after = -1;    // test hook: die right after the checkpoint of this step
   double target = 0.01;    // the final loss must fall below 1 % of the first step's
 };
 
@@ -57,12 +57,12 @@ Options parse(int argc, char** argv) {
                            {"--dtype", into(o.dtype)},
                            {"--lr", into(o.lr)},
                            {"--log-every", into(o.log_every)},
-                           {"--checkpoint", into(o.checkpoint)},
+                           {"--checkpoint-dir", into(o.checkpoint_dir)},
                            {"--checkpoint-every", into(o.checkpoint_every)},
+                           {"--keep-last", into(o.keep_last)},
                            {"--overflow-at", into(o.overflow_at)},
                            {"--device", into(o.device)},
                            {"--dump", into(o.dump)},
-                           {"--crash-after", into(o.crash_after)},
                            {"--target", into(o.target)}},
                           {{"--resume", &o.resume}});
   using examples::require;
@@ -74,9 +74,9 @@ Options parse(int argc, char** argv) {
   require(o.lr > 0.0f, p, "--lr", "must be positive");
   require(o.target > 0.0, p, "--target", "must be positive");
   require(o.overflow_at >= -1, p, "--overflow-at", "a step, or -1 for none");
-  require(o.crash_after >= -1, p, "--crash-after", "a step, or -1 for none");
+  require(o.keep_last >= 0, p, "--keep-last", "a count, or 0 to keep every checkpoint");
   examples::require_one_of(o.dtype, {"fp16", "bf16", "fp32"}, p, "--dtype");
-  require(!o.resume || !o.checkpoint.empty(), p, "--resume", "needs --checkpoint FILE");
+  require(!o.resume || !o.checkpoint_dir.empty(), p, "--resume", "needs --checkpoint-dir DIR");
   return o;
 }
 
@@ -133,54 +133,6 @@ struct Layer {
   int in, out;
   gc::Buffer w, b, dw, db;
 };
-
-// Checkpoint: step, scaler state, and per parameter its fp32 truth and Adam moments.
-struct Checkpoint {
-  int step = 0;
-  int skipped = 0;  // steps skipped on overflow before it (the optimizer counts only the others)
-  gc::LossScalerState scaler;
-  std::vector<std::vector<float>> truth, m, v;
-};
-
-void save(const std::string& path, const Checkpoint& c) {
-  std::ofstream f(path + ".tmp", std::ios::binary);
-  auto put = [&](const void* p, std::size_t n) {
-    f.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
-  };
-  put(&c.step, sizeof c.step);
-  put(&c.skipped, sizeof c.skipped);
-  put(&c.scaler, sizeof c.scaler);
-  for (const auto* group : {&c.truth, &c.m, &c.v}) {
-    for (const auto& t : *group) {
-      const std::uint64_t n = t.size();
-      put(&n, sizeof n);
-      put(t.data(), n * 4);
-    }
-  }
-  f.close();
-  std::rename((path + ".tmp").c_str(), path.c_str());  // a crash mid-write keeps the previous one
-}
-
-Checkpoint load(const std::string& path, std::size_t params) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw gc::InvalidArgument("train_mlp", "--resume: cannot read " + path, __FILE__, __LINE__);
-  Checkpoint c;
-  auto get = [&](void* p, std::size_t n) { f.read(static_cast<char*>(p), static_cast<std::streamsize>(n)); };
-  get(&c.step, sizeof c.step);
-  get(&c.skipped, sizeof c.skipped);
-  get(&c.scaler, sizeof c.scaler);
-  for (auto* group : {&c.truth, &c.m, &c.v}) {
-    group->resize(params);
-    for (auto& t : *group) {
-      std::uint64_t n = 0;
-      get(&n, sizeof n);
-      t.resize(n);
-      get(t.data(), n * 4);
-    }
-  }
-  if (!f) throw gc::InvalidArgument("train_mlp", "--resume: " + path + " is truncated", __FILE__, __LINE__);
-  return c;
-}
 
 }  // namespace
 
@@ -254,20 +206,35 @@ int main(int argc, char** argv) try {
         bo.hierarchical ? "yes" : "no", comm->nodes(), comm->local_size());
   }
 
+  // What a checkpoint holds: the weights, the optimizer's state (fp32 masters, moments, step
+  // count) and the scaler's, all views of the live state (saving and loading copy in stream order).
+  // The data needs no position: the batch of a step is a function of the step.
+  gc::StateDict state;
+  for (int l = 0; l < 3; ++l) {
+    const std::string name = "model.layer" + std::to_string(l);
+    state[name + ".weight"] = {layers[l].w, {layers[l].in, layers[l].out}};
+    state[name + ".bias"] = {layers[l].b, {}};
+  }
+  gc::merge_state(state, "optimizer.", adam.state_dict());
+  gc::merge_state(state, "scaler.", scaler.state_dict());
+  std::optional<gc::checkpoint::Checkpointer> checkpointer;
+  if (!o.checkpoint_dir.empty()) {
+    gc::checkpoint::Options co;
+    co.keep_last = o.keep_last;
+    co.comm = comm ? &*comm : nullptr;
+    checkpointer.emplace(o.checkpoint_dir, co);
+  }
   int start = 0;
-  if (o.resume && !o.checkpoint.empty()) {
-    const Checkpoint c = load(o.checkpoint, params.size());
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const gc::BufferView master = adam.master(p);
-      write_floats(master.empty() ? params[p].param : master, c.truth[p], s);
-      if (!master.empty()) gc::cast(params[p].param, master, s);
-      write_floats(adam.exp_avg(p), c.m[p], s);
-      write_floats(adam.exp_avg_sq(p), c.v[p], s);
+  if (o.resume) {
+    if (const auto dir = gc::checkpoint::latest(o.checkpoint_dir)) {
+      const auto manifest = gc::checkpoint::load(*dir, state, s);
+      adam.load_state_dict(gc::sub_state(state, "optimizer."), s);
+      scaler.load_state_dict(gc::sub_state(state, "scaler."), s);
+      start = static_cast<int>(manifest.step);
+      say("resumed from %s at step %d (written by %d rank(s))\n", dir->c_str(), start, manifest.world_size);
+    } else {
+      say("no checkpoint in %s yet: starting from step 0\n", o.checkpoint_dir.c_str());
     }
-    adam.load_step_count(static_cast<std::size_t>(c.step - c.skipped), s);
-    scaler.load_state(c.scaler, s);
-    start = c.step;
-    say("resumed from %s at step %d\n", o.checkpoint.c_str(), start);
   }
 
   const Teacher teacher;
@@ -371,25 +338,14 @@ int main(int argc, char** argv) try {
       t0 = std::chrono::steady_clock::now();
       since_log = 0;
     }
-    if (!o.checkpoint.empty() && (step + 1) % o.checkpoint_every == 0) {
-      Checkpoint c;
-      c.step = step + 1;
-      c.skipped = c.step - static_cast<int>(adam.step_count(s));
-      c.scaler = scaler.state(s);
-      for (std::size_t p = 0; p < params.size(); ++p) {
-        const gc::BufferView master = adam.master(p);
-        c.truth.push_back(read_floats(master.empty() ? params[p].param : master, s));
-        c.m.push_back(read_floats(adam.exp_avg(p), s));
-        c.v.push_back(read_floats(adam.exp_avg_sq(p), s));
-      }
-      if (rank == 0) save(o.checkpoint, c);
-      say("checkpoint: step %d -> %s\n", c.step, o.checkpoint.c_str());
-      if (c.step == o.crash_after) {
-        say("crashing on purpose after step %d (--crash-after)\n", c.step);
-        std::_Exit(3);
-      }
+    if (checkpointer && (step + 1) % o.checkpoint_every == 0) {
+      // Snapshotted after this step's work, written while the next steps run; the save before
+      // it has finished by now (or its error is raised here).
+      const auto pending = checkpointer->save_async(step + 1, state, s, {{"example", "train_mlp"}, {"dtype", o.dtype}});
+      say("checkpoint: step %d -> %s (writing in the background)\n", step + 1, pending.directory().c_str());
     }
   }
+  if (checkpointer) checkpointer->wait();
   s.synchronize();
   if (!o.dump.empty() && rank == 0) {
     std::ofstream f(o.dump, std::ios::binary);
@@ -398,6 +354,10 @@ int main(int argc, char** argv) try {
       const auto w = read_floats(master.empty() ? params[p].param : master, s);
       f.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * 4));
     }
+  }
+  if (start >= o.steps) {
+    say("final: nothing to do, the checkpoint is already at step %d (steps done %zu)\n", start, adam.step_count(s));
+    return 0;
   }
   const double ratio = first_loss > 0 ? last_loss / first_loss : 1.0;
   say("final: loss %.5f (first logged %.5f, ratio %.4f, target < %.2f: %s), skipped steps %d, steps done %zu\n",

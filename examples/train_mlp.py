@@ -37,6 +37,11 @@ def batches(start, steps, rank, local, dtype, teacher):
         yield x.astype(dtype), y
 
 
+def sub_state(state, prefix):
+    """The entries of `state` under `prefix`, the prefix removed (what load_state_dict takes)."""
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=support.positive_int, default=1500)
@@ -46,13 +51,14 @@ def main():
     ap.add_argument("--log-every", type=support.positive_int, default=250)
     ap.add_argument("--overflow-at", type=support.step_or_none, default=700)
     ap.add_argument("--device", default="host")
-    ap.add_argument("--checkpoint")
+    ap.add_argument("--checkpoint-dir", help="write gpucloud checkpoints here (root/step-N), asynchronously")
     ap.add_argument("--checkpoint-every", type=support.positive_int, default=500)
-    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--keep-last", type=support.positive_int, default=3, help="committed checkpoints kept")
+    ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
     ap.add_argument("--dump", help="write the final fp32 weights (masters where the model is fp16/bf16) to this .npz")
     args = ap.parse_args()
-    if args.resume and not args.checkpoint:
-        ap.error("--resume needs --checkpoint FILE")
+    if args.resume and not args.checkpoint_dir:
+        ap.error("--resume needs --checkpoint-dir DIR")
 
     np_dtype = {"fp16": np.float16, "bf16": np.float32, "fp32": np.float32}[args.dtype]  # bf16: cast on device
     model_dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[args.dtype]
@@ -95,20 +101,25 @@ def main():
     scaler = gc.LossScaler(dev, s, init_scale=65536.0 if args.dtype == "fp16" else 1.0, dynamic=args.dtype == "fp16")
     buckets = gc.GradBucketer(comm, grads, hierarchical=comm.nodes > 1 and comm.local_size > 1) if comm else None
 
+    # What a checkpoint holds: the weights, the optimizer's and the scaler's state, all views of the
+    # live state (saving and loading copy in stream order). The batches are a function of the step.
+    saved = {}
+    for i in range(3):
+        saved[f"model.layer{i}.weight"], saved[f"model.layer{i}.bias"] = weights[i], biases[i]
+    saved.update({"optimizer." + k: v for k, v in opt.state_dict().items()})
+    saved.update({"scaler." + k: v for k, v in scaler.state_dict().items()})
+    checkpointer = gc.checkpoint.Checkpointer(args.checkpoint_dir, keep_last=args.keep_last,
+                                              comm=comm) if args.checkpoint_dir else None
     start = 0
-    if args.resume and args.checkpoint and os.path.exists(args.checkpoint):
-        ck = np.load(args.checkpoint)
-        for i, (p, _) in enumerate(params):
-            truth = opt.master(i) if opt.master(i).size else p.reshape(p.size)
-            gc.copy(truth, ck[f"truth{i}"].ravel().astype(np.float32), s)
-            if opt.master(i).size:
-                gc.cast(p, opt.master(i).reshape(p.shape), s)
-            gc.copy(opt.exp_avg(i), ck[f"m{i}"], s)
-            gc.copy(opt.exp_avg_sq(i), ck[f"v{i}"], s)
-        opt.load_step_count(int(ck["step"]) - int(ck["skipped"]), s)
-        scaler.load_state(gc.LossScalerState(float(ck["scale"]), int(ck["tracker"]), 1, False), s)
-        start = int(ck["step"])
-        say(f"resumed from {args.checkpoint} at step {start}")
+    latest = gc.checkpoint.latest(args.checkpoint_dir) if args.resume else None
+    if latest:
+        manifest = gc.checkpoint.load(latest, saved, s)
+        opt.load_state_dict(sub_state(saved, "optimizer."), s)
+        scaler.load_state_dict(sub_state(saved, "scaler."), s)
+        start = manifest.step
+        say(f"resumed from {latest} at step {start} (written by {manifest.world_size} rank(s))")
+    elif args.resume:
+        say(f"no checkpoint in {args.checkpoint_dir} yet: starting from step 0")
 
     prefetcher = gc.Prefetcher(batches(start, args.steps, rank, local, np_dtype, teacher_weights()), dev, depth=3)
     h1, h2, dh1, dh2 = (gc.Buffer((local, HIDDEN), model_dtype, dev) for _ in range(4))
@@ -166,16 +177,13 @@ def main():
             say(f"step {step + 1:5d}  loss {value:.5f}  scale {state.scale:8.0f}  samples/s {rate:8.0f}  skipped {skipped}  "
                 f"{support.brief(monitor.latest()) if monitor else ''}")
             t0, since = time.perf_counter(), 0
-        if args.checkpoint and (step + 1) % args.checkpoint_every == 0 and rank == 0:
-            state = scaler.state(s)
-            arrays = {"step": step + 1, "scale": state.scale, "tracker": state.growth_tracker,
-                      "skipped": step + 1 - opt.step_count(s)}
-            for i, (p, _) in enumerate(params):
-                arrays[f"truth{i}"] = to_numpy(opt.master(i) if opt.master(i).size else p.reshape(p.size))
-                arrays[f"m{i}"] = to_numpy(opt.exp_avg(i))
-                arrays[f"v{i}"] = to_numpy(opt.exp_avg_sq(i))
-            np.savez(args.checkpoint, **arrays)
-            say(f"checkpoint: step {step + 1} -> {args.checkpoint}")
+        if checkpointer and (step + 1) % args.checkpoint_every == 0:
+            # Snapshotted after this step's work, written while the next steps run.
+            pending = checkpointer.save_async(step + 1, saved, s, metadata={"example": "train_mlp.py",
+                                                                           "dtype": args.dtype})
+            say(f"checkpoint: step {step + 1} -> {pending.directory} (writing in the background)")
+    if checkpointer:
+        checkpointer.wait()
     s.synchronize()
     if args.dump and rank == 0:
         np.savez(args.dump, **{f"w{i}": to_numpy(opt.master(i) if opt.master(i).size else p.reshape(p.size))

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import gpucloud as gc
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_mlp.py"
 ARGS = ["--steps", "120", "--log-every", "40", "--overflow-at", "50"]
 
@@ -40,11 +42,13 @@ def test_single_process_trains_and_skips_the_forced_overflow(tmp_path):
     assert l[-1] < 0.5 * l[0], l
     assert re.search(r"step +51 .* skipped [1-9]", out), out
     assert re.search(r"device host: \d+ readings", out), out  # the monitor's summary
-    ck = str(tmp_path / "ck.npz")
-    first_half = run([sys.executable, str(EXAMPLE), *ARGS[2:], "--steps", "60", "--checkpoint", ck, "--checkpoint-every", "60"])
+    ck = str(tmp_path / "ck")
+    first_half = run([sys.executable, str(EXAMPLE), *ARGS[2:], "--steps", "60", "--checkpoint-dir", ck,
+                      "--checkpoint-every", "30"])
     assert "checkpoint: step 60" in first_half
+    assert sorted(os.listdir(ck)) == ["step-000000000030", "step-000000000060"]
     resumed_dump = str(tmp_path / "resumed.npz")
-    resumed = run([sys.executable, str(EXAMPLE), *ARGS, "--checkpoint", ck, "--resume", "--dump", resumed_dump])
+    resumed = run([sys.executable, str(EXAMPLE), *ARGS, "--checkpoint-dir", ck, "--resume", "--dump", resumed_dump])
     assert "resumed from" in resumed and "at step 60" in resumed
     assert abs(losses(resumed)[-1] - l[-1]) < 1e-3 * l[0], (losses(resumed), l)  # the same trajectory
     assert worst_difference(whole, resumed_dump) == 0.0  # and exactly the same weights
@@ -66,6 +70,15 @@ def test_two_ranks_under_mpirun_match_one_rank(tmp_path):
     # The same global batch split over two ranks ends with the one-rank weights, within rounding
     # (the gradient average sums in another order).
     assert worst_difference(one, two) < 1e-5
+    # Resumed on another world size: two ranks checkpoint at step 60, one rank finishes the run.
+    ck = str(tmp_path / "ck")
+    run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", sys.executable,
+         str(EXAMPLE), *fp32, "--steps", "60", "--checkpoint-dir", ck, "--checkpoint-every", "60"], env=env)
+    assert gc.checkpoint.read_manifest(gc.checkpoint.latest(ck)).world_size == 2
+    resumed = str(tmp_path / "resumed.npz")
+    out = run([sys.executable, str(EXAMPLE), *fp32, "--checkpoint-dir", ck, "--resume", "--dump", resumed])
+    assert "at step 60 (written by 2 rank(s))" in out, out
+    assert worst_difference(one, resumed) < 1e-5
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])

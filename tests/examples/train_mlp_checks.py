@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """The training example's checks (run by CTest): the loss falls, a forced overflow is skipped and
-logged, a 2-rank run ends with the 1-rank run's weights (same global batch), and a run killed after
-a checkpoint and resumed ends with the uninterrupted run's weights.
+logged, a 2-rank run ends with the 1-rank run's weights (same global batch), and a run killed
+with SIGKILL 50 times at random moments while it checkpoints, resumed each time, ends with the
+uninterrupted run's weights.
 
     train_mlp_checks.py TRAIN_MLP_BINARY WORK_DIR
 """
 import array
 import os
+import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 
 def run(cmd, env=None, expect_rc=0):
@@ -53,16 +57,37 @@ def main():
     else:
         print("mpirun not installed: the 2-rank comparison is skipped")
 
-    ckpt = f"{work}/ckpt.bin"
-    crashed = run([binary, *common, "--checkpoint", ckpt, "--checkpoint-every", "100", "--crash-after", "100"], expect_rc=3)
-    assert "crashing on purpose after step 100" in crashed and os.path.exists(ckpt)
-    resumed = run([binary, *common, "--checkpoint", ckpt, "--checkpoint-every", "100", "--resume", "--dump",
-                   f"{work}/resumed.bin"])
-    assert "resumed from" in resumed and "at step 100" in resumed
-    a, c = weights(f"{work}/one.bin"), weights(f"{work}/resumed.bin")
+    # Killed with SIGKILL at random moments, many times, while it checkpoints every 5 steps in the
+    # background (so most kills land during a save); every restart resumes from the latest
+    # checkpoint, which load() verifies in full (manifest, headers, checksums) or the run fails.
+    # The chain of killed runs must end with exactly the weights of one uninterrupted run.
+    ck_args = [*common[:1], "800", *common[2:], "--checkpoint-every", "5", "--keep-last", "2"]
+    run([binary, *ck_args, "--checkpoint-dir", f"{work}/straight", "--dump", f"{work}/straight.bin"])
+    ckdir = f"{work}/killed"
+    rng = random.Random(int(os.environ.get("GPUCLOUD_KILL_SEED", "16")))
+    kills, resumes, started = 0, 0, time.monotonic()
+    for _ in range(int(os.environ.get("GPUCLOUD_KILLS", "50"))):
+        p = subprocess.Popen([binary, *ck_args, "--checkpoint-dir", ckdir, "--resume"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        time.sleep(rng.uniform(0.02, 0.2))
+        if p.poll() is None:
+            p.kill()
+            kills += 1
+        out, _ = p.communicate()
+        resumes += "resumed from" in out
+        if p.returncode not in (0, -signal.SIGKILL):
+            sys.exit(f"FAILED: a restarted run exited with {p.returncode}:\n{out}")
+    final = run([binary, *ck_args, "--checkpoint-dir", ckdir, "--resume", "--dump", f"{work}/resumed.bin"])
+    print(f"{kills} runs killed with SIGKILL, {resumes} resumed from a checkpoint, in {time.monotonic() - started:.1f} s")
+    assert kills >= 10 and resumes >= 10, (kills, resumes)
+    leftovers = [n for n in os.listdir(ckdir) if not re.fullmatch(r"step-\d{12}", n)]
+    assert not leftovers, f"interrupted saves were not cleaned up: {leftovers}"
+    assert len(os.listdir(ckdir)) <= 2, os.listdir(ckdir)  # --keep-last 2
+    a, c = weights(f"{work}/straight.bin"), weights(f"{work}/resumed.bin")
     worst = max(abs(x - y) for x, y in zip(a, c))
-    print(f"uninterrupted vs resumed: worst weight difference {worst:.2e}")
-    assert worst == 0.0, worst
+    print(f"uninterrupted vs killed {kills} times and resumed: worst weight difference {worst:.2e}")
+    assert len(a) == len(c) and worst == 0.0, worst
+    assert "resumed from" in final or "steps done" in final
     print("train_mlp checks passed")
 
 
