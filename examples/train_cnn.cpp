@@ -9,6 +9,7 @@
 // held-out images. Every image is a pure function of (step, index), as in train_mlp.
 //
 //   train_cnn [--steps 600] [--batch 64] [--dtype fp16|bf16|fp32] [--lr 3e-3] [--log-every 100]
+//             [--checkpoint-dir DIR] [--checkpoint-every 200] [--keep-last 3] [--resume]
 //             [--noise 0.35] [--device host|cuda] [--target 0.95] [--overflow-at 300]
 //
 // Layout NHWC throughout (the tensor-core layout; a conv output is then a (pixels x channels)
@@ -44,7 +45,9 @@ struct Options {
   int overflow_at = 300;  // a forced overflow: the step must be skipped and logged (-1: none)
   float lr = 3e-3f, noise = 0.35f;
   double target = 0.95;
-  std::string dtype = "fp16", device = "host";
+  std::string dtype = "fp16", device = "host", checkpoint_dir;
+  int checkpoint_every = 200, keep_last = 3;
+  bool resume = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -59,7 +62,11 @@ Options parse(int argc, char** argv) {
                            {"--noise", into(o.noise)},
                            {"--device", into(o.device)},
                            {"--overflow-at", into(o.overflow_at)},
-                           {"--target", into(o.target)}});
+                           {"--target", into(o.target)},
+                           {"--checkpoint-dir", into(o.checkpoint_dir)},
+                           {"--checkpoint-every", into(o.checkpoint_every)},
+                           {"--keep-last", into(o.keep_last)}},
+                          {{"--resume", &o.resume}});
   using examples::require;
   constexpr const char* p = "train_cnn";
   require(o.steps >= 1, p, "--steps", "must be at least 1");
@@ -69,6 +76,9 @@ Options parse(int argc, char** argv) {
   require(o.noise >= 0.0f, p, "--noise", "must be a finite number >= 0");
   require(o.target > 0.0 && o.target <= 1.0, p, "--target", "an accuracy in (0, 1]");
   require(o.overflow_at >= -1, p, "--overflow-at", "a step, or -1 for none");
+  require(o.checkpoint_every >= 1, p, "--checkpoint-every", "must be at least 1");
+  require(o.keep_last >= 0, p, "--keep-last", "a count, or 0 to keep every checkpoint");
+  require(!o.resume || !o.checkpoint_dir.empty(), p, "--resume", "needs --checkpoint-dir DIR");
   examples::require_one_of(o.dtype, {"fp16", "bf16", "fp32"}, p, "--dtype");
   return o;
 }
@@ -164,6 +174,30 @@ int main(int argc, char** argv) try {
   if (!scaler_options.dynamic) scaler_options.init_scale = 1.0f;
   gc::LossScaler scaler(dev, s, scaler_options);
 
+  // Checkpoints: the weights and the optimizer's and scaler's state, saved in the background.
+  gc::StateDict state;
+  const char* names[] = {"head.weight", "head.bias", "conv2.weight", "conv2.bias", "conv1.weight", "conv1.bias"};
+  for (std::size_t i = 0; i < 6; ++i) state[std::string("model.") + names[i]] = {p[i].w, {}};
+  gc::merge_state(state, "optimizer.", adam.state_dict());
+  gc::merge_state(state, "scaler.", scaler.state_dict());
+  std::optional<gc::checkpoint::Checkpointer> checkpointer;
+  if (!o.checkpoint_dir.empty()) {
+    gc::checkpoint::Options co;
+    co.keep_last = o.keep_last;
+    checkpointer.emplace(o.checkpoint_dir, co);
+  }
+  int start = 0;
+  if (o.resume) {
+    if (const auto dir = gc::checkpoint::latest(o.checkpoint_dir)) {
+      start = static_cast<int>(gc::checkpoint::load(*dir, state, s).step);
+      adam.load_state_dict(gc::sub_state(state, "optimizer."), s);
+      scaler.load_state_dict(gc::sub_state(state, "scaler."), s);
+      std::printf("resumed from %s at step %d\n", dir->c_str(), start);
+    } else {
+      std::printf("no checkpoint in %s yet: starting from step 0\n", o.checkpoint_dir.c_str());
+    }
+  }
+
   const int n = o.batch;
   auto buffer = [&](std::size_t count, gc::DType t) { return gc::Buffer(count, t, dev); };
   const auto un = static_cast<std::size_t>(n);
@@ -194,7 +228,7 @@ int main(int argc, char** argv) try {
     gc::gemm(c, a, b, g, s);
   };
 
-  int produced = 0;
+  int produced = start;
   gc::Prefetcher prefetcher(dev,
                             [&]() -> std::optional<gc::HostBatch> {
                               if (produced >= o.steps) return std::nullopt;
@@ -204,7 +238,7 @@ int main(int argc, char** argv) try {
   double first_loss = -1, last_loss = 0;
   int since = 0, skipped_logged = 0;
   auto t0 = std::chrono::steady_clock::now();
-  for (int step = 0; step < o.steps; ++step) {
+  for (int step = start; step < o.steps; ++step) {
     auto batch = prefetcher.next(s);
     if (!batch) break;
     const gc::BufferView x = batch->arrays()[0], y = batch->arrays()[1];
@@ -226,7 +260,11 @@ int main(int argc, char** argv) try {
     adam.step(s, &scaler);
     scaler.update(s);
     ++since;
-    if (step == 0 || (step + 1) % o.log_every == 0 || step + 1 == o.steps || step == o.overflow_at) {
+    if (checkpointer && (step + 1) % o.checkpoint_every == 0) {
+      checkpointer->save_async(step + 1, state, s, {{"example", "train_cnn"}});
+      std::printf("checkpoint: step %d (writing in the background)\n", step + 1);
+    }
+    if (step == start || (step + 1) % o.log_every == 0 || step + 1 == o.steps || step == o.overflow_at) {
       const double value = read_floats(loss, s)[0];
       const gc::LossScalerState st = scaler.state(s);
       const int skipped = step + 1 - static_cast<int>(adam.step_count(s));
@@ -243,6 +281,7 @@ int main(int argc, char** argv) try {
       since = 0;
     }
   }
+  if (checkpointer) checkpointer->wait();
   // Held-out accuracy, in batches of n.
   int correct = 0, seen = 0;
   gc::Buffer x_dev = buffer(un * kSide * kSide, dtype);

@@ -40,8 +40,8 @@ def images(seed, n, noise):
     return x[..., None], cls
 
 
-def batches(steps, n, noise):
-    for step in range(steps):
+def batches(start, steps, n, noise):
+    for step in range(start, steps):
         x, cls = images(step, n, noise)
         yield x, np.eye(CLASSES, dtype=np.float32)[cls]
 
@@ -57,7 +57,13 @@ def main():
     ap.add_argument("--overflow-at", type=support.step_or_none, default=200)
     ap.add_argument("--device", default="host")
     ap.add_argument("--target", type=support.finite_float(low=0.0, high=1.0), default=0.95)
+    ap.add_argument("--checkpoint-dir", help="write gpucloud checkpoints here (root/step-N), asynchronously")
+    ap.add_argument("--checkpoint-every", type=support.positive_int, default=200)
+    ap.add_argument("--keep-last", type=support.positive_int, default=3, help="committed checkpoints kept")
+    ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
     args = ap.parse_args()
+    if args.resume and not args.checkpoint_dir:
+        ap.error("--resume needs --checkpoint-dir DIR")
     dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[args.dtype]
     dev = gc.Device(args.device)
     s = gc.Stream(dev)
@@ -82,6 +88,20 @@ def main():
     opt = gc.FusedAdam(list(zip(params, grads)), s, lr=args.lr, weight_decay=0.01, decoupled_weight_decay=True)
     scaler = gc.LossScaler(dev, s, init_scale=65536.0 if dtype == "float16" else 1.0, dynamic=dtype == "float16")
 
+    # Checkpoints: the weights and the optimizer's and scaler's state, saved in the background.
+    saved = dict(zip(["model.head.weight", "model.head.bias", "model.conv2.weight", "model.conv2.bias",
+                      "model.conv1.weight", "model.conv1.bias"], params))
+    saved.update({"optimizer." + k: v for k, v in opt.state_dict().items()})
+    saved.update({"scaler." + k: v for k, v in scaler.state_dict().items()})
+    checkpointer = gc.checkpoint.Checkpointer(args.checkpoint_dir, keep_last=args.keep_last) if args.checkpoint_dir else None
+    start = 0
+    latest = gc.checkpoint.latest(args.checkpoint_dir) if args.resume else None
+    if latest:
+        start = gc.checkpoint.load(latest, saved, s).step
+        opt.load_state_dict({k[10:]: v for k, v in saved.items() if k.startswith("optimizer.")}, s)
+        scaler.load_state_dict({k[7:]: v for k, v in saved.items() if k.startswith("scaler.")}, s)
+        print(f"resumed from {latest} at step {start}")
+
     h1, dh1 = (gc.Buffer((n, SIDE, SIDE, C1), dtype, dev) for _ in range(2))
     h2, dh2 = (gc.Buffer((n, SIDE2, SIDE2, C2), dtype, dev) for _ in range(2))
     scores, loss, b3f = gc.Buffer((n, CLASSES), "float32", dev), gc.Buffer(1, "float32", dev), gc.Buffer(CLASSES, "float32", dev)
@@ -96,10 +116,10 @@ def main():
         gc.cast(b3f, b3, s)  # the fp32 output's bias is given in fp32
         gc.gemm(scores, h2.reshape((n, FLAT)), w3, s, epilogue="bias", bias=b3f)
 
-    prefetcher = gc.Prefetcher(batches(args.steps, n, args.noise), dev, depth=3)
+    prefetcher = gc.Prefetcher(batches(start, args.steps, n, args.noise), dev, depth=3)
     first = last = None
     t0, since = time.perf_counter(), 0
-    for step in range(args.steps):
+    for step in range(start, args.steps):
         batch = prefetcher.next(s)
         x, y = batch.arrays
         gc.cast(xbuf, x.reshape((n, SIDE, SIDE, 1)), s)  # fp32 batch -> the model dtype
@@ -122,7 +142,10 @@ def main():
         scaler.update(s)
         del batch
         since += 1
-        if step == 0 or (step + 1) % args.log_every == 0 or step + 1 == args.steps or step == args.overflow_at:
+        if checkpointer and (step + 1) % args.checkpoint_every == 0:
+            checkpointer.save_async(step + 1, saved, s, metadata={"example": "train_cnn.py"})
+            print(f"checkpoint: step {step + 1} (writing in the background)")
+        if step == start or (step + 1) % args.log_every == 0 or step + 1 == args.steps or step == args.overflow_at:
             value = float(to_numpy(loss)[0])
             first = value if first is None else first
             last = value
@@ -131,6 +154,8 @@ def main():
             print(f"step {step + 1:5d}  loss {value:.5f}  scale {scaler.state(s).scale:8.0f}  images/s {rate:8.0f}  "
                   f"skipped {skipped}  {support.brief(monitor.latest())}")
             t0, since = time.perf_counter(), 0
+    if checkpointer:
+        checkpointer.wait()
     correct = seen = 0
     for b in range(0, HELD_OUT, n):
         x, cls = images(1_000_000 + b, n, args.noise)
@@ -141,7 +166,8 @@ def main():
         correct += int((predicted[:take] == cls[:take]).sum())
         seen += take
     accuracy = correct / seen
-    print(f"final: loss {last:.5f} (first {first:.5f}), held-out accuracy {accuracy:.4f} on {seen} images "
+    trained = f"loss {last:.5f} (first {first:.5f})" if first is not None else f"nothing to train after step {start}"
+    print(f"final: {trained}, held-out accuracy {accuracy:.4f} on {seen} images "
           f"(target {args.target:.2f}: {'reached' if accuracy >= args.target else 'NOT reached'}), "
           f"skipped steps {args.steps - opt.step_count(s)}")
     print(support.describe(monitor.summary()))

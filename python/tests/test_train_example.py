@@ -89,6 +89,16 @@ def test_the_cnn_twin_reaches_its_accuracy_and_skips_the_forced_overflow(dtype):
     assert re.search(r"step +121 .* skipped 1", out), out
 
 
+def test_the_cnn_twin_resumes_from_its_checkpoint(tmp_path):
+    cnn = EXAMPLE.with_name("train_cnn.py")
+    ck = str(tmp_path / "ck")
+    first = run([sys.executable, str(cnn), "--steps", "120", "--target", "0.01", "--checkpoint-dir", ck,
+                 "--checkpoint-every", "60", "--keep-last", "1"])
+    assert "checkpoint: step 120" in first and os.listdir(ck) == ["step-000000000120"]
+    out = run([sys.executable, str(cnn), "--steps", "250", "--overflow-at", "200", "--checkpoint-dir", ck, "--resume"])
+    assert "at step 120" in out and "target 0.95: reached" in out, out
+
+
 @pytest.mark.parametrize("script, args, named", [
     ("train_mlp.py", ["--log-every", "0"], "--log-every"),
     ("train_mlp.py", ["--checkpoint-every", "0"], "--checkpoint-every"),
@@ -96,6 +106,8 @@ def test_the_cnn_twin_reaches_its_accuracy_and_skips_the_forced_overflow(dtype):
     ("train_mlp.py", ["--dtype", "fp64"], "--dtype"),
     ("train_mlp.py", ["--lr", "inf"], "--lr"),
     ("train_mlp.py", ["--resume"], "--resume"),
+    ("train_cnn.py", ["--resume"], "--resume"),
+    ("train_mlp.py", ["--keep-last", "-1"], "--keep-last"),
     ("train_cnn.py", ["--noise", "nan"], "--noise"),
     ("train_cnn.py", ["--target", "1.5"], "--target"),
 ])
