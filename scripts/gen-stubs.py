@@ -24,6 +24,10 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
+class CheckpointError(Error):
+    """A checkpoint cannot be written or read (I/O, truncation, checksum)."""
+class CheckpointMismatch(CheckpointError, ValueError):
+    """A sound checkpoint that does not fit what it is loaded into; nothing was written."""
 '''
 
 

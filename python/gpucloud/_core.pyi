@@ -1,5 +1,5 @@
 """
-gpucloud's C++ core, bound by capability: runtime, memory, movement, compute, amp, comm, monitor (the same names as the C++ API)
+gpucloud's C++ core, bound by capability: runtime, memory, movement, compute, amp, comm, monitor, checkpoint (the same names as the C++ API)
 """
 from __future__ import annotations
 import collections.abc
@@ -17,7 +17,11 @@ class CommunicationError(Error):
     """A collective failed, timed out or a peer died."""
 class Unsupported(Error, NotImplementedError):
     """Not available in this build or on this device."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'set_default_resource', 'supports']
+class CheckpointError(Error):
+    """A checkpoint cannot be written or read (I/O, truncation, checksum)."""
+class CheckpointMismatch(CheckpointError, ValueError):
+    """A sound checkpoint that does not fit what it is loaded into; nothing was written."""
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'set_default_resource', 'supports']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -813,6 +817,10 @@ class LossScaler:
         """
         Restore a state (a checkpoint's) in stream order.
         """
+    def load_state_dict(self, state: typing.Any, stream: Stream) -> None:
+        """
+        Restore {name: array} named as state_dict() (validated as load_state); synchronises the stream.
+        """
     def scale(self, values: typing.Any, stream: Stream) -> None:
         """
         values *= scale in place (the loss before backward).
@@ -820,6 +828,10 @@ class LossScaler:
     def state(self, stream: Stream) -> LossScalerState:
         """
         Read the state (synchronises the stream).
+        """
+    def state_dict(self) -> dict:
+        """
+        The state as {name: BufferView} of its device memory: scale, growth_tracker, hysteresis_left.
         """
     def unscale(self, grads: collections.abc.Iterable, stream: Stream) -> int:
         """
@@ -844,6 +856,10 @@ class FusedSGD:
     """
     def __init__(self, params: collections.abc.Iterable, stream: typing.Any, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.009999999776482582, momentum: typing.SupportsFloat | typing.SupportsIndex = 0.0, dampening: typing.SupportsFloat | typing.SupportsIndex = 0.0, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, nesterov: bool = False, master_weights: bool = True) -> None:
         ...
+    def load_state_dict(self, state: typing.Any, stream: Stream) -> None:
+        """
+        Restore {name: array} named as state_dict() (its own views, filled by checkpoint.load, or any arrays); each parameter is then set from its master. Synchronises the stream (it reads the step count).
+        """
     def load_step_count(self, steps: typing.SupportsInt | typing.SupportsIndex, stream: Stream) -> None:
         """
         Set the step count (restoring a checkpoint), in stream order.
@@ -856,6 +872,10 @@ class FusedSGD:
         ...
     def set_lr(self, lr: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
+    def state_dict(self) -> dict:
+        """
+        The state as {name: BufferView} of its own memory (no copies): 'step' and 'state.<i>.<buffer>'.
+        """
     def step(self, stream: Stream, scaler: LossScaler = None) -> int:
         """
         One fused step in stream order; skipped on the device when the scaler found an overflow. Returns the number of launches.
@@ -879,6 +899,10 @@ class FusedAdam:
         ...
     def exp_avg_sq(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
+    def load_state_dict(self, state: typing.Any, stream: Stream) -> None:
+        """
+        Restore {name: array} named as state_dict() (its own views, filled by checkpoint.load, or any arrays); each parameter is then set from its master. Synchronises the stream (it reads the step count).
+        """
     def load_step_count(self, steps: typing.SupportsInt | typing.SupportsIndex, stream: Stream) -> None:
         """
         Set the step count (restoring a checkpoint), in stream order.
@@ -891,6 +915,10 @@ class FusedAdam:
         ...
     def set_lr(self, lr: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
+    def state_dict(self) -> dict:
+        """
+        The state as {name: BufferView} of its own memory (no copies): 'step' and 'state.<i>.<buffer>'.
+        """
     def step(self, stream: Stream, scaler: LossScaler = None) -> int:
         """
         One fused step in stream order; skipped on the device when the scaler found an overflow. Returns the number of launches.
@@ -1438,6 +1466,112 @@ class MetricsMonitor:
         """
         The statistics since the start or the last reset(), including a reading taken now.
         """
+class CheckpointTensorInfo:
+    """
+    Where one tensor lives in a checkpoint.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def begin(self) -> int:
+        """
+        First byte in the file.
+        """
+    @property
+    def dtype(self) -> DType:
+        ...
+    @property
+    def end(self) -> int:
+        """
+        One past the last byte.
+        """
+    @property
+    def file(self) -> str:
+        ...
+    @property
+    def shape(self) -> list[int]:
+        ...
+    @property
+    def xxh3(self) -> int:
+        """
+        XXH3-64 of the bytes.
+        """
+class CheckpointManifest:
+    """
+    A checkpoint's manifest, verified against its checksum.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def directory(self) -> str:
+        ...
+    @property
+    def files(self) -> list[str]:
+        ...
+    @property
+    def format_version(self) -> int:
+        ...
+    @property
+    def metadata(self) -> dict[str, str]:
+        ...
+    @property
+    def step(self) -> int:
+        ...
+    @property
+    def tensors(self) -> dict[str, CheckpointTensorInfo]:
+        ...
+    @property
+    def world_size(self) -> int:
+        """
+        Ranks that wrote it.
+        """
+class PendingSave:
+    """
+    A save in flight: wait() for its commit.
+    """
+    def done(self) -> bool:
+        """
+        True once committed or failed; never blocks.
+        """
+    def wait(self) -> None:
+        """
+        Block until committed (on every rank); raise CheckpointError with the I/O error, once.
+        """
+    @property
+    def directory(self) -> str:
+        ...
+    @property
+    def step(self) -> int:
+        ...
+class Checkpointer:
+    """
+    Writes the checkpoints of one training run under a root directory (root/step-N).
+    """
+    def __enter__(self) -> typing.Any:
+        ...
+    def __exit__(self, arg0: typing.Any, arg1: typing.Any, arg2: typing.Any) -> None:
+        """
+        Waits for the save in flight (raising its error unless another is already raised).
+        """
+    def __init__(self, root: str, keep_last: typing.Any = 0, comm: typing.Any = None, staging: typing.Any = None, commit_timeout: typing.SupportsFloat | typing.SupportsIndex = 600.0) -> None:
+        """
+        keep_last: committed checkpoints kept (0: all). comm: the ranks that write together (every rank calls every save). staging: a pinned (or host) MemoryResource for the snapshots. commit_timeout: seconds.
+        """
+    def save(self, step: typing.Any, tensors: typing.Any, stream: Stream, metadata: typing.Any = None) -> None:
+        """
+        save_async(...).wait(): returns once committed.
+        """
+    def save_async(self, step: typing.Any, tensors: typing.Any, stream: Stream, metadata: typing.Any = None) -> PendingSave:
+        """
+        Snapshot {name: array} after the stream's work (the stream waits for the snapshot), write it in the background, return a PendingSave at once. Waits for the previous save first (raising its error).
+        """
+    def wait(self) -> None:
+        """
+        Wait for the save in flight, if any; raise its error.
+        """
+    @property
+    def root(self) -> str:
+        ...
 def _noop() -> None:
     """
     A bare pybind11 call: the baseline of bench/bench_python_overhead.py.
@@ -1461,6 +1595,22 @@ def build_info() -> BuildInfo:
 def cast(dst: typing.Any, src: typing.Any, stream: Stream) -> None:
     """
     dst = src converted to dst's dtype, in stream order.
+    """
+def checkpoint_directory_name(step: typing.SupportsInt | typing.SupportsIndex) -> str:
+    """
+    The name of a step's directory: step-000000001000.
+    """
+def checkpoint_latest(root: str) -> str | None:
+    """
+    The newest committed checkpoint's directory under root, or None.
+    """
+def checkpoint_load(directory: str, into: typing.Any, stream: Stream, strict: bool = True) -> CheckpointManifest:
+    """
+    Load into {name: array} (each found by name): everything verified (manifest, headers, checksums, dtypes, shapes) before the first write; then copied in stream order, and the stream synchronised. Returns the Manifest.
+    """
+def checkpoint_read_manifest(directory: str) -> CheckpointManifest:
+    """
+    Read and verify a checkpoint's manifest.
     """
 def clip_grad_norm(grads: collections.abc.Iterable, max_norm: typing.SupportsFloat | typing.SupportsIndex, stream: Stream) -> Buffer:
     """
@@ -1574,3 +1724,4 @@ def supports(device: typing.Any, precision: Precision) -> bool:
     """
     Whether the device runs GEMMs in this precision.
     """
+CHECKPOINT_FORMAT_VERSION: int = 1

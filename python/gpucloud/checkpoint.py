@@ -18,18 +18,14 @@ range and XXH3-64 checksum, and your metadata). It appears under that name only 
 docs/checkpoint.md has the format and the guarantees.
 """
 
-from ._core.checkpoint import (  # noqa: F401
-    FORMAT_VERSION,
-    Checkpointer,
-    Manifest,
-    PendingSave,
-    TensorInfo,
-    directory_name,
-    latest,
-    load,
-    read_manifest,
-)
-from ._core import CheckpointError, CheckpointMismatch  # noqa: F401
+from ._core import CHECKPOINT_FORMAT_VERSION as FORMAT_VERSION  # noqa: F401
+from ._core import CheckpointError, CheckpointMismatch, Checkpointer, PendingSave  # noqa: F401
+from ._core import CheckpointManifest as Manifest  # noqa: F401
+from ._core import CheckpointTensorInfo as TensorInfo  # noqa: F401
+from ._core import checkpoint_directory_name as directory_name  # noqa: F401
+from ._core import checkpoint_latest as latest  # noqa: F401
+from ._core import checkpoint_load as load  # noqa: F401
+from ._core import checkpoint_read_manifest as read_manifest  # noqa: F401
 
 __all__ = [
     "FORMAT_VERSION",

@@ -76,13 +76,12 @@ StateDict state_from_python(py::handle state, std::vector<py::object>& owners) {
   return borrow_state(state, "state", false, owners);
 }
 
-void bind_checkpoint(py::module_& parent) {
-  py::module_ m = parent.def_submodule(
-      "checkpoint",
-      "Checkpoints: asynchronous, atomic, sharded across ranks, in safetensors files with a checksummed manifest.");
-  m.attr("FORMAT_VERSION") = ck::kFormatVersion;
+// Bound into _core with checkpoint-specific names (one stub file describes the whole extension);
+// gpucloud/checkpoint.py presents them as gpucloud.checkpoint.Checkpointer, .load, .latest, ...
+void bind_checkpoint(py::module_& m) {
+  m.attr("CHECKPOINT_FORMAT_VERSION") = ck::kFormatVersion;
 
-  py::class_<ck::TensorInfo>(m, "TensorInfo", "Where one tensor lives in a checkpoint.")
+  py::class_<ck::TensorInfo>(m, "CheckpointTensorInfo", "Where one tensor lives in a checkpoint.")
       .def_readonly("dtype", &ck::TensorInfo::dtype)
       .def_readonly("shape", &ck::TensorInfo::shape)
       .def_readonly("file", &ck::TensorInfo::file)
@@ -94,7 +93,7 @@ void bind_checkpoint(py::module_& parent) {
                ", shape=" + py::repr(py::cast(t.shape)).cast<std::string>() + ", file='" + t.file + "')";
       });
 
-  py::class_<ck::Manifest>(m, "Manifest", "A checkpoint's manifest, verified against its checksum.")
+  py::class_<ck::Manifest>(m, "CheckpointManifest", "A checkpoint's manifest, verified against its checksum.")
       .def_readonly("format_version", &ck::Manifest::format_version)
       .def_readonly("step", &ck::Manifest::step)
       .def_readonly("world_size", &ck::Manifest::world_size, "Ranks that wrote it.")
@@ -207,21 +206,21 @@ void bind_checkpoint(py::module_& parent) {
           "Waits for the save in flight (raising its error unless another is already raised).");
 
   m.def(
-      "latest",
+      "checkpoint_latest",
       [](const std::string& root) {
         py::gil_scoped_release release;
         return ck::latest(root);
       },
       py::arg("root"), "The newest committed checkpoint's directory under root, or None.");
   m.def(
-      "read_manifest",
+      "checkpoint_read_manifest",
       [](const std::string& directory) {
         py::gil_scoped_release release;
         return ck::read_manifest(directory);
       },
       py::arg("directory"), "Read and verify a checkpoint's manifest.");
   m.def(
-      "load",
+      "checkpoint_load",
       [](const std::string& directory, py::handle into, PyStream& stream, bool strict) {
         std::vector<py::object> owners;
         const StateDict state = borrow_state(into, "into", true, owners);
@@ -232,7 +231,8 @@ void bind_checkpoint(py::module_& parent) {
       "Load into {name: array} (each found by name): everything verified (manifest, headers, checksums, dtypes, "
       "shapes) before the first write; then copied in stream order, and the stream synchronised. Returns the "
       "Manifest.");
-  m.def("directory_name", &ck::directory_name, py::arg("step"), "The name of a step's directory: step-000000001000.");
+  m.def("checkpoint_directory_name", &ck::directory_name, py::arg("step"),
+        "The name of a step's directory: step-000000001000.");
 }
 
 }  // namespace gpucloud::python

@@ -11,6 +11,7 @@ wrong type, gpucloud.Error (InvalidArgument, ...) for a bad value. Never a crash
 RuntimeError from a failed conversion, or a silent wrong answer.
 """
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -265,3 +266,23 @@ def test_stream_methods_given_junk(args, method):
         getattr(s, method)(*args)
     except Exception as e:  # noqa: BLE001
         assert typed_error(e), f"Stream.{method}{tuple(args)!r}: {e!r}"
+
+
+CHECKPOINT_CALLABLES = sorted(n for n in gc.checkpoint.__all__ if callable(getattr(gc.checkpoint, n))
+                              and not (isinstance(getattr(gc.checkpoint, n), type)
+                                       and issubclass(getattr(gc.checkpoint, n), BaseException)))
+SCRATCH = tempfile.mkdtemp(prefix="gpucloud_properties_")
+
+
+@pytest.mark.parametrize("name", CHECKPOINT_CALLABLES)
+@given(args=st.lists(junk, max_size=5))
+def test_every_checkpoint_call_given_junk_raises_a_typed_error(name, args):
+    """gpucloud.checkpoint's functions and classes, in a scratch directory (a junk root is a path)."""
+    cwd = os.getcwd()
+    os.chdir(SCRATCH)
+    try:
+        getattr(gc.checkpoint, name)(*args)
+    except Exception as e:  # noqa: BLE001
+        assert typed_error(e), f"checkpoint.{name}{tuple(args)!r}: {e!r}"
+    finally:
+        os.chdir(cwd)
