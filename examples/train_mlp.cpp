@@ -11,7 +11,7 @@
 // global batch and a resumed run the same data.
 //
 //   train_mlp [--steps N] [--batch B] [--dtype fp16|bf16|fp32] [--lr X] [--log-every K]
-//             [--checkpoint-dir DIR] [--checkpoint-every N] [--keep-last K] [--resume]
+//             [--checkpoint-dir DIR] [--checkpoint-every N] [--keep-last K] [--resume] [--checkpoint-sync]
 //             [--overflow-at STEP] [--device host|cuda] [--dump FILE]
 //   mpirun -np 2 train_mlp ...        data-parallel over MPI ranks (host backend)
 #include <gpucloud/gpucloud.hpp>
@@ -43,7 +43,7 @@ struct Options {
   int steps = 3000, batch = 256, log_every = 250, checkpoint_every = 1000, keep_last = 3;
   float lr = 3e-3f;
   std::string dtype = "fp16", device = "host", checkpoint_dir, dump;
-  bool resume = false;
+  bool resume = false, checkpoint_sync = false;
   int overflow_at = 1500;  // a forced overflow: the step must be skipped and logged (-1: none)
   double target = 0.01;    // the final loss must fall below 1 % of the first step's
 };
@@ -64,7 +64,7 @@ Options parse(int argc, char** argv) {
                            {"--device", into(o.device)},
                            {"--dump", into(o.dump)},
                            {"--target", into(o.target)}},
-                          {{"--resume", &o.resume}});
+                          {{"--resume", &o.resume}, {"--checkpoint-sync", &o.checkpoint_sync}});
   using examples::require;
   constexpr const char* p = "train_mlp";
   require(o.steps >= 1, p, "--steps", "must be at least 1");
@@ -341,8 +341,14 @@ int main(int argc, char** argv) try {
     if (checkpointer && (step + 1) % o.checkpoint_every == 0) {
       // Snapshotted after this step's work, written while the next steps run; the save before
       // it has finished by now (or its error is raised here).
-      const auto pending = checkpointer->save_async(step + 1, state, s, {{"example", "train_mlp"}, {"dtype", o.dtype}});
-      say("checkpoint: step %d -> %s (writing in the background)\n", step + 1, pending.directory().c_str());
+      const gc::checkpoint::Metadata meta{{"example", "train_mlp"}, {"dtype", o.dtype}};
+      if (o.checkpoint_sync) {  // for contrast (bench/bench_checkpoint_train.py): the loop waits
+        checkpointer->save(step + 1, state, s, meta);
+        say("checkpoint: step %d written\n", step + 1);
+      } else {
+        const auto pending = checkpointer->save_async(step + 1, state, s, meta);
+        say("checkpoint: step %d -> %s (writing in the background)\n", step + 1, pending.directory().c_str());
+      }
     }
   }
   if (checkpointer) checkpointer->wait();

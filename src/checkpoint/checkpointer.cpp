@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -106,8 +107,9 @@ struct Item {
   BufferView view;
   std::vector<std::int64_t> shape;
   std::uint64_t bytes = 0;
-  int rank = 0;              // the rank that writes it
-  std::uint64_t offset = 0;  // in this rank's data (and staging)
+  int rank = 0;               // the rank that writes it
+  std::uint64_t offset = 0;   // in this rank's data (and staging)
+  const char* src = nullptr;  // what the writer writes: the staging copy, or the tensor itself
 };
 
 // Balanced by bytes: largest first, each to the least loaded rank (ties: the lower). Every rank
@@ -202,6 +204,9 @@ struct Checkpointer::Impl {
   // The background part of a save.
   void write(const std::shared_ptr<PendingSave::State>& state, std::vector<Item> mine, std::shared_ptr<Event> snapshot,
              std::uint64_t layout, const Metadata& metadata, const std::vector<Item>& all);
+  PendingSave start(std::int64_t step, const StateDict& tensors, StreamView stream, const Metadata& metadata,
+                    bool direct);
+  std::shared_ptr<Event> take_snapshot(std::vector<Item>& mine, std::uint64_t total, StreamView stream);
   void commit(const std::string& tmp, const std::string& final_dir, std::int64_t step, std::uint64_t layout,
               const json& own, const std::vector<Item>& all, const Metadata& metadata);
   void clean_up(std::int64_t step, const std::string& keep_tmp);
@@ -258,13 +263,18 @@ const std::string& Checkpointer::root() const { return impl_->root; }
 void Checkpointer::wait() { impl_->finish_previous(true); }
 
 void Checkpointer::save(std::int64_t step, const StateDict& tensors, StreamView stream, const Metadata& metadata) {
-  save_async(step, tensors, stream, metadata).wait();
+  impl_->start(step, tensors, stream, metadata, /*direct=*/true).wait();
   impl_->finish_previous(false);
 }
 
 PendingSave Checkpointer::save_async(std::int64_t step, const StateDict& tensors, StreamView stream,
                                      const Metadata& metadata) {
-  Impl& im = *impl_;
+  return impl_->start(step, tensors, stream, metadata, /*direct=*/false);
+}
+
+PendingSave Checkpointer::Impl::start(std::int64_t step, const StateDict& tensors, StreamView stream,
+                                      const Metadata& metadata, bool direct) {
+  Impl& im = *this;
   // Every argument first: nothing is enqueued or waited for on a bad call.
   GPUCLOUD_EXPECTS(step >= 0, kCall, "step: " + std::to_string(step) + " is negative");
   const Device dev = stream.device();
@@ -305,37 +315,23 @@ PendingSave Checkpointer::save_async(std::int64_t step, const StateDict& tensors
     it.offset = total;
     total += it.bytes;
   }
-  if (im.staging.size_bytes() < total) {
-    im.staging = Buffer();
-    const MemoryKind kind = im.options.staging != nullptr ? im.options.staging->kind() : MemoryKind::pinned;
-    im.staging = Buffer(static_cast<std::size_t>(total), DType::uint8, Device::host(), kind, im.options.staging);
-  }
-  if (!im.copy_stream || im.copy_stream->device() != dev) im.copy_stream.emplace(dev);
-
-  // The snapshot: on the copy stream after the caller's work; the caller's later work after it.
-  Event ready(dev, false);
-  ready.record(stream);
-  im.copy_stream->wait(ready);
-  const auto staging_kind = im.staging.kind();
-  for (const auto& it : mine) {
-    if (it.bytes == 0) continue;
-    const BufferView src(it.view.data(), static_cast<std::size_t>(it.bytes), DType::uint8, it.view.kind(),
-                         it.view.device());
-    const BufferView dst(static_cast<char*>(im.staging.data()) + it.offset, static_cast<std::size_t>(it.bytes),
-                         DType::uint8, staging_kind, Device::host());
-    copy(dst, src, *im.copy_stream);
-  }
-  auto snapshot = std::make_shared<Event>(dev, false);
-  snapshot->record(*im.copy_stream);
-  stream.wait(*snapshot);
-
+  // A synchronous save of host memory writes the tensors themselves (nothing can change them
+  // before it returns); anything else is snapshotted into staging memory first.
+  direct = direct && std::all_of(mine.begin(), mine.end(), [](const Item& it) { return it.view.device().is_host(); });
   auto state = std::make_shared<PendingSave::State>();
   state->directory = im.root + "/" + directory_name(step);
   state->step = step;
-  im.current = state;
   const std::uint64_t layout = layout_hash(step, all);
+  std::shared_ptr<Event> snapshot;
+  if (direct) {
+    stream.synchronize();
+    for (auto& it : mine) it.src = static_cast<const char*>(it.view.data());
+  } else {
+    snapshot = take_snapshot(mine, total, stream);
+  }
+  im.current = state;
   im.writer = std::thread(
-      [impl = impl_.get(), state, mine = std::move(mine), snapshot, layout, metadata, all = std::move(all)]() mutable {
+      [impl = this, state, mine = std::move(mine), snapshot, layout, metadata, all = std::move(all)]() mutable {
         try {
           impl->write(state, std::move(mine), std::move(snapshot), layout, metadata, all);
           state->finish(nullptr);
@@ -346,6 +342,44 @@ PendingSave Checkpointer::save_async(std::int64_t step, const StateDict& tensors
   return PendingSave(state);
 }
 
+// Copies @p mine into the staging memory on the copy stream, after @p stream's work so far; the
+// returned event marks the copies done, and @p stream's later work waits for it.
+std::shared_ptr<Event> Checkpointer::Impl::take_snapshot(std::vector<Item>& mine, std::uint64_t total,
+                                                         StreamView stream) {
+  Impl& im = *this;
+  const Device dev = stream.device();
+  if (im.staging.size_bytes() < total) {
+    im.staging = Buffer();
+    const MemoryKind kind = im.options.staging != nullptr ? im.options.staging->kind() : MemoryKind::pinned;
+    im.staging = Buffer(static_cast<std::size_t>(total), DType::uint8, Device::host(), kind, im.options.staging);
+  }
+  // The snapshot: on a GPU, on the copy stream (the copy engine) after the caller's work, the
+  // caller's later work after it. On the host a copy stream is one more thread to hand off to
+  // and back, on the cores that run the training: the caller's stream copies in its own order.
+  StreamView copier = stream;
+  if (dev.is_cuda()) {
+    if (!im.copy_stream || im.copy_stream->device() != dev) im.copy_stream.emplace(dev);
+    Event ready(dev, false);
+    ready.record(stream);
+    im.copy_stream->wait(ready);
+    copier = *im.copy_stream;
+  }
+  const auto staging_kind = im.staging.kind();
+  for (const auto& it : mine) {
+    if (it.bytes == 0) continue;
+    const BufferView src(it.view.data(), static_cast<std::size_t>(it.bytes), DType::uint8, it.view.kind(),
+                         it.view.device());
+    const BufferView dst(static_cast<char*>(im.staging.data()) + it.offset, static_cast<std::size_t>(it.bytes),
+                         DType::uint8, staging_kind, Device::host());
+    copy(dst, src, copier);
+  }
+  auto snapshot = std::make_shared<Event>(dev, false);
+  snapshot->record(copier);
+  if (copier != stream) stream.wait(*snapshot);
+  for (auto& it : mine) it.src = static_cast<const char*>(im.staging.data()) + it.offset;
+  return snapshot;
+}
+
 void Checkpointer::Impl::write(const std::shared_ptr<PendingSave::State>& state, std::vector<Item> mine,
                                std::shared_ptr<Event> snapshot, std::uint64_t layout, const Metadata& metadata,
                                const std::vector<Item>& all) {
@@ -353,25 +387,35 @@ void Checkpointer::Impl::write(const std::shared_ptr<PendingSave::State>& state,
   const std::string tmp = final_dir + ".tmp-" + d::hex64(run_id);
   const std::string file = tmp + "/" + rank_file(rank);
   try {
-    snapshot->synchronize();
+    if (snapshot) snapshot->synchronize();
     d::make_directories(tmp);
     std::map<std::string, d::FileEntry> entries;
-    std::map<std::string, std::uint64_t> sums;
-    const char* base = static_cast<const char*>(staging.data());
     for (const auto& it : mine) {
       entries[it.name] = d::FileEntry{it.view.dtype(), it.shape, it.offset, it.offset + it.bytes};
-      sums[it.name] = d::xxh3(base + it.offset, static_cast<std::size_t>(it.bytes));
     }
+    // The checksums on a second thread while this one writes: the save takes the longer of the
+    // two, not their sum.
+    auto checksums = std::async(std::launch::async, [&mine] {
+      std::map<std::string, std::uint64_t> out;
+      for (const auto& it : mine) out[it.name] = d::xxh3(it.src, static_cast<std::size_t>(it.bytes));
+      return out;
+    });
     Metadata file_meta{{"format", "pt"}, {"gpucloud.step", std::to_string(state->step)}};
     const std::string prefix = d::safetensors_prefix(entries, file_meta);
-    std::uint64_t data_bytes = 0;
-    for (const auto& it : mine) data_bytes += it.bytes;
     {
       d::File f = d::File::create(file);
       f.write_all(prefix.data(), prefix.size());
-      if (data_bytes > 0) f.write_all(base, static_cast<std::size_t>(data_bytes));
+      // Runs of tensors adjacent in memory (all of them, from staging) go in one write.
+      for (std::size_t i = 0; i < mine.size();) {
+        std::size_t j = i + 1;
+        std::uint64_t run = mine[i].bytes;
+        while (j < mine.size() && mine[j].src == mine[i].src + run) run += mine[j++].bytes;
+        if (run > 0) f.write_all(mine[i].src, static_cast<std::size_t>(run));
+        i = j;
+      }
       f.sync_and_close();
     }
+    std::map<std::string, std::uint64_t> sums = checksums.get();
     // Where each tensor lies in the file, and its checksum: rank 0 assembles the manifest.
     json marker = {{"layout", d::hex64(layout)}, {"tensors", json::object()}};
     for (const auto& it : mine) {
