@@ -12,6 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -165,6 +169,15 @@ void poll(Ready ready, Failed failed, std::chrono::milliseconds timeout, const s
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
+}
+
+// SCHED_IDLE for the calling thread (Linux), else the lowest nice value; best effort.
+void lower_thread_priority() noexcept {
+#if defined(__linux__)
+  sched_param param{};
+  if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) == 0) return;
+#endif
+  (void)setpriority(PRIO_PROCESS, 0, 19);
 }
 
 std::optional<std::string> read_error_marker(const std::string& path) {
@@ -331,7 +344,10 @@ PendingSave Checkpointer::Impl::start(std::int64_t step, const StateDict& tensor
   }
   im.current = state;
   im.writer = std::thread(
-      [impl = this, state, mine = std::move(mine), snapshot, layout, metadata, all = std::move(all)]() mutable {
+      [impl = this, state, mine = std::move(mine), snapshot, layout, metadata, all = std::move(all), direct]() mutable {
+        // In the background, the writer yields the cores to training: each of its wake-ups (after
+        // every fsync) would otherwise preempt a compute thread for a scheduler slice.
+        if (!direct) lower_thread_priority();
         try {
           impl->write(state, std::move(mine), std::move(snapshot), layout, metadata, all);
           state->finish(nullptr);
