@@ -159,6 +159,27 @@ TEST_P(Checkpoint, AsyncSaveSnapshotsBeforeLaterWritesAndTheNextSaveWaits) {
   }
 }
 
+TEST(CheckpointStaging, SnapshotsComeFromTheUsersResourceAndItsLimitIsTyped) {
+  gc::Stream s;
+  const std::string root = fresh_dir("root");
+  gc::Buffer w = pattern(1000, gc::DType::float32, gc::Device::host(), s, 5);
+  gc::StatisticsAdaptor stats(gc::default_resource(gc::MemoryKind::pinned, gc::Device::host()));
+  ck::Options o;
+  o.staging = &stats;
+  {
+    ck::Checkpointer writer(root, o);
+    writer.save_async(1, {{"w", {w, {}}}}, s).wait();
+    EXPECT_EQ(stats.statistics().current_bytes, 4000u);  // the staging copy, kept for the next save
+  }
+  EXPECT_EQ(stats.statistics().current_bytes, 0u);
+  // A resource too small for the snapshot: OutOfMemory at save_async, nothing written.
+  gc::LimitingAdaptor small(gc::default_resource(gc::MemoryKind::pinned, gc::Device::host()), 1000);
+  o.staging = &small;
+  ck::Checkpointer writer(fresh_dir("small"), o);
+  EXPECT_THROW(writer.save_async(1, {{"w", {w, {}}}}, s), gc::OutOfMemory);
+  EXPECT_FALSE(ck::latest(writer.root()).has_value());
+}
+
 TEST(CheckpointCommit, KeepLastLatestAndLeftoversOfInterruptedSaves) {
   gc::Stream s;
   const std::string root = fresh_dir("root");

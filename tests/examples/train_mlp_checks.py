@@ -69,12 +69,20 @@ def main():
     for _ in range(int(os.environ.get("GPUCLOUD_KILLS", "50"))):
         p = subprocess.Popen([binary, *ck_args, "--checkpoint-dir", ckdir, "--resume"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
-        time.sleep(rng.uniform(0.02, 0.2))
+        # Once it has loaded (or found nothing to load) it trains and checkpoints: kill it at a
+        # random moment from then on, however slow the machine is to start it.
+        out = ""
+        for line in p.stdout:
+            out += line
+            if line.startswith(("resumed from", "no checkpoint")):
+                break
+        resumes += "resumed from" in out
+        time.sleep(rng.uniform(0.0, 0.15))
         if p.poll() is None:
             p.kill()
             kills += 1
-        out, _ = p.communicate()
-        resumes += "resumed from" in out
+        rest, _ = p.communicate()
+        out += rest
         if p.returncode not in (0, -signal.SIGKILL):
             sys.exit(f"FAILED: a restarted run exited with {p.returncode}:\n{out}")
     final = run([binary, *ck_args, "--checkpoint-dir", ckdir, "--resume", "--dump", f"{work}/resumed.bin"])
@@ -82,12 +90,19 @@ def main():
     assert kills >= 10 and resumes >= 10, (kills, resumes)
     leftovers = [n for n in os.listdir(ckdir) if not re.fullmatch(r"step-\d{12}", n)]
     assert not leftovers, f"interrupted saves were not cleaned up: {leftovers}"
-    assert len(os.listdir(ckdir)) <= 2, os.listdir(ckdir)  # --keep-last 2
+    # --keep-last 2, plus one when a run was killed between a commit and its clean-up
+    assert len(os.listdir(ckdir)) <= 3, os.listdir(ckdir)
     a, c = weights(f"{work}/straight.bin"), weights(f"{work}/resumed.bin")
     worst = max(abs(x - y) for x, y in zip(a, c))
     print(f"uninterrupted vs killed {kills} times and resumed: worst weight difference {worst:.2e}")
     assert len(a) == len(c) and worst == 0.0, worst
     assert "resumed from" in final or "steps done" in final
+    # A checkpoint of another model (here another dtype) is refused by name, before any training.
+    other = subprocess.run([binary, *ck_args, "--dtype", "bf16", "--checkpoint-dir", ckdir, "--resume"],
+                           capture_output=True, text=True, timeout=600)
+    print(other.stderr)
+    assert other.returncode == 1, other.returncode
+    assert "'model.layer" in other.stderr and "float32 in the checkpoint, bfloat16" in other.stderr, other.stderr
     print("train_mlp checks passed")
 
 
