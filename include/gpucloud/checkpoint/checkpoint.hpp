@@ -145,6 +145,9 @@ GPUCLOUD_API Manifest read_manifest(const std::string& directory);
 /// Verifies the manifest, the header of every file it reads, every tensor's checksum, dtype and
 /// shape before the first write into @p into; then copies in @p stream's order and synchronises
 /// it. Written by any number of ranks, it loads on any number: each rank reads what it needs.
+/// @param directory the checkpoint (a directory latest() returned)
+/// @param into the tensors to fill, by name; their dtypes and shapes must match the checkpoint's
+/// @param stream the copies into @p into are ordered on it; it is synchronised before returning
 /// @param strict every tensor of the checkpoint must also be in @p into (as torch's strict load)
 /// @return the manifest (step, metadata)
 /// @throws CheckpointError (missing, truncated or corrupt files), CheckpointMismatch (a tensor
