@@ -38,3 +38,5 @@
 // checkpoint: named state, asynchronous sharded checkpoints in safetensors files
 #include <gpucloud/checkpoint/checkpoint.hpp>
 #include <gpucloud/checkpoint/state_dict.hpp>
+// telemetry: a Prometheus endpoint, training metrics, straggler detection
+#include <gpucloud/telemetry/telemetry.hpp>

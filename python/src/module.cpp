@@ -2,7 +2,7 @@
 
 PYBIND11_MODULE(_core, m) {
   m.doc() =
-      "gpucloud's C++ core, bound by capability: runtime, memory, movement, compute, amp, comm, monitor, checkpoint "
+      "gpucloud's C++ core, bound by capability: runtime, memory, movement, compute, amp, comm, monitor, checkpoint, telemetry "
       "(the same names as the C++ API)";
   m.def(
       "_noop", [] {}, "A bare pybind11 call: the baseline of bench/bench_python_overhead.py.");
@@ -20,6 +20,7 @@ PYBIND11_MODULE(_core, m) {
   gpucloud::python::bind_comm(m);
   gpucloud::python::bind_monitor(m);
   gpucloud::python::bind_checkpoint(m);
+  gpucloud::python::bind_telemetry(m);
   // At exit, while the interpreter can still run them: background threads stop (a thread that
   // needs the GIL during finalisation is ended mid-call), then borrowed objects are released.
   py::module_::import("atexit").attr("register")(py::cpp_function([] {

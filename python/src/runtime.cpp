@@ -293,6 +293,7 @@ void bind_runtime(py::module_& m) {
       .def_readonly("multiprocessor_count", &DeviceProperties::multiprocessor_count)
       .def_readonly("concurrent_managed_access", &DeviceProperties::concurrent_managed_access)
       .def_readonly("backend", &DeviceProperties::backend)
+      .def_readonly("uuid", &DeviceProperties::uuid)
       .def("__repr__", [](const DeviceProperties& p) {
         return "DeviceProperties(name='" + p.name + "', backend='" + p.backend +
                "', compute_capability=" + std::to_string(p.compute_capability_major) + "." +

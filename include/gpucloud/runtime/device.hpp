@@ -56,6 +56,7 @@ struct DeviceProperties {
   int multiprocessor_count = 0;            ///< SMs on a GPU, hardware threads on the host
   bool concurrent_managed_access = false;  ///< managed memory usable by CPU and GPU at once
   std::string backend;                     ///< "host" or "cuda"
+  std::string uuid;                        ///< a GPU's UUID as nvidia-smi prints it (GPU-...); empty on the host
 };
 
 /// @brief Properties of @p device (free memory excluded: see memory_info()).

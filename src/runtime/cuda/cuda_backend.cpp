@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <utility>
@@ -41,6 +42,12 @@ DeviceProperties properties(int device) {
   out.multiprocessor_count = prop.multiProcessorCount;
   out.concurrent_managed_access = prop.concurrentManagedAccess != 0;
   out.backend = "cuda";
+  // nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
+  char uuid[64];
+  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  out.uuid = uuid;
   return out;
 }
 

@@ -1,0 +1,130 @@
+/// @file telemetry.hpp
+/// @brief Prometheus metrics of a training process: a /metrics endpoint (prometheus-cpp), device
+///        metrics under the DCGM exporter's names, and per-step training metrics.
+#pragma once
+
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/export.hpp>
+#include <gpucloud/memory/resource_adaptors.hpp>
+#include <gpucloud/monitor/monitor.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gpucloud::telemetry {
+
+/// @brief Label names and values (Prometheus rules: names [a-zA-Z_][a-zA-Z0-9_]*, not "__"-prefixed).
+using Labels = std::map<std::string, std::string>;
+
+/// @brief How a process exports its metrics.
+struct ExporterOptions {
+  /// HTTP port serving /metrics: 0 picks a free one (see Exporter::port()), -1 serves none (the
+  /// textfile only).
+  int port = 0;
+  /// The address to bind ("0.0.0.0": every interface; "127.0.0.1": this machine only).
+  std::string address = "0.0.0.0";
+  /// Put on every series this process exports (rank, local_rank, node, job: job_labels()).
+  Labels labels;
+  /// If set, write_textfile() writes the exposition there atomically (node_exporter's textfile
+  /// collector reads *.prom files from a directory).
+  std::string textfile;
+};
+
+/// @brief rank, local_rank, node (the host name) and job (SLURM_JOB_ID, else GPUCLOUD_JOB, else
+///        "local") of this process, from @p launch.
+GPUCLOUD_API Labels job_labels(const LaunchInfo& launch);
+
+/// @brief One training step, as StepMetrics::record takes it.
+struct StepRecord {
+  double seconds = 0;            ///< wall time of the step
+  std::int64_t samples = 0;      ///< samples (this rank's) processed in it
+  double data_wait_seconds = 0;  ///< of which waiting for input (the prefetcher)
+  double comm_seconds = 0;       ///< time the step's collectives took (Communicator::busy_seconds deltas)
+  double loss_scale = 0;         ///< the loss scale after the step (0: not reported)
+  bool skipped = false;          ///< the optimizer skipped the step (an overflow)
+};
+
+/// @brief The training metrics of one process (gpucloud_step_seconds, gpucloud_samples_total, ...;
+///        docs/telemetry.md lists them). Thread-safe; a record costs well under a microsecond.
+class GPUCLOUD_API StepMetrics {
+ public:
+  /// @brief Adds one step. @throws InvalidArgument for negative or non-finite figures.
+  void record(const StepRecord& step);
+  /// @brief Adds one checkpoint save of @p seconds (gpucloud_checkpoint_save_seconds).
+  void record_checkpoint(double seconds);
+  /// @brief Sets the memory pool gauges from a StatisticsAdaptor's figures.
+  void record_memory(const MemoryStatistics& statistics);
+  /// @brief Steps recorded so far.
+  std::int64_t steps() const;
+
+  struct Impl;  ///< internal
+  /// @brief Internal: made by an Exporter.
+  explicit StepMetrics(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+/// @brief Straggler detection's settings.
+struct StragglerOptions {
+  int every = 50;          ///< steps between exchanges of step-time summaries
+  double threshold = 0.2;  ///< a rank is a straggler when its mean step is this much above the median
+};
+
+/// @brief What the last exchange found.
+struct StragglerReport {
+  std::vector<double> step_seconds;  ///< every rank's mean step time over the last period, by rank
+  double median = 0;                 ///< their median
+  int slowest = -1;                  ///< the slowest rank
+  bool straggler = false;            ///< the slowest is beyond the threshold
+};
+
+/// @brief A process's metrics endpoint: a Prometheus registry served at /metrics (prometheus-cpp's
+///        exposer, its own threads), its device metrics read from a MetricsMonitor at each scrape,
+///        and its training metrics. One per process; every rank of a job serves its own.
+class GPUCLOUD_API Exporter {
+ public:
+  /// @brief Starts serving.
+  /// @throws InvalidArgument for a bad label (naming it) or a port out of range,
+  ///         CommunicationError when the port cannot be bound (in use), Unsupported when built
+  ///         without prometheus-cpp.
+  explicit Exporter(ExporterOptions options = {});
+  ~Exporter();                               ///< Stops serving.
+  Exporter(Exporter&&) noexcept;             ///< Moves ownership.
+  Exporter& operator=(Exporter&&) noexcept;  ///< Moves ownership.
+  Exporter(const Exporter&) = delete;
+  Exporter& operator=(const Exporter&) = delete;
+
+  /// @brief The port serving /metrics (the one picked for port 0), or -1 when none.
+  int port() const;
+  /// @brief Exports @p monitor's latest reading at each scrape: DCGM_FI_DEV_* for a GPU (labels gpu,
+  ///        UUID, modelName), gpucloud_host_* for the host. @p monitor must outlive the exporter or
+  ///        be unwatched.
+  void watch(const MetricsMonitor& monitor);
+  /// @brief Stops exporting @p monitor.
+  void unwatch(const MetricsMonitor& monitor);
+  /// @brief The training metrics.
+  StepMetrics& steps();
+  /// @brief Exchanges step-time summaries over @p comm every options.every recorded steps (an
+  ///        all-gather of one double, enqueued on @p stream by the record() that completes the
+  ///        period; read back at the next period) and exports gpucloud_rank_step_seconds{rank=...}
+  ///        and gpucloud_straggler. Every rank of @p comm calls it and records the same steps.
+  void detect_stragglers(Communicator& comm, StreamView stream, StragglerOptions options = {});
+  /// @brief The report of the last completed exchange (empty before the first).
+  StragglerReport straggler_report() const;
+  /// @brief The exposition a scrape returns now (Prometheus text format 0.0.4).
+  std::string exposition() const;
+  /// @brief Writes exposition() to options.textfile atomically (a temporary file, then rename).
+  /// @throws InvalidArgument without a textfile, CheckpointError-free: Error on an I/O failure.
+  void write_textfile() const;
+
+  struct Impl;  ///< internal
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpucloud::telemetry

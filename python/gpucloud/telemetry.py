@@ -1,0 +1,61 @@
+"""Prometheus telemetry of a training process: a /metrics endpoint, device metrics under the DCGM
+exporter's names, training metrics recorded once per step, straggler detection across ranks.
+
+    exporter = gpucloud.telemetry.serve_metrics(port=9400)       # labels: rank, local_rank, node, job
+    exporter.watch(gpucloud.MetricsMonitor(dev))
+    for step in ...:
+        with exporter.step(samples=batch) as st:                 # wall time of the step
+            t = time.perf_counter(); b = prefetcher.next(s); st.data_wait_seconds = time.perf_counter() - t
+            ...
+            st.loss_scale = scaler.state(s).scale
+
+docs/telemetry.md lists the metrics and the deploy/prometheus/ files.
+"""
+import time
+
+from ._core import StepMetrics, StragglerReport  # noqa: F401
+from ._core import TelemetryExporter as Exporter  # noqa: F401
+from ._core import telemetry_job_labels as job_labels  # noqa: F401
+
+__all__ = ["Exporter", "StepMetrics", "StragglerReport", "Step", "job_labels", "serve_metrics"]
+
+
+class Step:
+    """One step being timed: set data_wait_seconds, comm_seconds, loss_scale, skipped inside the
+    `with`; the record is made at its end (not when the block raises)."""
+
+    __slots__ = ("_metrics", "samples", "data_wait_seconds", "comm_seconds", "loss_scale", "skipped", "_start")
+
+    def __init__(self, metrics, samples):
+        self._metrics = metrics
+        self.samples = samples
+        self.data_wait_seconds = 0.0
+        self.comm_seconds = 0.0
+        self.loss_scale = 0.0
+        self.skipped = False
+
+    def __enter__(self):
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self._metrics.record(time.perf_counter() - self._start, self.samples, self.data_wait_seconds,
+                                 self.comm_seconds, self.loss_scale, self.skipped)
+        return False
+
+
+def _step(self, samples=0):
+    """A context manager timing one step: `with exporter.step(samples=n) as st: ...`."""
+    return Step(self.steps, samples)
+
+
+Exporter.step = _step
+
+
+def serve_metrics(port=0, labels=None, address="0.0.0.0", textfile=None):
+    """Start this process's /metrics endpoint (port 0: a free one; see .port), labelled with
+    job_labels() (rank, local_rank, node, job) plus `labels`."""
+    merged = dict(job_labels())
+    merged.update(labels or {})
+    return Exporter(port=port, address=address, labels=merged, textfile=textfile)

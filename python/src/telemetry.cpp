@@ -1,0 +1,177 @@
+// Telemetry: the Prometheus exporter, training metrics and straggler detection, bound into _core
+// as TelemetryExporter, StepMetrics, StragglerReport, telemetry_job_labels; gpucloud/telemetry.py
+// presents them as gpucloud.telemetry.
+#include "interop.hpp"
+
+#include <pybind11/stl.h>
+
+namespace gpucloud::python {
+
+namespace tel = gpucloud::telemetry;
+
+namespace {
+
+// The exporter and what it reads: watched monitors, the communicator and stream of straggler
+// detection (kept alive, declared first so they outlive it). Serving threads are prometheus-cpp's
+// and never call Python; the exporter is destroyed without the GIL.
+struct PyExporter {
+  py::list watched;
+  py::object comm, stream;
+  std::unique_ptr<tel::Exporter> exporter;
+  ~PyExporter() {
+    py::gil_scoped_release release;
+    exporter.reset();
+  }
+};
+
+tel::Labels to_labels(py::handle labels) {
+  tel::Labels out;
+  if (labels.is_none()) return out;
+  if (!py::isinstance<py::dict>(labels)) {
+    throw py::type_error("labels: expected a dict of {str: str}, got " + type_name(labels));
+  }
+  for (auto item : py::reinterpret_borrow<py::dict>(labels)) {
+    if (!py::isinstance<py::str>(item.first) || !py::isinstance<py::str>(item.second)) {
+      throw py::type_error("labels: names and values must be str, got " + type_name(item.first) + ": " +
+                           type_name(item.second));
+    }
+    out[item.first.cast<std::string>()] = item.second.cast<std::string>();
+  }
+  return out;
+}
+
+double arg_seconds(py::handle h, const char* arg) {
+  if (!py::isinstance<py::float_>(h) && PyIndex_Check(h.ptr()) == 0) {
+    throw py::type_error(std::string(arg) + ": expected a number of seconds, got " + type_name(h));
+  }
+  return h.cast<double>();
+}
+
+}  // namespace
+
+void bind_telemetry(py::module_& m) {
+  py::class_<tel::StragglerReport>(m, "StragglerReport", "What the last exchange of step times found.")
+      .def_readonly("step_seconds", &tel::StragglerReport::step_seconds, "Every rank's mean step time, by rank.")
+      .def_readonly("median", &tel::StragglerReport::median)
+      .def_readonly("slowest", &tel::StragglerReport::slowest)
+      .def_readonly("straggler", &tel::StragglerReport::straggler)
+      .def("__repr__", [](const tel::StragglerReport& r) {
+        return "StragglerReport(slowest=" + std::to_string(r.slowest) +
+               ", straggler=" + (r.straggler ? "True" : "False") + ", median=" + std::to_string(r.median) + ")";
+      });
+
+  py::class_<tel::StepMetrics>(m, "StepMetrics", "A process's training metrics (one record per step).")
+      .def(
+          "record",
+          [](tel::StepMetrics& s, py::handle seconds, py::handle samples, py::handle data_wait_seconds,
+             py::handle comm_seconds, py::handle loss_scale, bool skipped) {
+            tel::StepRecord r;
+            r.seconds = arg_seconds(seconds, "seconds");
+            r.samples = arg_size(samples, "samples");
+            r.data_wait_seconds = arg_seconds(data_wait_seconds, "data_wait_seconds");
+            r.comm_seconds = arg_seconds(comm_seconds, "comm_seconds");
+            r.loss_scale = arg_seconds(loss_scale, "loss_scale");
+            r.skipped = skipped;
+            py::gil_scoped_release release;  // a straggler exchange may wait for the previous one
+            s.record(r);
+          },
+          py::arg("seconds"), py::arg("samples") = 0, py::arg("data_wait_seconds") = 0.0, py::arg("comm_seconds") = 0.0,
+          py::arg("loss_scale") = 0.0, py::arg("skipped") = false,
+          "Record one step: its wall time, samples, time waiting for data and in collectives, the loss scale, "
+          "whether it was skipped.")
+      .def(
+          "record_checkpoint",
+          [](tel::StepMetrics& s, py::handle seconds) { s.record_checkpoint(arg_seconds(seconds, "seconds")); },
+          py::arg("seconds"), "Record one checkpoint save's duration.")
+      .def("record_memory", &tel::StepMetrics::record_memory, py::arg("statistics"),
+           "Set the memory-pool gauges from a StatisticsAdaptor's statistics().")
+      .def_property_readonly("steps", &tel::StepMetrics::steps, "Steps recorded so far.");
+
+  py::class_<PyExporter>(m, "TelemetryExporter",
+                         "A Prometheus /metrics endpoint of this process (prometheus-cpp), its device and training "
+                         "metrics.")
+      .def(py::init([](py::handle port, const std::string& address, py::handle labels, py::object textfile) {
+             tel::ExporterOptions o;
+             o.port = static_cast<int>(arg_int(port, "port"));
+             o.address = address;
+             o.labels = to_labels(labels);
+             if (!textfile.is_none()) {
+               if (!py::isinstance<py::str>(textfile)) throw py::type_error("textfile: expected a path (str) or None");
+               o.textfile = textfile.cast<std::string>();
+             }
+             auto p = std::make_unique<PyExporter>();
+             p->comm = py::none();
+             p->stream = py::none();
+             p->exporter = std::make_unique<tel::Exporter>(o);
+             return p;
+           }),
+           py::arg("port") = 0, py::arg("address") = "0.0.0.0", py::arg("labels") = py::none(),
+           py::arg("textfile") = py::none(),
+           "port: 0 picks a free one, -1 serves none. labels: put on every series (job_labels() gives rank, "
+           "local_rank, node, job). textfile: where write_textfile() writes (node_exporter's textfile collector).")
+      .def_property_readonly("port", [](PyExporter& e) { return e.exporter->port(); })
+      .def(
+          "watch",
+          [](PyExporter& e, py::object monitor) {
+            e.exporter->watch(arg_as<MetricsMonitor>(monitor, "monitor", "a gpucloud.MetricsMonitor"));
+            e.watched.append(monitor);
+          },
+          py::arg("monitor"), "Export the monitor's latest reading at each scrape (DCGM_FI_DEV_* names on GPUs).")
+      .def(
+          "unwatch",
+          [](PyExporter& e, py::object monitor) {
+            e.exporter->unwatch(arg_as<MetricsMonitor>(monitor, "monitor", "a gpucloud.MetricsMonitor"));
+            py::list kept;
+            for (auto w : e.watched) {
+              if (!w.is(monitor)) kept.append(w);
+            }
+            e.watched = kept;
+          },
+          py::arg("monitor"))
+      .def_property_readonly(
+          "steps",
+          [](py::object self) {
+            return py::cast(&self.cast<PyExporter&>().exporter->steps(), py::return_value_policy::reference_internal,
+                            self);
+          },
+          "The training metrics (StepMetrics).")
+      .def(
+          "detect_stragglers",
+          [](PyExporter& e, py::object comm, py::object stream, py::handle every, double threshold) {
+            auto& c = arg_as<Communicator>(comm, "comm", "a gpucloud.Communicator");
+            auto& s = arg_as<PyStream>(stream, "stream", "a gpucloud.Stream");
+            tel::StragglerOptions o;
+            o.every = static_cast<int>(arg_int(every, "every"));
+            o.threshold = threshold;
+            {
+              py::gil_scoped_release release;
+              e.exporter->detect_stragglers(c, s.view, o);
+            }
+            e.comm = comm;
+            e.stream = stream;
+          },
+          py::arg("comm"), py::arg("stream"), py::arg("every") = 50, py::arg("threshold") = 0.2,
+          "Every `every` recorded steps, all-gather the ranks' mean step times over comm (on stream) and export "
+          "gpucloud_rank_step_seconds and gpucloud_straggler. Every rank calls it and records the same steps.")
+      .def("straggler_report", [](PyExporter& e) { return e.exporter->straggler_report(); })
+      .def(
+          "exposition",
+          [](PyExporter& e) {
+            py::gil_scoped_release release;
+            return e.exporter->exposition();
+          },
+          "The text a scrape of /metrics returns now.")
+      .def(
+          "write_textfile",
+          [](PyExporter& e) {
+            py::gil_scoped_release release;
+            e.exporter->write_textfile();
+          },
+          "Write the exposition to the textfile, atomically.");
+
+  m.def(
+      "telemetry_job_labels", [] { return tel::job_labels(launch_info_from_environment()); },
+      "rank, local_rank, node and job labels of this process, from the launcher's environment.");
+}
+
+}  // namespace gpucloud::python
