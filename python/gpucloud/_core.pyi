@@ -1,5 +1,5 @@
 """
-gpucloud's C++ core, bound by capability: runtime, memory, movement, compute, amp, comm, monitor, checkpoint (the same names as the C++ API)
+gpucloud's C++ core, bound by capability: runtime, memory, movement, compute, amp, comm, monitor, checkpoint, telemetry (the same names as the C++ API)
 """
 from __future__ import annotations
 import collections.abc
@@ -21,7 +21,7 @@ class CheckpointError(Error):
     """A checkpoint cannot be written or read (I/O, truncation, checksum)."""
 class CheckpointMismatch(CheckpointError, ValueError):
     """A sound checkpoint that does not fit what it is loaded into; nothing was written."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'Stream', 'Unsupported', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'set_default_resource', 'supports']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'Unsupported', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'set_default_resource', 'supports', 'telemetry_job_labels']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -219,6 +219,9 @@ class DeviceProperties:
         ...
     @property
     def total_memory(self) -> int:
+        ...
+    @property
+    def uuid(self) -> str:
         ...
 class MemoryInfo:
     """
@@ -1448,7 +1451,7 @@ class MetricsMonitor:
         ...
     def __exit__(self, *args) -> None:
         ...
-    def __init__(self, device: Device, interval: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
+    def __init__(self, device: typing.Any, interval: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
         ...
     def latest(self) -> DeviceMetrics:
         """
@@ -1572,6 +1575,87 @@ class Checkpointer:
     @property
     def root(self) -> str:
         ...
+class StragglerReport:
+    """
+    What the last exchange of step times found.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def median(self) -> float:
+        ...
+    @property
+    def slowest(self) -> int:
+        ...
+    @property
+    def step_seconds(self) -> list[float]:
+        """
+        Every rank's mean step time, by rank.
+        """
+    @property
+    def straggler(self) -> bool:
+        ...
+class StepMetrics:
+    """
+    A process's training metrics (one record per step).
+    """
+    def record(self, seconds: typing.Any, samples: typing.Any = 0, data_wait_seconds: typing.Any = 0.0, comm_seconds: typing.Any = 0.0, loss_scale: typing.Any = 0.0, skipped: bool = False) -> None:
+        """
+        Record one step: its wall time, samples, time waiting for data and in collectives, the loss scale, whether it was skipped.
+        """
+    def record_checkpoint(self, seconds: typing.Any) -> None:
+        """
+        Record one checkpoint save's duration.
+        """
+    def record_memory(self, statistics: MemoryStatistics) -> None:
+        """
+        Set the memory-pool gauges from a StatisticsAdaptor's statistics().
+        """
+    @property
+    def steps(self) -> int:
+        """
+        Steps recorded so far.
+        """
+class TelemetryExporter:
+    """
+    A Prometheus /metrics endpoint of this process (prometheus-cpp), its device and training metrics.
+    """
+    def __init__(self, port: typing.Any = 0, address: str = '0.0.0.0', labels: typing.Any = None, textfile: typing.Any = None) -> None:
+        """
+        port: 0 picks a free one, -1 serves none. labels: put on every series (job_labels() gives rank, local_rank, node, job). textfile: where write_textfile() writes (node_exporter's textfile collector).
+        """
+    def detect_stragglers(self, comm: typing.Any, stream: typing.Any, every: typing.Any = 50, threshold: typing.SupportsFloat | typing.SupportsIndex = 0.2) -> None:
+        """
+        Every `every` recorded steps, all-gather the ranks' mean step times over comm (on stream) and export gpucloud_rank_step_seconds and gpucloud_straggler. Every rank calls it and records the same steps.
+        """
+    def exposition(self) -> str:
+        """
+        The text a scrape of /metrics returns now.
+        """
+    def step(self, samples = 0):
+        """
+        A context manager timing one step: `with exporter.step(samples=n) as st: ...`.
+        """
+    def straggler_report(self) -> StragglerReport:
+        ...
+    def unwatch(self, monitor: typing.Any) -> None:
+        ...
+    def watch(self, monitor: typing.Any) -> None:
+        """
+        Export the monitor's latest reading at each scrape (DCGM_FI_DEV_* names on GPUs).
+        """
+    def write_textfile(self) -> None:
+        """
+        Write the exposition to the textfile, atomically.
+        """
+    @property
+    def port(self) -> int:
+        ...
+    @property
+    def steps(self) -> typing.Any:
+        """
+        The training metrics (StepMetrics).
+        """
 def _noop() -> None:
     """
     A bare pybind11 call: the baseline of bench/bench_python_overhead.py.
@@ -1708,7 +1792,7 @@ def prefetch(buffer: typing.Any, target: typing.Any, stream: Stream) -> None:
     """
     Migrate managed memory to `target` in stream order.
     """
-def read_metrics(device: Device) -> DeviceMetrics:
+def read_metrics(device: typing.Any) -> DeviceMetrics:
     """
     Reads a device's utilisation, memory, temperature, power and clock now.
     """
@@ -1723,5 +1807,9 @@ def set_default_resource(kind: typing.Any, device: typing.Any, mr: typing.Any) -
 def supports(device: typing.Any, precision: Precision) -> bool:
     """
     Whether the device runs GEMMs in this precision.
+    """
+def telemetry_job_labels() -> dict[str, str]:
+    """
+    rank, local_rank, node and job labels of this process, from the launcher's environment.
     """
 CHECKPOINT_FORMAT_VERSION: int = 1

@@ -56,6 +56,8 @@ Exporter.step = _step
 def serve_metrics(port=0, labels=None, address="0.0.0.0", textfile=None):
     """Start this process's /metrics endpoint (port 0: a free one; see .port), labelled with
     job_labels() (rank, local_rank, node, job) plus `labels`."""
+    if labels is not None and not isinstance(labels, dict):
+        raise TypeError(f"labels: expected a dict of {{str: str}}, got {type(labels).__name__}")
     merged = dict(job_labels())
     merged.update(labels or {})
     return Exporter(port=port, address=address, labels=merged, textfile=textfile)

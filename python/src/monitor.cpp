@@ -94,7 +94,8 @@ void bind_monitor(py::module_& m) {
 
   m.def(
       "read_metrics",
-      [](const Device& d) {
+      [](py::handle device) {
+        const Device d = to_device(device);
         py::gil_scoped_release release;  // the host's first reading measures over 100 ms
         return read_metrics(d);
       },
@@ -105,7 +106,10 @@ void bind_monitor(py::module_& m) {
   py::class_<MetricsMonitor>(m, "MetricsMonitor",
                              "Samples a device every `interval` seconds on a background thread; a context manager "
                              "that stops on exit.")
-      .def(py::init([](const Device& d, double interval) {
+      .def(py::init([](py::handle device, double interval) {
+             const Device d = to_device(device);  // a Device or its name, as everywhere else
+             GPUCLOUD_EXPECTS(interval > 0 && interval < 1e6, "MetricsMonitor",
+                              "interval: " + std::to_string(interval) + " is not a positive number of seconds");
              const auto ms = std::chrono::milliseconds(static_cast<std::int64_t>(interval * 1000.0));
              py::gil_scoped_release release;
              return std::make_unique<MetricsMonitor>(d, ms);

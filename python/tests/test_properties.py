@@ -286,3 +286,19 @@ def test_every_checkpoint_call_given_junk_raises_a_typed_error(name, args):
         assert typed_error(e), f"checkpoint.{name}{tuple(args)!r}: {e!r}"
     finally:
         os.chdir(cwd)
+
+
+TELEMETRY_CALLABLES = sorted(n for n in gc.telemetry.__all__ if callable(getattr(gc.telemetry, n)))
+
+
+@pytest.mark.parametrize("name", TELEMETRY_CALLABLES)
+@given(args=st.lists(junk, max_size=4))
+def test_every_telemetry_call_given_junk_raises_a_typed_error(name, args):
+    """gpucloud.telemetry's functions and classes. A first argument that is a real port is left out:
+    junk must not bind arbitrary ports of the machine the tests run on."""
+    if args and isinstance(args[0], int) and not isinstance(args[0], bool) and 1 <= args[0] <= 65535:
+        args = ["x", *args[1:]]
+    try:
+        getattr(gc.telemetry, name)(*args)
+    except Exception as e:  # noqa: BLE001
+        assert typed_error(e), f"telemetry.{name}{tuple(args)!r}: {e!r}"

@@ -1,0 +1,165 @@
+"""gpucloud.telemetry: /metrics over HTTP parsed by prometheus_client's own parser, device and
+training metrics, straggler detection under mpirun (one rank slowed on purpose), bad input, and
+exporters dropped while they are being scraped."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import urllib.request
+
+import pytest
+
+import gpucloud as gc
+from gpucloud import telemetry
+
+parser = pytest.importorskip("prometheus_client.parser", reason="pip install prometheus_client")
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        assert r.status == 200
+        return r.read().decode()
+
+
+def families(text):
+    return {f.name: f for f in parser.text_string_to_metric_families(text)}
+
+
+def sample(fams, name, suffix="", **labels):
+    for s in fams[name].samples:
+        if s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s
+    raise AssertionError(f"no sample {name}{suffix} {labels}")
+
+
+def test_recorded_steps_parse_with_the_official_parser():
+    exporter = telemetry.serve_metrics(port=0, address="127.0.0.1", labels={"job": "unit"})
+    assert exporter.port > 0
+    for i in range(5):
+        with exporter.step(samples=128) as st:
+            st.data_wait_seconds = 0.001
+            st.comm_seconds = 0.002
+            st.loss_scale = 65536.0
+            st.skipped = i == 3
+    exporter.steps.record_checkpoint(1.5)
+    fams = families(scrape(exporter.port))
+    # Types and names as documented (prometheus_client strips _total from counter family names).
+    assert fams["gpucloud_step_seconds"].type == "histogram"
+    assert fams["gpucloud_steps"].type == "counter"
+    assert fams["gpucloud_loss_scale"].type == "gauge"
+    assert sample(fams, "gpucloud_steps", "_total").value == 5
+    assert sample(fams, "gpucloud_samples", "_total").value == 640
+    assert sample(fams, "gpucloud_skipped_steps", "_total").value == 1
+    assert sample(fams, "gpucloud_data_wait_seconds", "_total").value == pytest.approx(0.005)
+    assert sample(fams, "gpucloud_comm_seconds", "_total").value == pytest.approx(0.010)
+    assert sample(fams, "gpucloud_loss_scale").value == 65536
+    assert sample(fams, "gpucloud_step_seconds", "_count").value == 5
+    assert sample(fams, "gpucloud_step_seconds", "_bucket", le="+Inf").value == 5
+    assert sample(fams, "gpucloud_checkpoint_save_seconds", "_sum").value == 1.5
+    labels = sample(fams, "gpucloud_steps", "_total").labels
+    assert labels["job"] == "unit" and labels["rank"] == "0" and labels["local_rank"] == "0" and labels["node"]
+    assert exporter.steps.steps == 5
+
+
+def test_a_step_that_raises_is_not_recorded():
+    exporter = telemetry.Exporter(port=-1)
+    with pytest.raises(ZeroDivisionError):
+        with exporter.step(samples=1):
+            1 / 0
+    assert exporter.steps.steps == 0
+
+
+def test_host_device_metrics_and_the_textfile(tmp_path):
+    path = tmp_path / "gpucloud.prom"
+    exporter = telemetry.Exporter(port=-1, labels={"job": "t"}, textfile=str(path))
+    monitor = gc.MetricsMonitor("host", interval=0.02)
+    exporter.watch(monitor)
+    exporter.write_textfile()
+    fams = families(path.read_text())
+    used = sample(fams, "gpucloud_host_memory_used_bytes", device="host", job="t")
+    assert used.value > 0
+    exporter.unwatch(monitor)
+    assert "gpucloud_host_memory_used_bytes" not in exporter.exposition()
+
+
+def test_bad_input_is_a_typed_error():
+    with pytest.raises(gc.InvalidArgument, match="labels"):
+        telemetry.Exporter(port=-1, labels={"bad-name": "x"})
+    with pytest.raises(TypeError, match="labels"):
+        telemetry.Exporter(port=-1, labels={"job": 3})
+    with pytest.raises(TypeError, match="port"):
+        telemetry.Exporter(port="9100")
+    with pytest.raises(gc.InvalidArgument, match="port"):
+        telemetry.Exporter(port=123456)
+    first = telemetry.Exporter(port=0, address="127.0.0.1")
+    with pytest.raises(gc.InvalidArgument, match=str(first.port)):
+        telemetry.Exporter(port=first.port, address="127.0.0.1")
+    with pytest.raises(gc.InvalidArgument, match="seconds"):
+        first.steps.record(float("nan"))
+    with pytest.raises(gc.InvalidArgument, match="samples"):
+        first.steps.record(0.1, samples=-3)
+    with pytest.raises(TypeError, match="seconds"):
+        first.steps.record("fast")
+    with pytest.raises(TypeError, match="monitor"):
+        first.watch("host")
+    assert first.steps.steps == 0
+
+
+def run_script(body, prefix=(), timeout=120, env=None):
+    r = subprocess.run([*prefix, sys.executable, "-c", textwrap.dedent(body)], capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    assert "terminate called" not in r.stderr and "AddressSanitizer" not in r.stderr, r.stderr
+    return r.stdout
+
+
+def test_dropping_an_exporter_while_it_is_scraped_and_exiting_with_one_serving():
+    out = run_script("""
+        import threading, urllib.request, gpucloud as gc
+        e = gc.telemetry.serve_metrics(port=0, address="127.0.0.1")
+        e.watch(gc.MetricsMonitor("host", interval=0.01))
+        port, done = e.port, threading.Event()
+        def scrape():
+            while not done.is_set():
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
+                except Exception:
+                    pass
+        threads = [threading.Thread(target=scrape) for _ in range(3)]
+        for t in threads: t.start()
+        for i in range(200):
+            e.steps.record(0.001, 1)
+        del e                                  # while scrapes are in flight
+        done.set()
+        for t in threads: t.join()
+        kept = gc.telemetry.serve_metrics(port=0, address="127.0.0.1")   # and exit while serving
+        print("OK")
+    """)
+    assert "OK" in out
+
+
+def test_a_straggler_is_found_under_mpirun():
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    out = run_script("""
+        import time, gpucloud as gc
+        comm = gc.Communicator.mpi_world()
+        s = gc.Stream()
+        e = gc.telemetry.Exporter(port=-1, labels=gc.telemetry.job_labels())
+        e.detect_stragglers(comm, s, every=5, threshold=0.5)
+        for step in range(21):
+            with e.step(samples=8):
+                time.sleep(0.004 + (0.03 if comm.rank == 2 else 0.0))   # rank 2 is slow on purpose
+        s.synchronize()
+        r = e.straggler_report()
+        text = e.exposition()
+        series = [l for l in text.splitlines() if l.startswith("gpucloud_rank_step_seconds{")]
+        print(f"rank {comm.rank}: slowest {r.slowest} straggler {r.straggler} series {len(series)} "
+              f"flag {[l for l in text.splitlines() if l.startswith('gpucloud_straggler_rank')][0].split()[-1]}")
+    """, prefix=(mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "3"), env=env)
+    for rank in range(3):
+        assert f"rank {rank}: slowest 2 straggler True series 3 flag 2" in out, out
