@@ -12,7 +12,7 @@
 //
 //   train_mlp [--steps N] [--batch B] [--dtype fp16|bf16|fp32] [--lr X] [--log-every K]
 //             [--checkpoint-dir DIR] [--checkpoint-every N] [--keep-last K] [--resume] [--checkpoint-sync]
-//             [--overflow-at STEP] [--device host|cuda] [--dump FILE]
+//             [--overflow-at STEP] [--device host|cuda] [--dump FILE] [--metrics-port P]
 //   mpirun -np 2 train_mlp ...        data-parallel over MPI ranks (host backend)
 #include <gpucloud/gpucloud.hpp>
 
@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace gc = gpucloud;
@@ -45,7 +46,10 @@ struct Options {
   std::string dtype = "fp16", device = "host", checkpoint_dir, dump;
   bool resume = false, checkpoint_sync = false;
   int overflow_at = 1500;  // a forced overflow: the step must be skipped and logged (-1: none)
-  double target = 0.01;    // the final loss must fall below 1 % of the first step's
+  int metrics_port = -1;   // serve Prometheus metrics (0: a free port; P > 0: P + local rank)
+  int slow_rank = -1;      // test hook: this rank sleeps --slow-ms per step (a straggler)
+  int slow_ms = 0;
+  double target = 0.01;  // the final loss must fall below 1 % of the first step's
 };
 
 Options parse(int argc, char** argv) {
@@ -60,6 +64,9 @@ Options parse(int argc, char** argv) {
                            {"--checkpoint-dir", into(o.checkpoint_dir)},
                            {"--checkpoint-every", into(o.checkpoint_every)},
                            {"--keep-last", into(o.keep_last)},
+                           {"--metrics-port", into(o.metrics_port)},
+                           {"--slow-rank", into(o.slow_rank)},
+                           {"--slow-ms", into(o.slow_ms)},
                            {"--overflow-at", into(o.overflow_at)},
                            {"--device", into(o.device)},
                            {"--dump", into(o.dump)},
@@ -75,6 +82,9 @@ Options parse(int argc, char** argv) {
   require(o.target > 0.0, p, "--target", "must be positive");
   require(o.overflow_at >= -1, p, "--overflow-at", "a step, or -1 for none");
   require(o.keep_last >= 0, p, "--keep-last", "a count, or 0 to keep every checkpoint");
+  require(o.metrics_port >= -1 && o.metrics_port <= 65535, p, "--metrics-port",
+          "a port, 0 for a free one, -1 for none");
+  require(o.slow_ms >= 0, p, "--slow-ms", "must be at least 0");
   examples::require_one_of(o.dtype, {"fp16", "bf16", "fp32"}, p, "--dtype");
   require(!o.resume || !o.checkpoint_dir.empty(), p, "--resume", "needs --checkpoint-dir DIR");
   return o;
@@ -160,10 +170,35 @@ int main(int argc, char** argv) try {
   say("train_mlp: %d rank(s) on %s, %s, global batch %d, %d steps\n", size, dev.str().c_str(), gc::dtype_name(dtype),
       o.batch, o.steps);
 
+  // Device allocations counted (for the memory-pool metrics): every buffer below comes through
+  // this adaptor, which outlives them all; the default is restored when main returns.
+  gc::StatisticsAdaptor memory_stats(gc::default_resource(gc::MemoryKind::device, dev));
+  gc::set_default_resource(gc::MemoryKind::device, dev, &memory_stats);
+  struct Restore {
+    gc::Device dev;
+    ~Restore() { gc::set_default_resource(gc::MemoryKind::device, dev, nullptr); }
+  } restore{dev};
   gc::Stream s(dev);
   // Rank 0 watches its device's load (nvidia-smi's figures) for the progress lines and the summary.
   std::optional<gc::MetricsMonitor> monitor;
-  if (rank == 0) monitor.emplace(dev);
+  if (rank == 0 || o.metrics_port >= 0) monitor.emplace(dev);
+  // Prometheus metrics of this rank (docs/telemetry.md): its device and its steps. A port that
+  // cannot be served is reported, and the training goes on without it.
+  std::optional<gc::telemetry::Exporter> metrics;
+  if (o.metrics_port >= 0) {
+    try {
+      gc::telemetry::ExporterOptions mo;
+      mo.port = o.metrics_port > 0 ? o.metrics_port + launch.local_rank : 0;
+      mo.labels = gc::telemetry::job_labels(launch);
+      metrics.emplace(mo);
+      metrics->watch(*monitor);
+      std::printf("rank %d: metrics at http://%s:%d/metrics\n", launch.rank, mo.labels["node"].c_str(),
+                  metrics->port());
+    } catch (const gc::Error& e) {
+      std::printf("rank %d: metrics not served (%s); training goes on\n", launch.rank, e.what());
+    }
+    std::fflush(stdout);
+  }
   // Model: 32 -> 128 -> 128 -> 1, ReLU; He-initialised (the same on every rank).
   std::vector<Layer> layers;
   const int dims[4] = {kIn, kHidden, kHidden, 1};
@@ -266,13 +301,20 @@ int main(int argc, char** argv) try {
     gc::gemm(c, a, b, g, s);
   };
 
+  if (metrics && comm) metrics->detect_stragglers(*comm, s, {50, 0.2});
   double first_loss = -1, last_loss = 0;
-  int skipped = 0, skipped_logged = 0;
+  int skipped = 0, skipped_logged = 0, skipped_recorded = 0, straggler_logged = -1;
+  double scaler_scale = 0;
+  auto step_began = std::chrono::steady_clock::now();
+  double comm_before = comm ? comm->busy_seconds() : 0.0;
   auto t0 = std::chrono::steady_clock::now();
   int since_log = 0;
   for (int step = start; step < o.steps; ++step) {
+    const auto wait_began = std::chrono::steady_clock::now();
     auto batch = prefetcher.next(s);
+    const double data_wait = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_began).count();
     if (!batch) break;
+    if (rank == o.slow_rank) std::this_thread::sleep_for(std::chrono::milliseconds(o.slow_ms));
     const gc::BufferView x = batch->arrays()[0], y = batch->arrays()[1];
     // Forward.
     gemm(h1, x, layers[0].w, local, kHidden, kIn, false, false, gc::Epilogue::bias_relu, layers[0].b);
@@ -322,6 +364,7 @@ int main(int argc, char** argv) try {
       else
         gc::copy(loss_sum, loss, s);
       const auto st = scaler.state(s);  // synchronises: only at log steps
+      scaler_scale = st.scale;
       const double l = read_floats(loss_sum, s)[0];
       const std::size_t done = adam.step_count(s);
       skipped = (step + 1) - static_cast<int>(done);
@@ -337,7 +380,35 @@ int main(int argc, char** argv) try {
       }
       t0 = std::chrono::steady_clock::now();
       since_log = 0;
+      if (metrics) metrics->steps().record_memory(memory_stats.statistics());
     }
+    if (metrics) {
+      // One record per step: its wall time, its wait for data, its collectives' own time; the
+      // scale and the skips where a log step read them.
+      const auto now = std::chrono::steady_clock::now();
+      gc::telemetry::StepRecord r;
+      r.seconds = std::chrono::duration<double>(now - step_began).count();
+      r.samples = local;
+      r.data_wait_seconds = data_wait;
+      const double comm_now = comm ? comm->busy_seconds() : 0.0;
+      r.comm_seconds = comm_now - comm_before;
+      comm_before = comm_now;
+      if (log) {
+        r.loss_scale = scaler_scale;
+        r.skipped = skipped - skipped_recorded;
+        skipped_recorded = skipped;
+      }
+      metrics->steps().record(r);
+      const auto report = metrics->straggler_report();
+      if (report.straggler && report.slowest != straggler_logged) {
+        say("  straggler: rank %d takes %.1f ms per step, %.0f %% above the median %.1f ms\n", report.slowest,
+            1e3 * report.step_seconds[static_cast<std::size_t>(report.slowest)],
+            100.0 * (report.step_seconds[static_cast<std::size_t>(report.slowest)] / report.median - 1.0),
+            1e3 * report.median);
+        straggler_logged = report.slowest;
+      }
+    }
+    step_began = std::chrono::steady_clock::now();
     if (checkpointer && (step + 1) % o.checkpoint_every == 0) {
       // Snapshotted after this step's work, written while the next steps run; the save before
       // it has finished by now (or its error is raised here).

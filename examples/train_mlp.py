@@ -55,6 +55,8 @@ def main():
     ap.add_argument("--checkpoint-every", type=support.positive_int, default=500)
     ap.add_argument("--keep-last", type=support.positive_int, default=3, help="committed checkpoints kept")
     ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
+    ap.add_argument("--metrics-port", type=int, default=-1,
+                    help="serve Prometheus metrics (0: a free port; P > 0: P + the local rank; -1: none)")
     ap.add_argument("--dump", help="write the final fp32 weights (masters where the model is fp16/bf16) to this .npz")
     args = ap.parse_args()
     if args.resume and not args.checkpoint_dir:
@@ -79,7 +81,19 @@ def main():
 
     s = gc.Stream(dev)
     # Rank 0 watches its device's load (nvidia-smi's figures) for the progress lines and the summary.
-    monitor = gc.MetricsMonitor(dev) if rank == 0 else None
+    monitor = gc.MetricsMonitor(dev) if rank == 0 or args.metrics_port >= 0 else None
+    # Prometheus metrics of this rank (docs/telemetry.md); a port that cannot be served is reported
+    # and the training goes on without it.
+    metrics = None
+    if args.metrics_port >= 0:
+        try:
+            port = args.metrics_port + launch.local_rank if args.metrics_port > 0 else 0
+            metrics = gc.telemetry.serve_metrics(port=port)
+            metrics.watch(monitor)
+            print(f"rank {launch.rank}: metrics at http://{gc.telemetry.job_labels()['node']}:{metrics.port}/metrics",
+                  flush=True)
+        except gc.Error as e:
+            print(f"rank {launch.rank}: metrics not served ({e}); training goes on", flush=True)
 
     def on_device(array):
         return support.to_device(array, model_dtype, dev, s)
@@ -129,8 +143,14 @@ def main():
     b3 = gc.Buffer(1, "float32", dev)
     xbuf = gc.Buffer((local, IN), model_dtype, dev)
     first, last, t0, since, skipped = None, None, time.perf_counter(), 0, 0
+    if metrics and comm:
+        metrics.detect_stragglers(comm, s, every=50, threshold=0.2)
+    comm_before = comm.busy_seconds if comm else 0.0
+    step_began, recorded_skips, straggler_logged, scale = time.perf_counter(), 0, -1, 0.0
     for step in range(start, args.steps):
+        wait_began = time.perf_counter()
         batch = prefetcher.next(s)
+        data_wait = time.perf_counter() - wait_began
         x_raw, y = batch.arrays
         x = x_raw.reshape(local, IN)
         if args.dtype == "bf16":  # NumPy has no bfloat16: the batch arrives in fp32
@@ -177,6 +197,22 @@ def main():
             say(f"step {step + 1:5d}  loss {value:.5f}  scale {state.scale:8.0f}  samples/s {rate:8.0f}  skipped {skipped}  "
                 f"{support.brief(monitor.latest()) if monitor else ''}")
             t0, since = time.perf_counter(), 0
+            scale = state.scale
+        if metrics:
+            now = time.perf_counter()
+            comm_now = comm.busy_seconds if comm else 0.0
+            logged = scale if step == start or (step + 1) % args.log_every == 0 else 0.0
+            metrics.steps.record(now - step_began, local, data_wait, comm_now - comm_before, logged,
+                                 skipped - recorded_skips if logged else 0)
+            if logged:
+                recorded_skips = skipped
+            comm_before = comm_now
+            report = metrics.straggler_report()
+            if report.straggler and report.slowest != straggler_logged:
+                say(f"  straggler: rank {report.slowest} takes {1e3 * report.step_seconds[report.slowest]:.1f} ms per "
+                    f"step, the median {1e3 * report.median:.1f} ms")
+                straggler_logged = report.slowest
+        step_began = time.perf_counter()
         if checkpointer and (step + 1) % args.checkpoint_every == 0:
             # Snapshotted after this step's work, written while the next steps run.
             pending = checkpointer.save_async(step + 1, saved, s, metadata={"example": "train_mlp.py",

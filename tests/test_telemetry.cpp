@@ -69,7 +69,7 @@ TEST(Telemetry, ServesRecordedStepsOverHttpWithTheJobLabels) {
     r.data_wait_seconds = 0.005;
     r.comm_seconds = 0.001;
     r.loss_scale = 32768;
-    r.skipped = i == 2;
+    r.skipped = i == 2 ? 1 : 0;
     steps.record(r);
   }
   steps.record_checkpoint(0.75);
@@ -123,7 +123,7 @@ TEST(Telemetry, TextfileIsWrittenWhole) {
   o.port = -1;
   o.textfile = path;
   tel::Exporter exporter(o);
-  exporter.steps().record({0.5, 10, 0, 0, 0, false});
+  exporter.steps().record({0.5, 10, 0, 0, 0, 0});
   exporter.write_textfile();
   std::ifstream f(path);
   std::stringstream text;
@@ -168,10 +168,10 @@ TEST(Telemetry, BadInputIsATypedError) {
   }
   // Figures that are not finite and non-negative; nothing recorded.
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_THROW(a.steps().record({nan, 1, 0, 0, 0, false}), gc::InvalidArgument);
-  EXPECT_THROW(a.steps().record({-1, 1, 0, 0, 0, false}), gc::InvalidArgument);
-  EXPECT_THROW(a.steps().record({1, -1, 0, 0, 0, false}), gc::InvalidArgument);
-  EXPECT_THROW(a.steps().record({1, 1, 0, INFINITY, 0, false}), gc::InvalidArgument);
+  EXPECT_THROW(a.steps().record({nan, 1, 0, 0, 0, 0}), gc::InvalidArgument);
+  EXPECT_THROW(a.steps().record({-1, 1, 0, 0, 0, 0}), gc::InvalidArgument);
+  EXPECT_THROW(a.steps().record({1, -1, 0, 0, 0, 0}), gc::InvalidArgument);
+  EXPECT_THROW(a.steps().record({1, 1, 0, INFINITY, 0, 0}), gc::InvalidArgument);
   EXPECT_THROW(a.steps().record_checkpoint(-2), gc::InvalidArgument);
   EXPECT_EQ(a.steps().steps(), 0);
 }

@@ -21,8 +21,9 @@ __all__ = ["Exporter", "StepMetrics", "StragglerReport", "Step", "job_labels", "
 
 
 class Step:
-    """One step being timed: set data_wait_seconds, comm_seconds, loss_scale, skipped inside the
-    `with`; the record is made at its end (not when the block raises)."""
+    """One step being timed: set data_wait_seconds, comm_seconds, loss_scale, skipped (True, or a
+    count found at a log step) inside the `with`; the record is made at its end (not when the
+    block raises)."""
 
     __slots__ = ("_metrics", "samples", "data_wait_seconds", "comm_seconds", "loss_scale", "skipped", "_start")
 
@@ -32,7 +33,7 @@ class Step:
         self.data_wait_seconds = 0.0
         self.comm_seconds = 0.0
         self.loss_scale = 0.0
-        self.skipped = False
+        self.skipped = 0
 
     def __enter__(self):
         self._start = time.perf_counter()
@@ -41,7 +42,7 @@ class Step:
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             self._metrics.record(time.perf_counter() - self._start, self.samples, self.data_wait_seconds,
-                                 self.comm_seconds, self.loss_scale, self.skipped)
+                                 self.comm_seconds, self.loss_scale, int(self.skipped))
         return False
 
 

@@ -64,21 +64,21 @@ void bind_telemetry(py::module_& m) {
       .def(
           "record",
           [](tel::StepMetrics& s, py::handle seconds, py::handle samples, py::handle data_wait_seconds,
-             py::handle comm_seconds, py::handle loss_scale, bool skipped) {
+             py::handle comm_seconds, py::handle loss_scale, py::handle skipped) {
             tel::StepRecord r;
             r.seconds = arg_seconds(seconds, "seconds");
             r.samples = arg_size(samples, "samples");
             r.data_wait_seconds = arg_seconds(data_wait_seconds, "data_wait_seconds");
             r.comm_seconds = arg_seconds(comm_seconds, "comm_seconds");
             r.loss_scale = arg_seconds(loss_scale, "loss_scale");
-            r.skipped = skipped;
+            r.skipped = arg_size(skipped, "skipped");
             py::gil_scoped_release release;  // a straggler exchange may wait for the previous one
             s.record(r);
           },
           py::arg("seconds"), py::arg("samples") = 0, py::arg("data_wait_seconds") = 0.0, py::arg("comm_seconds") = 0.0,
-          py::arg("loss_scale") = 0.0, py::arg("skipped") = false,
+          py::arg("loss_scale") = 0.0, py::arg("skipped") = 0,
           "Record one step: its wall time, samples, time waiting for data and in collectives, the loss scale, "
-          "whether it was skipped.")
+          "the steps skipped since the last record (True/1 for this one).")
       .def(
           "record_checkpoint",
           [](tel::StepMetrics& s, py::handle seconds) { s.record_checkpoint(arg_seconds(seconds, "seconds")); },

@@ -100,6 +100,7 @@ int Communicator::node() const noexcept { return impl_->node; }
 int Communicator::nodes() const noexcept { return impl_->nodes; }
 std::chrono::milliseconds Communicator::timeout() const noexcept { return impl_->timeout; }
 bool Communicator::broken() const noexcept { return impl_->broken; }
+double Communicator::busy_seconds() const noexcept { return static_cast<double>(impl_->busy_ns.load()) * 1e-9; }
 
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   GPUCLOUD_EXPECTS(timeout.count() > 0, "Communicator::set_timeout", "timeout: must be positive");

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@ struct Communicator::Impl {
   bool uniform_nodes = true;
   std::chrono::milliseconds timeout{600000};
   std::atomic<bool> broken{false};
+  std::atomic<std::int64_t> busy_ns{0};  // time the collectives took, measured by the backend
   std::mutex order;   // collectives on one communicator are issued in one order on every rank
   std::string where;  // "host:rank N" for messages
   std::optional<AllReduceCostModel> model;

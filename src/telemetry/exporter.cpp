@@ -206,6 +206,7 @@ void StepMetrics::record(const StepRecord& r) {
   check_finite(r.comm_seconds, "step.comm_seconds");
   check_finite(r.loss_scale, "step.loss_scale");
   GPUCLOUD_EXPECTS(r.samples >= 0, "StepMetrics::record", "step.samples: negative");
+  GPUCLOUD_EXPECTS(r.skipped >= 0, "StepMetrics::record", "step.skipped: negative");
   Impl& m = *impl_;
   m.step_seconds->Observe(r.seconds);
   m.steps->Increment();
@@ -214,7 +215,7 @@ void StepMetrics::record(const StepRecord& r) {
   if (r.data_wait_seconds > 0) m.data_wait->Increment(r.data_wait_seconds);
   if (r.comm_seconds > 0) m.comm->Increment(r.comm_seconds);
   if (r.loss_scale > 0) m.loss_scale->Set(r.loss_scale);
-  if (r.skipped) m.skipped->Increment();
+  if (r.skipped > 0) m.skipped->Increment(static_cast<double>(r.skipped));
   if (m.stragglers) {
     std::lock_guard<std::mutex> lock(m.mutex);
     Straggler& s = *m.stragglers;

@@ -136,6 +136,10 @@ class GPUCLOUD_API Communicator {
 
   /// @brief True after a timeout or a failed collective; every later operation raises.
   bool broken() const noexcept;
+  /// @brief Seconds the collectives completed so far took, measured by the backend itself (MPI:
+  ///        around the calls on the stream's worker; NCCL: CUDA events around each collective,
+  ///        counted once the watchdog sees it complete). Deltas of it are a step's comm time.
+  double busy_seconds() const noexcept;
 
   struct Impl;  ///< the backend (internal)
 

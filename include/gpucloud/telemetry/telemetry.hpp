@@ -44,7 +44,8 @@ struct StepRecord {
   double data_wait_seconds = 0;  ///< of which waiting for input (the prefetcher)
   double comm_seconds = 0;       ///< time the step's collectives took (Communicator::busy_seconds deltas)
   double loss_scale = 0;         ///< the loss scale after the step (0: not reported)
-  bool skipped = false;          ///< the optimizer skipped the step (an overflow)
+  std::int64_t skipped = 0;      ///< steps the optimizer skipped (overflows) since the last record: 0 or 1
+                                 ///< per step, or what a log step found
 };
 
 /// @brief The training metrics of one process (gpucloud_step_seconds, gpucloud_samples_total, ...;

@@ -308,8 +308,12 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
       detail::NvtxRange range(call);
       std::lock_guard<std::mutex> lock(self->order);
       self->check_usable(call);
+      const auto began = std::chrono::steady_clock::now();  // the communicator's own timing (busy_seconds)
       self->agree(call, sig);
       body(*self);
+      self->busy_ns.fetch_add(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count(),
+          std::memory_order_relaxed);
     });
   }
 

@@ -85,6 +85,7 @@ struct OpState {
 };
 
 struct Pending {
+  cudaEvent_t began;  // recorded before the collective: with done, its time on the GPU
   cudaEvent_t done;
   std::chrono::steady_clock::time_point start;
   const char* op;
@@ -116,7 +117,10 @@ struct NcclCommunicator final : Communicator::Impl {
     wake.notify_all();
     if (watchdog.joinable()) watchdog.join();
     detail::DeviceGuard guard(device.index());
-    for (auto& p : pending) cudaEventDestroy(p.done);
+    for (auto& p : pending) {
+      cudaEventDestroy(p.began);
+      cudaEventDestroy(p.done);
+    }
     if (!aborted) {
       if (cross != nullptr && cross != comm) ncclCommDestroy(cross);
       if (local != nullptr && local != comm) ncclCommDestroy(local);
@@ -180,11 +184,14 @@ struct NcclCommunicator final : Communicator::Impl {
     detail::DeviceGuard guard(device.index());
     const cudaStream_t s = detail::cuda::native(stream);
     if (agree_words != nullptr && group_depth == 0) agree(op, count, dtype, s);
+    cudaEvent_t began = nullptr;  // the communicator's own timing of the collective (busy_seconds)
+    GPUCLOUD_CUDA_CHECK(cudaEventCreate(&began));
+    GPUCLOUD_CUDA_CHECK(cudaEventRecord(began, s));
     {
       detail::NvtxRange range(op);
       issue(s);
     }
-    auto track = [this, op, stream, s] { this->track(op, stream, s); };
+    auto track = [this, op, stream, s, began] { this->track(op, stream, s, began); };
     if (group_depth > 0) {
       group_deferred.push_back(track);
     } else {
@@ -194,14 +201,14 @@ struct NcclCommunicator final : Communicator::Impl {
 
   // An event after the collective for the watchdog, and a host function that raises the
   // communicator's failure into the stream.
-  void track(const char* op, StreamView stream, cudaStream_t s) {
+  void track(const char* op, StreamView stream, cudaStream_t s, cudaEvent_t began) {
     auto state = std::make_shared<OpState>();
     cudaEvent_t done = nullptr;
-    GPUCLOUD_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    GPUCLOUD_CUDA_CHECK(cudaEventCreate(&done));
     GPUCLOUD_CUDA_CHECK(cudaEventRecord(done, s));
     {
       std::lock_guard<std::mutex> lock(watch_mutex);
-      pending.push_back({done, std::chrono::steady_clock::now(), op, state});
+      pending.push_back({began, done, std::chrono::steady_clock::now(), op, state});
     }
     stream.impl()->launch_host_func(
         [state, op] {
@@ -244,6 +251,11 @@ struct NcclCommunicator final : Communicator::Impl {
       Pending& p = pending.front();
       const cudaError_t q = cudaEventQuery(p.done);
       if (q == cudaSuccess) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, p.began, p.done) == cudaSuccess) {
+          busy_ns.fetch_add(static_cast<std::int64_t>(static_cast<double>(ms) * 1e6), std::memory_order_relaxed);
+        }
+        cudaEventDestroy(p.began);
         cudaEventDestroy(p.done);
         pending.pop_front();
         continue;
