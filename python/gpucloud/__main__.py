@@ -10,7 +10,7 @@ def main() -> int:
         print(f"  CUDA backend: built (runtime {info.cuda_runtime_version}, architectures {info.cuda_architectures})")
     else:
         print("  CUDA backend: not built")
-    parts = {"NCCL": info.nccl, "cuDNN": info.cudnn, "MPI": info.mpi}
+    parts = {"NCCL": info.nccl, "cuDNN": info.cudnn, "MPI": info.mpi, "Prometheus telemetry": info.telemetry}
     print("  with: " + ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in parts.items())
           + f"; host GEMM through {info.host_blas}")
     if gpucloud.cuda_device_count() == 0:

@@ -267,6 +267,11 @@ class BuildInfo:
         NCCL communicators available.
         """
     @property
+    def telemetry(self) -> bool:
+        """
+        Prometheus telemetry available (built with prometheus-cpp).
+        """
+    @property
     def version(self) -> str:
         ...
 class Stream:
@@ -1263,6 +1268,11 @@ class Communicator:
     def broken(self) -> bool:
         ...
     @property
+    def busy_seconds(self) -> float:
+        """
+        Seconds the completed collectives took, measured by the backend (deltas: a step's comm time).
+        """
+    @property
     def device(self) -> Device:
         ...
     @property
@@ -1599,9 +1609,9 @@ class StepMetrics:
     """
     A process's training metrics (one record per step).
     """
-    def record(self, seconds: typing.Any, samples: typing.Any = 0, data_wait_seconds: typing.Any = 0.0, comm_seconds: typing.Any = 0.0, loss_scale: typing.Any = 0.0, skipped: bool = False) -> None:
+    def record(self, seconds: typing.Any, samples: typing.Any = 0, data_wait_seconds: typing.Any = 0.0, comm_seconds: typing.Any = 0.0, loss_scale: typing.Any = 0.0, skipped: typing.Any = 0) -> None:
         """
-        Record one step: its wall time, samples, time waiting for data and in collectives, the loss scale, whether it was skipped.
+        Record one step: its wall time, samples, time waiting for data and in collectives, the loss scale, the steps skipped since the last record (True/1 for this one).
         """
     def record_checkpoint(self, seconds: typing.Any) -> None:
         """

@@ -310,6 +310,7 @@ void bind_runtime(py::module_& m) {
       .def_readonly("nccl", &BuildInfo::nccl, "NCCL communicators available.")
       .def_readonly("cudnn", &BuildInfo::cudnn, "cuDNN convolutions available on GPUs.")
       .def_readonly("mpi", &BuildInfo::mpi, "MPI communicators available.")
+      .def_readonly("telemetry", &BuildInfo::telemetry, "Prometheus telemetry available (built with prometheus-cpp).")
       .def_readonly("host_blas", &BuildInfo::host_blas, "The host GEMM's implementation: 'OpenBLAS' or 'built-in'.");
 
   m.def("device_properties", &device_properties, py::arg("device"), "Properties of a device.");

@@ -15,6 +15,8 @@ import gpucloud as gc
 from gpucloud import telemetry
 
 parser = pytest.importorskip("prometheus_client.parser", reason="pip install prometheus_client")
+if not gc.build_info().telemetry:
+    pytest.skip("built without prometheus-cpp (Debian: prometheus-cpp-dev)", allow_module_level=True)
 
 
 def scrape(port):

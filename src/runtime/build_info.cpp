@@ -14,6 +14,7 @@ BuildInfo build_info() {
   info.nccl = GPUCLOUD_WITH_NCCL;
   info.cudnn = GPUCLOUD_WITH_CUDNN;
   info.mpi = GPUCLOUD_WITH_MPI;
+  info.telemetry = GPUCLOUD_WITH_PROMETHEUS;
   info.host_blas = detail::host_sgemm_implementation();
   return info;
 }

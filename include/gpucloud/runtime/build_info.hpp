@@ -17,6 +17,7 @@ struct BuildInfo {
   bool nccl = false;               ///< NCCL communicators available
   bool cudnn = false;              ///< cuDNN convolutions available on GPUs
   bool mpi = false;                ///< MPI communicators available
+  bool telemetry = false;          ///< Prometheus telemetry (built with prometheus-cpp)
   std::string host_blas;           ///< the host GEMM's implementation: "OpenBLAS" or "built-in"
 };
 
