@@ -253,6 +253,7 @@ int main(int argc, char** argv) try {
   gc::merge_state(state, "optimizer.", adam.state_dict());
   gc::merge_state(state, "scaler.", scaler.state_dict());
   std::optional<gc::checkpoint::Checkpointer> checkpointer;
+  gc::checkpoint::PendingSave pending_save;
   if (!o.checkpoint_dir.empty()) {
     gc::checkpoint::Options co;
     co.keep_last = o.keep_last;
@@ -414,11 +415,20 @@ int main(int argc, char** argv) try {
       // it has finished by now (or its error is raised here).
       const gc::checkpoint::Metadata meta{{"example", "train_mlp"}, {"dtype", o.dtype}};
       if (o.checkpoint_sync) {  // for contrast (bench/bench_checkpoint_train.py): the loop waits
+        const auto began = std::chrono::steady_clock::now();
         checkpointer->save(step + 1, state, s, meta);
+        if (metrics) {
+          metrics->steps().record_checkpoint(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+        }
         say("checkpoint: step %d written\n", step + 1);
       } else {
-        const auto pending = checkpointer->save_async(step + 1, state, s, meta);
-        say("checkpoint: step %d -> %s (writing in the background)\n", step + 1, pending.directory().c_str());
+        // The previous save is done by now (save_async waited for it): its time from start to commit.
+        if (metrics && pending_save.done() && pending_save.seconds() > 0) {
+          metrics->steps().record_checkpoint(pending_save.seconds());
+        }
+        pending_save = checkpointer->save_async(step + 1, state, s, meta);
+        say("checkpoint: step %d -> %s (writing in the background)\n", step + 1, pending_save.directory().c_str());
       }
     }
   }

@@ -149,6 +149,7 @@ TEST_P(Checkpoint, AsyncSaveSnapshotsBeforeLaterWritesAndTheNextSaveWaits) {
   EXPECT_TRUE(first.done());  // the second save waited for the first
   second.wait();
   EXPECT_TRUE(second.done());
+  EXPECT_GT(second.seconds(), 0.0);  // from save_async to the commit
   gc::Buffer out(w.size(), gc::DType::float32, device(), gc::MemoryKind::device);
   for (int step : {1, 2}) {
     ck::load(root + "/" + ck::directory_name(step), {{"w", {out, {}}}}, s);

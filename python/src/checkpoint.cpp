@@ -116,7 +116,9 @@ void bind_checkpoint(py::module_& m) {
           "Block until committed (on every rank); raise CheckpointError with the I/O error, once.")
       .def("done", &ck::PendingSave::done, "True once committed or failed; never blocks.")
       .def_property_readonly("directory", &ck::PendingSave::directory)
-      .def_property_readonly("step", &ck::PendingSave::step);
+      .def_property_readonly("step", &ck::PendingSave::step)
+      .def_property_readonly("seconds", &ck::PendingSave::seconds,
+                             "Seconds from save_async to the commit (or the failure); 0 while in flight.");
 
   py::class_<PyCheckpointer>(m, "Checkpointer",
                              "Writes the checkpoints of one training run under a root directory (root/step-N).")

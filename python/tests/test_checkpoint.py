@@ -43,7 +43,7 @@ def test_round_trip_of_numpy_arrays_and_gpucloud_buffers(tmp_path, stream):
     with ck.Checkpointer(str(tmp_path)) as writer:
         pending = writer.save_async(12, state, stream, metadata={"loader": json.dumps({"epoch": 3})})
         assert pending.step == 12 and pending.directory.endswith("step-000000000012")
-    assert pending.done()
+    assert pending.done() and pending.seconds > 0
     latest = ck.latest(str(tmp_path))
     assert latest == pending.directory
     into = {k: (np.zeros_like(v) if isinstance(v, np.ndarray) else None) for k, v in state.items()}

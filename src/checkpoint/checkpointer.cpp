@@ -37,6 +37,8 @@ namespace d = detail;
 struct PendingSave::State {
   std::string directory;
   std::int64_t step = 0;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  double seconds = 0;
   std::mutex mutex;
   std::condition_variable cv;
   bool finished = false;
@@ -45,6 +47,7 @@ struct PendingSave::State {
 
   void finish(std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(mutex);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     finished = true;
     error = std::move(e);
     cv.notify_all();
@@ -71,6 +74,11 @@ bool PendingSave::done() const {
 }
 std::string PendingSave::directory() const { return state_ ? state_->directory : std::string(); }
 std::int64_t PendingSave::step() const { return state_ ? state_->step : 0; }
+double PendingSave::seconds() const {
+  if (!state_) return 0;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->seconds;
+}
 
 std::string directory_name(std::int64_t step) {
   char name[32];

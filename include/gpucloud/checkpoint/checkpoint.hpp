@@ -84,6 +84,8 @@ class GPUCLOUD_API PendingSave {
   std::string directory() const;
   /// @brief The step it saves.
   std::int64_t step() const;
+  /// @brief Seconds from save_async() to the commit (or the failure); 0 while in flight.
+  double seconds() const;
 
   struct State;  ///< shared with the writer (internal)
   /// @brief Wraps @p state (internal).
