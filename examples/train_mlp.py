@@ -146,6 +146,7 @@ def main():
     if metrics and comm:
         metrics.detect_stragglers(comm, s, every=50, threshold=0.2)
     comm_before = comm.busy_seconds if comm else 0.0
+    pending = None
     step_began, recorded_skips, straggler_logged, scale = time.perf_counter(), 0, -1, 0.0
     for step in range(start, args.steps):
         wait_began = time.perf_counter()
@@ -214,7 +215,10 @@ def main():
                 straggler_logged = report.slowest
         step_began = time.perf_counter()
         if checkpointer and (step + 1) % args.checkpoint_every == 0:
-            # Snapshotted after this step's work, written while the next steps run.
+            # Snapshotted after this step's work, written while the next steps run. The previous
+            # save has committed by now: its time from start to commit goes to the metrics.
+            if metrics and pending is not None and pending.done() and pending.seconds > 0:
+                metrics.steps.record_checkpoint(pending.seconds)
             pending = checkpointer.save_async(step + 1, saved, s, metadata={"example": "train_mlp.py",
                                                                            "dtype": args.dtype})
             say(f"checkpoint: step {step + 1} -> {pending.directory} (writing in the background)")
