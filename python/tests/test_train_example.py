@@ -89,6 +89,33 @@ def test_the_cnn_twin_reaches_its_accuracy_and_skips_the_forced_overflow(dtype):
     assert re.search(r"step +121 .* skipped 1", out), out
 
 
+def test_metrics_are_served_while_it_trains():
+    p = subprocess.Popen([sys.executable, str(EXAMPLE), "--steps", "100000", "--log-every", "1000", "--metrics-port", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in p.stdout:
+            m = re.search(r"metrics at http://[^:]+:(\d+)/metrics", line)
+            if m:
+                break
+        assert m, "no metrics line"
+        import time
+        import urllib.request
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            steps = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("gpucloud_steps_total{")]
+            if steps and steps[0] >= 20:
+                break
+            time.sleep(0.2)
+        assert steps and steps[0] >= 20, text
+        assert "gpucloud_host_memory_used_bytes{" in text and 'rank="0"' in text
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+
+
 def test_the_cnn_twin_resumes_from_its_checkpoint(tmp_path):
     cnn = EXAMPLE.with_name("train_cnn.py")
     ck = str(tmp_path / "ck")
@@ -108,6 +135,7 @@ def test_the_cnn_twin_resumes_from_its_checkpoint(tmp_path):
     ("train_mlp.py", ["--resume"], "--resume"),
     ("train_cnn.py", ["--resume"], "--resume"),
     ("train_mlp.py", ["--keep-last", "-1"], "--keep-last"),
+    ("train_mlp.py", ["--metrics-port", "x"], "--metrics-port"),
     ("train_cnn.py", ["--noise", "nan"], "--noise"),
     ("train_cnn.py", ["--target", "1.5"], "--target"),
 ])
