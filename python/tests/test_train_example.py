@@ -6,6 +6,8 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -98,8 +100,6 @@ def test_metrics_are_served_while_it_trains():
             if m:
                 break
         assert m, "no metrics line"
-        import time
-        import urllib.request
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/metrics", timeout=5) as r:
