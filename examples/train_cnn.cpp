@@ -9,7 +9,7 @@
 // held-out images. Every image is a pure function of (step, index), as in train_mlp.
 //
 //   train_cnn [--steps 600] [--batch 64] [--dtype fp16|bf16|fp32] [--lr 3e-3] [--log-every 100]
-//             [--checkpoint-dir DIR] [--checkpoint-every 200] [--keep-last 3] [--resume]
+//             [--checkpoint-dir DIR] [--checkpoint-every 200] [--keep-last 3] [--resume] [--metrics-port P]
 //             [--noise 0.35] [--device host|cuda] [--target 0.95] [--overflow-at 300]
 //
 // Layout NHWC throughout (the tensor-core layout; a conv output is then a (pixels x channels)
@@ -47,6 +47,7 @@ struct Options {
   double target = 0.95;
   std::string dtype = "fp16", device = "host", checkpoint_dir;
   int checkpoint_every = 200, keep_last = 3;
+  int metrics_port = -1;  // serve Prometheus metrics (0: a free port)
   bool resume = false;
 };
 
@@ -65,7 +66,8 @@ Options parse(int argc, char** argv) {
                            {"--target", into(o.target)},
                            {"--checkpoint-dir", into(o.checkpoint_dir)},
                            {"--checkpoint-every", into(o.checkpoint_every)},
-                           {"--keep-last", into(o.keep_last)}},
+                           {"--keep-last", into(o.keep_last)},
+                           {"--metrics-port", into(o.metrics_port)}},
                           {{"--resume", &o.resume}});
   using examples::require;
   constexpr const char* p = "train_cnn";
@@ -78,6 +80,8 @@ Options parse(int argc, char** argv) {
   require(o.overflow_at >= -1, p, "--overflow-at", "a step, or -1 for none");
   require(o.checkpoint_every >= 1, p, "--checkpoint-every", "must be at least 1");
   require(o.keep_last >= 0, p, "--keep-last", "a count, or 0 to keep every checkpoint");
+  require(o.metrics_port >= -1 && o.metrics_port <= 65535, p, "--metrics-port",
+          "a port, 0 for a free one, -1 for none");
   require(!o.resume || !o.checkpoint_dir.empty(), p, "--resume", "needs --checkpoint-dir DIR");
   examples::require_one_of(o.dtype, {"fp16", "bf16", "fp32"}, p, "--dtype");
   return o;
@@ -145,6 +149,21 @@ int main(int argc, char** argv) try {
   const gc::Device dev = gc::Device::parse(o.device);
   gc::Stream s(dev);
   gc::MetricsMonitor monitor(dev);  // the device's load, for the progress lines and the summary
+  // Prometheus metrics (docs/telemetry.md): the device and every step; a port that cannot be
+  // served is reported and the training goes on.
+  std::optional<gc::telemetry::Exporter> metrics;
+  if (o.metrics_port >= 0) {
+    try {
+      gc::telemetry::ExporterOptions mo;
+      mo.port = o.metrics_port;
+      mo.labels = gc::telemetry::job_labels(gc::launch_info_from_environment());
+      metrics.emplace(mo);
+      metrics->watch(monitor);
+      std::printf("metrics at http://%s:%d/metrics\n", mo.labels["node"].c_str(), metrics->port());
+    } catch (const gc::Error& e) {
+      std::printf("metrics not served (%s); training goes on\n", e.what());
+    }
+  }
   std::printf("train_cnn: %s, %s, batch %d, %d steps\n", dev.str().c_str(), gc::dtype_name(dtype), o.batch, o.steps);
 
   // Parameters (He initialisation), in backward order: W3, b3, W2, b2, W1, b1.
@@ -238,8 +257,12 @@ int main(int argc, char** argv) try {
   double first_loss = -1, last_loss = 0;
   int since = 0, skipped_logged = 0;
   auto t0 = std::chrono::steady_clock::now();
+  int skipped_recorded = 0;
+  auto step_began = std::chrono::steady_clock::now();
   for (int step = start; step < o.steps; ++step) {
+    const auto wait_began = std::chrono::steady_clock::now();
     auto batch = prefetcher.next(s);
+    const double data_wait = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_began).count();
     if (!batch) break;
     const gc::BufferView x = batch->arrays()[0], y = batch->arrays()[1];
     forward(x);
@@ -264,6 +287,9 @@ int main(int argc, char** argv) try {
       checkpointer->save_async(step + 1, state, s, {{"example", "train_cnn"}});
       std::printf("checkpoint: step %d (writing in the background)\n", step + 1);
     }
+    gc::telemetry::StepRecord record;
+    record.samples = n;
+    record.data_wait_seconds = data_wait;
     if (step == start || (step + 1) % o.log_every == 0 || step + 1 == o.steps || step == o.overflow_at) {
       const double value = read_floats(loss, s)[0];
       const gc::LossScalerState st = scaler.state(s);
@@ -279,7 +305,15 @@ int main(int argc, char** argv) try {
       }
       t0 = std::chrono::steady_clock::now();
       since = 0;
+      record.loss_scale = st.scale;  // read here, where the step synchronised anyway
+      record.skipped = skipped - skipped_recorded;
+      skipped_recorded = skipped;
     }
+    if (metrics) {
+      record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began).count();
+      metrics->steps().record(record);
+    }
+    step_began = std::chrono::steady_clock::now();
   }
   if (checkpointer) checkpointer->wait();
   // Held-out accuracy, in batches of n.

@@ -61,6 +61,7 @@ def main():
     ap.add_argument("--checkpoint-every", type=support.positive_int, default=200)
     ap.add_argument("--keep-last", type=support.positive_int, default=3, help="committed checkpoints kept")
     ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
+    ap.add_argument("--metrics-port", type=int, default=-1, help="serve Prometheus metrics (0: a free port; -1: none)")
     args = ap.parse_args()
     if args.resume and not args.checkpoint_dir:
         ap.error("--resume needs --checkpoint-dir DIR")
@@ -68,6 +69,14 @@ def main():
     dev = gc.Device(args.device)
     s = gc.Stream(dev)
     monitor = gc.MetricsMonitor(dev)  # the device's load, for the progress lines and the summary
+    metrics = None  # Prometheus metrics (docs/telemetry.md); a port that cannot be served is reported
+    if args.metrics_port >= 0:
+        try:
+            metrics = gc.telemetry.serve_metrics(port=args.metrics_port)
+            metrics.watch(monitor)
+            print(f"metrics at http://{gc.telemetry.job_labels()['node']}:{metrics.port}/metrics", flush=True)
+        except gc.Error as e:
+            print(f"metrics not served ({e}); training goes on", flush=True)
     n = args.batch
     print(f"train_cnn.py: {dev}, {dtype}, batch {n}, {args.steps} steps")
 
@@ -119,8 +128,12 @@ def main():
     prefetcher = gc.Prefetcher(batches(start, args.steps, n, args.noise), dev, depth=3)
     first = last = None
     t0, since = time.perf_counter(), 0
+    recorded_skips, step_began = 0, time.perf_counter()
     for step in range(start, args.steps):
+        wait_began = time.perf_counter()
         batch = prefetcher.next(s)
+        data_wait = time.perf_counter() - wait_began
+        scale, new_skips = 0.0, 0
         x, y = batch.arrays
         gc.cast(xbuf, x.reshape((n, SIDE, SIDE, 1)), s)  # fp32 batch -> the model dtype
         forward(xbuf)
@@ -151,9 +164,14 @@ def main():
             last = value
             skipped = step + 1 - opt.step_count(s)
             rate = since * n / max(time.perf_counter() - t0, 1e-9)
-            print(f"step {step + 1:5d}  loss {value:.5f}  scale {scaler.state(s).scale:8.0f}  images/s {rate:8.0f}  "
+            scale = scaler.state(s).scale
+            print(f"step {step + 1:5d}  loss {value:.5f}  scale {scale:8.0f}  images/s {rate:8.0f}  "
                   f"skipped {skipped}  {support.brief(monitor.latest())}")
             t0, since = time.perf_counter(), 0
+            new_skips, recorded_skips = skipped - recorded_skips, skipped
+        if metrics:
+            metrics.steps.record(time.perf_counter() - step_began, n, data_wait, 0.0, scale, new_skips)
+        step_began = time.perf_counter()
     if checkpointer:
         checkpointer.wait()
     correct = seen = 0

@@ -134,6 +134,7 @@ def test_the_cnn_twin_resumes_from_its_checkpoint(tmp_path):
     ("train_mlp.py", ["--lr", "inf"], "--lr"),
     ("train_mlp.py", ["--resume"], "--resume"),
     ("train_cnn.py", ["--resume"], "--resume"),
+    ("train_cnn.py", ["--metrics-port", "x"], "--metrics-port"),
     ("train_mlp.py", ["--keep-last", "-1"], "--keep-last"),
     ("train_mlp.py", ["--metrics-port", "x"], "--metrics-port"),
     ("train_cnn.py", ["--noise", "nan"], "--noise"),
