@@ -1554,6 +1554,11 @@ class PendingSave:
     def directory(self) -> str:
         ...
     @property
+    def seconds(self) -> float:
+        """
+        Seconds from save_async to the commit (or the failure); 0 while in flight.
+        """
+    @property
     def step(self) -> int:
         ...
 class Checkpointer:
