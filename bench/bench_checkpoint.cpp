@@ -67,10 +67,14 @@ int main(int argc, char** argv) {
   std::string dir = "bench_checkpoint.tmp";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--mib") mib = std::stoul(v);
-    else if (a == "--rounds") rounds = std::stoi(v);
-    else if (a == "--tensors") tensors = std::stoi(v);
-    else if (a == "--dir") dir = v;
+    if (a == "--mib")
+      mib = std::stoul(v);
+    else if (a == "--rounds")
+      rounds = std::stoi(v);
+    else if (a == "--tensors")
+      tensors = std::stoi(v);
+    else if (a == "--dir")
+      dir = v;
     else {
       std::fprintf(stderr, "usage: bench_checkpoint [--mib N] [--rounds N] [--tensors N] [--dir DIR]\n");
       return 2;

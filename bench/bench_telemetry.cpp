@@ -24,7 +24,7 @@ static void record(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.counters["ns_per_record"] = benchmark::Counter(static_cast<double>(state.iterations()),
-                                                        benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+                                                       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(record)->Name("gpucloud_StepMetrics_record");
 
@@ -54,7 +54,7 @@ static void prometheus_direct(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.counters["ns_per_record"] = benchmark::Counter(static_cast<double>(state.iterations()),
-                                                        benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+                                                       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(prometheus_direct)->Name("prometheus_cpp_direct_same_updates");
 

@@ -160,8 +160,9 @@ void bind_comm(py::module_& m) {
       .def_property_readonly("node", &Communicator::node)
       .def_property_readonly("nodes", &Communicator::nodes)
       .def_property_readonly("broken", &Communicator::broken)
-      .def_property_readonly("busy_seconds", &Communicator::busy_seconds,
-                             "Seconds the completed collectives took, measured by the backend (deltas: a step's comm time).")
+      .def_property_readonly(
+          "busy_seconds", &Communicator::busy_seconds,
+          "Seconds the completed collectives took, measured by the backend (deltas: a step's comm time).")
       .def_property("timeout", &Communicator::timeout, &Communicator::set_timeout, "How long a collective may take.")
       .def(
           "all_reduce",

@@ -2,7 +2,8 @@
 
 PYBIND11_MODULE(_core, m) {
   m.doc() =
-      "gpucloud's C++ core, bound by capability: runtime, memory, movement, compute, amp, comm, monitor, checkpoint, telemetry "
+      "gpucloud's C++ core, bound by capability: runtime, memory, movement, compute, amp, comm, monitor, checkpoint, "
+      "telemetry "
       "(the same names as the C++ API)";
   m.def(
       "_noop", [] {}, "A bare pybind11 call: the baseline of bench/bench_python_overhead.py.");

@@ -24,8 +24,8 @@ struct Communicator::Impl {
   std::chrono::milliseconds timeout{600000};
   std::atomic<bool> broken{false};
   std::atomic<std::int64_t> busy_ns{0};  // time the collectives took, measured by the backend
-  std::mutex order;   // collectives on one communicator are issued in one order on every rank
-  std::string where;  // "host:rank N" for messages
+  std::mutex order;                      // collectives on one communicator are issued in one order on every rank
+  std::string where;                     // "host:rank N" for messages
   std::optional<AllReduceCostModel> model;
 
   /// Throws CommunicationError when an earlier timeout or failure broke the communicator.
