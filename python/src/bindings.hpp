@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -135,6 +136,9 @@ T& arg_as(py::handle h, const char* arg, const char* expected) {
   }
   return h.cast<T&>();
 }
+
+/// A dict of {str: str} for parameter @p arg (None: empty). @throws TypeError naming @p arg.
+std::map<std::string, std::string> arg_str_dict(py::handle h, const char* arg);
 
 /// dtype from a DType, a name ("float32", "bf16"), a NumPy dtype or a torch dtype.
 /// @throws TypeError for anything else.

@@ -42,21 +42,8 @@ StateDict borrow_state(py::handle tensors, const char* arg, bool writable, std::
   return state;
 }
 
-ck::Metadata to_metadata(py::handle metadata) {
-  ck::Metadata out;
-  if (metadata.is_none()) return out;
-  if (!py::isinstance<py::dict>(metadata)) {
-    throw py::type_error("metadata: expected a dict of {str: str}, got " + type_name(metadata));
-  }
-  for (auto item : py::reinterpret_borrow<py::dict>(metadata)) {
-    if (!py::isinstance<py::str>(item.first) || !py::isinstance<py::str>(item.second)) {
-      throw py::type_error("metadata: keys and values must be str (json.dumps other values), got " +
-                           type_name(item.first) + ": " + type_name(item.second));
-    }
-    out[item.first.cast<std::string>()] = item.second.cast<std::string>();
-  }
-  return out;
-}
+// Metadata values are strings: the caller json.dumps anything else.
+ck::Metadata to_metadata(py::handle metadata) { return arg_str_dict(metadata, "metadata"); }
 
 }  // namespace
 

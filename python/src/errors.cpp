@@ -114,4 +114,20 @@ std::vector<std::int64_t> arg_ints(py::handle h, const char* arg) {
   return out;
 }
 
+std::map<std::string, std::string> arg_str_dict(py::handle h, const char* arg) {
+  std::map<std::string, std::string> out;
+  if (h.is_none()) return out;
+  if (!py::isinstance<py::dict>(h)) {
+    throw py::type_error(std::string(arg) + ": expected a dict of {str: str}, got " + type_name(h));
+  }
+  for (auto item : py::reinterpret_borrow<py::dict>(h)) {
+    if (!py::isinstance<py::str>(item.first) || !py::isinstance<py::str>(item.second)) {
+      throw py::type_error(std::string(arg) + ": keys and values must be str, got " + type_name(item.first) + ": " +
+                           type_name(item.second));
+    }
+    out[item.first.cast<std::string>()] = item.second.cast<std::string>();
+  }
+  return out;
+}
+
 }  // namespace gpucloud::python

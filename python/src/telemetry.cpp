@@ -24,21 +24,7 @@ struct PyExporter {
   }
 };
 
-tel::Labels to_labels(py::handle labels) {
-  tel::Labels out;
-  if (labels.is_none()) return out;
-  if (!py::isinstance<py::dict>(labels)) {
-    throw py::type_error("labels: expected a dict of {str: str}, got " + type_name(labels));
-  }
-  for (auto item : py::reinterpret_borrow<py::dict>(labels)) {
-    if (!py::isinstance<py::str>(item.first) || !py::isinstance<py::str>(item.second)) {
-      throw py::type_error("labels: names and values must be str, got " + type_name(item.first) + ": " +
-                           type_name(item.second));
-    }
-    out[item.first.cast<std::string>()] = item.second.cast<std::string>();
-  }
-  return out;
-}
+tel::Labels to_labels(py::handle labels) { return arg_str_dict(labels, "labels"); }
 
 double arg_seconds(py::handle h, const char* arg) {
   if (!py::isinstance<py::float_>(h) && PyIndex_Check(h.ptr()) == 0) {

@@ -327,3 +327,22 @@ def test_the_interpreter_exiting_with_a_save_in_flight_commits_it(tmp_path):
     out = np.zeros(1 << 22, np.float32)
     ck.load(ck.latest(str(tmp_path)), {"w": out}, gc.Stream())
     assert (out == 1).all()
+
+
+def test_arrays_given_to_load_state_dict_may_be_dropped_at_once():
+    out = run_script("""
+        import gc as pygc, numpy as np, gpucloud as gc
+        s = gc.Stream()
+        w, g = np.zeros(1 << 16, np.float16), np.zeros(1 << 16, np.float16)
+        adam = gc.FusedAdam([(w, g)], s)
+        names = {k: (v.shape, v.dtype) for k, v in adam.state_dict().items()}
+        def fresh(name):
+            shape, dtype = names[name]
+            return np.full(shape, 3, np.int64) if name == "step" else np.full(shape, 0.5, np.float32)
+        adam.load_state_dict({k: fresh(k) for k in names}, s)   # the arrays go at once
+        pygc.collect()
+        junk = [np.full(1 << 16, 7.0, np.float32) for _ in range(32)]   # reuse their memory
+        s.synchronize()
+        print("OK", float(np.asarray(adam.master(0))[123]), adam.step_count(s), float(w[5]))
+    """)
+    assert "OK 0.5 3 0.5" in out, out

@@ -165,3 +165,24 @@ def test_a_straggler_is_found_under_mpirun():
     """, prefix=(mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "3"), env=env)
     for rank in range(3):
         assert f"rank {rank}: slowest 2 straggler True series 3 flag 2" in out, out
+
+
+def test_an_exporter_dropped_while_its_straggler_exchange_is_queued():
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    out = run_script("""
+        import time, gpucloud as gc
+        comm = gc.Communicator.mpi_world()
+        s = gc.Stream()
+        e = gc.telemetry.Exporter(port=-1)
+        e.detect_stragglers(comm, s, every=2)
+        gc.launch_host_func(s, lambda: time.sleep(0.3))   # the exchange queues behind this
+        e.steps.record(0.01)
+        e.steps.record(0.01)                                 # enqueues the all-gather
+        del e                                                # its buffers must outlive the exchange
+        s.synchronize()
+        print(f"rank {comm.rank} OK")
+    """, prefix=(mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"), env=env)
+    assert "rank 0 OK" in out and "rank 1 OK" in out, out

@@ -167,6 +167,17 @@ struct StepMetrics::Impl {
   std::mutex mutex;  // the straggler state (records themselves are lock-free or prometheus-cpp's)
   std::optional<Straggler> stragglers;
 
+  // An exchange still queued on the stream reads and writes the straggler buffers: it finishes
+  // before they are freed.
+  ~Impl() {
+    if (stragglers && stragglers->done) {
+      try {
+        stragglers->done->synchronize();
+      } catch (...) {  // the stream's error belongs to its owner
+      }
+    }
+  }
+
   void finish_exchange(Straggler& s) {
     s.done->synchronize();
     const auto* all = s.host_recv.data_as<double>();
