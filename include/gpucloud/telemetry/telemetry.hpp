@@ -89,9 +89,8 @@ struct StragglerReport {
 class GPUCLOUD_API Exporter {
  public:
   /// @brief Starts serving.
-  /// @throws InvalidArgument for a bad label (naming it) or a port out of range,
-  ///         CommunicationError when the port cannot be bound (in use), Unsupported when built
-  ///         without prometheus-cpp.
+  /// @throws InvalidArgument for a bad label (naming it), a port out of range or one that cannot
+  ///         be bound (in use), Unsupported when built without prometheus-cpp.
   explicit Exporter(ExporterOptions options = {});
   ~Exporter();                               ///< Stops serving.
   Exporter(Exporter&&) noexcept;             ///< Moves ownership.
@@ -119,7 +118,7 @@ class GPUCLOUD_API Exporter {
   /// @brief The exposition a scrape returns now (Prometheus text format 0.0.4).
   std::string exposition() const;
   /// @brief Writes exposition() to options.textfile atomically (a temporary file, then rename).
-  /// @throws InvalidArgument without a textfile, CheckpointError-free: Error on an I/O failure.
+  /// @throws InvalidArgument without a textfile, Error (naming the path) on an I/O failure.
   void write_textfile() const;
 
   struct Impl;  ///< internal
