@@ -38,6 +38,7 @@ configure_build_test() {
   echo "=== configuration '$name' ==="
   cmake -S . -B "build/$name" -DGPUCLOUD_WARNINGS_AS_ERRORS=ON -DGPUCLOUD_CUDA_ARCHS="$archs" "$@" >"build/$name.configure.log" 2>&1 ||
     { cat "build/$name.configure.log"; return 1; }
+  grep '^-- gpucloud:' "build/$name.configure.log" || true # what this configuration found (or did without)
   cmake --build "build/$name" -j "$jobs"
   (cd "build/$name" && ctest --output-on-failure --no-tests=error -j "$jobs" $ctest_args)
 }
