@@ -546,6 +546,70 @@ TEST_P(AmpTest, BadOptimizerInputIsATypedErrorAndChangesNothing) {
   }
 }
 
+// A framework that allocates new gradient tensors every backward (torch with set_to_none) passes
+// them with set_grads: the trajectory is the one of an optimizer bound to fixed gradients. Options
+// changed between steps (a scheduler's) take effect at the next step.
+TEST_P(AmpTest, NewGradientsAndOptionsBetweenStepsFollowTheFixedBindingsTrajectory) {
+  gc::Stream s(device());
+  const std::size_t n = 257;
+  std::vector<float> w0(n), g_values(n);
+  for (std::size_t i = 0; i < n; ++i) w0[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
+  gc::Buffer fixed_w = upload(w0, device(), s), fixed_g(n, gc::DType::float32, device());
+  gc::Buffer moving_w = upload(w0, device(), s), first_g(n, gc::DType::float32, device());
+  gc::AdamOptions o = gc::AdamOptions::adamw();
+  gc::FusedAdam fixed({{fixed_w, fixed_g}}, o, s), moving({{moving_w, first_g}}, o, s);
+  std::vector<gc::Buffer> fresh;  // a new gradient tensor each step, kept until the end
+  for (int step = 0; step < 6; ++step) {
+    for (std::size_t i = 0; i < n; ++i) g_values[i] = std::sin(0.1f * static_cast<float>(i + step * 31));
+    upload_floats(fixed_g, g_values, s);
+    fresh.push_back(upload(g_values, device(), s));
+    moving.set_grads({fresh.back()}, s);
+    if (step == 3) {  // a scheduler: lr, betas and weight decay change for the later steps
+      o.lr = 3e-3f;
+      o.beta1 = 0.8f;
+      o.weight_decay = 0.1f;
+      fixed.set_options(o);
+      moving.set_options(o);
+    }
+    fixed.step(s);
+    moving.step(s);
+  }
+  EXPECT_EQ(as_floats(moving_w, s), as_floats(fixed_w, s));
+  EXPECT_NE(as_floats(moving_w, s), w0);
+  EXPECT_EQ(moving.options().beta1, 0.8f);
+
+  // Bad gradients and options are typed errors naming what is wrong, and change nothing.
+  gc::Buffer short_g(n - 1, gc::DType::float32, device()), ints(n, gc::DType::int32, device());
+  const auto before = as_floats(moving_w, s);
+  auto expect_invalid = [](auto&& call, const std::string& names) {
+    try {
+      call();
+      ADD_FAILURE() << "no error for " << names;
+    } catch (const gc::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+    }
+  };
+  expect_invalid([&] { moving.set_grads({short_g}, s); }, "grads[0]: 256 elements");
+  expect_invalid([&] { moving.set_grads({ints}, s); }, "grads[0]: dtype int32");
+  expect_invalid([&] { moving.set_grads({}, s); }, "grads: 0 gradients for 1 parameters");
+  expect_invalid([&] { moving.set_grads({moving_w}, s); }, "grads[0]");  // the parameter itself
+  gc::AdamOptions ams = o;
+  ams.amsgrad = true;
+  expect_invalid([&] { moving.set_options(ams); }, "options.amsgrad");
+  gc::AdamOptions bad = o;
+  bad.beta2 = 1.0f;
+  expect_invalid([&] { moving.set_options(bad); }, "beta1/beta2");
+  EXPECT_EQ(moving.options().beta2, o.beta2);
+  gc::SgdOptions with_momentum;
+  with_momentum.momentum = 0.9f;
+  gc::FusedSGD sgd({{moving_w, fresh.back()}}, {}, s);
+  expect_invalid([&] { sgd.set_options(with_momentum); }, "options.momentum");
+  moving.step(s);  // the last good gradient is still the one bound
+  fixed.step(s);
+  EXPECT_EQ(as_floats(moving_w, s), as_floats(fixed_w, s));
+  EXPECT_NE(as_floats(moving_w, s), before);
+}
+
 // A fp16 model whose scaled gradients overflow at the initial scale: the scaler backs off,
 // the overflowing steps are skipped, and it trains to its fp32 twin's loss.
 TEST_P(AmpTest, Fp16ModelTrainsToItsFp32TwinsLossBecauseTheScalerBacksOff) {

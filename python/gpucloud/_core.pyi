@@ -878,8 +878,16 @@ class FusedSGD:
         """
     def momentum_buffer(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
+    def set_grads(self, grads: collections.abc.Iterable, stream: Stream) -> None:
+        """
+        Replace the gradients later steps read (one per parameter, in order, same sizes): a framework's new gradient tensors.
+        """
     def set_lr(self, lr: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
+    def set_options(self, *, lr: typing.SupportsFloat | typing.SupportsIndex | None = None, momentum: typing.SupportsFloat | typing.SupportsIndex | None = None, dampening: typing.SupportsFloat | typing.SupportsIndex | None = None, weight_decay: typing.SupportsFloat | typing.SupportsIndex | None = None, nesterov: bool | None = None) -> None:
+        """
+        Change hyperparameters for later steps (None: unchanged); momentum cannot be switched on or off.
+        """
     def state_dict(self) -> dict:
         """
         The state as {name: BufferView} of its own memory (no copies): 'step' and 'state.<i>.<buffer>'.
@@ -921,8 +929,16 @@ class FusedAdam:
         """
     def max_exp_avg_sq(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
+    def set_grads(self, grads: collections.abc.Iterable, stream: Stream) -> None:
+        """
+        Replace the gradients later steps read (one per parameter, in order, same sizes): a framework's new gradient tensors.
+        """
     def set_lr(self, lr: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
+    def set_options(self, *, lr: typing.SupportsFloat | typing.SupportsIndex | None = None, betas: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, eps: typing.SupportsFloat | typing.SupportsIndex | None = None, weight_decay: typing.SupportsFloat | typing.SupportsIndex | None = None, decoupled_weight_decay: bool | None = None) -> None:
+        """
+        Change hyperparameters for later steps (None: unchanged); amsgrad and master weights are fixed.
+        """
     def state_dict(self) -> dict:
         """
         The state as {name: BufferView} of its own memory (no copies): 'step' and 'state.<i>.<buffer>'.

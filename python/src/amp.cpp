@@ -3,6 +3,9 @@
 
 #include <pybind11/stl.h>
 
+#include <optional>
+#include <tuple>
+
 namespace gpucloud::python {
 
 namespace {
@@ -10,7 +13,8 @@ namespace {
 // Parameters borrowed from Python objects; the owners stay alive as long as the optimizer.
 struct BorrowedParams {
   std::vector<ParamGrad> params;
-  std::vector<py::object> owners;
+  std::vector<py::object> owners;       // the parameters'
+  std::vector<py::object> grad_owners;  // the gradients'
 };
 
 BorrowedParams borrow_params(py::iterable pairs) {
@@ -26,7 +30,7 @@ BorrowedParams borrow_params(py::iterable pairs) {
     Borrowed grad = borrow_writable(pair[1], g.c_str());
     out.params.push_back({param.view, grad.view});
     out.owners.push_back(param.owner);
-    out.owners.push_back(grad.owner);
+    out.grad_owners.push_back(grad.owner);
     ++i;
   }
   return out;
@@ -47,8 +51,9 @@ std::vector<BufferView> borrow_list(py::iterable tensors, const char* name, std:
 template <class Optimizer>
 struct PyOptimizer {
   std::unique_ptr<Optimizer> optimizer;
-  std::vector<py::object> owners;  // the parameter and gradient arrays
-  py::object stream;               // the stream the state is ordered on must outlive it
+  std::vector<py::object> owners;       // the parameter arrays
+  std::vector<py::object> grad_owners;  // the gradient arrays later steps read (set_grads replaces them)
+  py::object stream;                    // the stream the state is ordered on must outlive it
   ~PyOptimizer() {
     py::gil_scoped_release release;
     optimizer.reset();
@@ -81,8 +86,10 @@ void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
              py::gil_scoped_release release;
              launches = o.optimizer->step(stream.view, scaler != nullptr ? scaler->scaler.get() : nullptr);
            }
-           // The step writes the parameters (held by self) and reads the scaler's found-inf.
+           // The step writes the parameters (held by self), reads these gradients (which a later
+           // set_grads may drop from self) and the scaler's found-inf.
            hold(self, stream, scaler != nullptr ? py::cast(scaler, py::return_value_policy::reference) : py::none());
+           keep_alive_until_done(stream.view, std::vector<py::object>(o.grad_owners));
            return launches;
          },
          py::arg("stream"), py::arg("scaler") = nullptr,
@@ -90,6 +97,17 @@ void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
          "number of launches.")
       .def(
           "set_lr", [](Py& o, float lr) { o.optimizer->set_lr(lr); }, py::arg("lr"))
+      .def(
+          "set_grads",
+          [](Py& o, py::iterable grads, PyStream& stream) {
+            std::vector<py::object> owners;
+            auto views = borrow_list(grads, "grads", owners);
+            o.optimizer->set_grads(views, stream.view);
+            o.grad_owners = std::move(owners);
+          },
+          py::arg("grads"), py::arg("stream"),
+          "Replace the gradients later steps read (one per parameter, in order, same sizes): a framework's new "
+          "gradient tensors.")
       .def_property_readonly("lr", [](Py& o) { return o.optimizer->options().lr; })
       .def(
           "step_count",
@@ -277,6 +295,7 @@ void bind_amp(py::module_& m) {
             SgdOptions o{lr, momentum, dampening, weight_decay, nesterov, master_weights};
             p->optimizer = std::make_unique<FusedSGD>(b.params, o, stream.cast<PyStream&>().view);
             p->owners = std::move(b.owners);
+            p->grad_owners = std::move(b.grad_owners);
             p->stream = stream;
             return p;
           }),
@@ -289,7 +308,22 @@ void bind_amp(py::module_& m) {
             auto& o = self.cast<PySgd&>();
             return view_of_state(o.optimizer->momentum_buffer(i), self, o.stream);
           },
-          py::arg("i"));
+          py::arg("i"))
+      .def(
+          "set_options",
+          [](PySgd& o, std::optional<float> lr, std::optional<float> momentum, std::optional<float> dampening,
+             std::optional<float> weight_decay, std::optional<bool> nesterov) {
+            SgdOptions n = o.optimizer->options();
+            n.lr = lr.value_or(n.lr);
+            n.momentum = momentum.value_or(n.momentum);
+            n.dampening = dampening.value_or(n.dampening);
+            n.weight_decay = weight_decay.value_or(n.weight_decay);
+            n.nesterov = nesterov.value_or(n.nesterov);
+            o.optimizer->set_options(n);
+          },
+          py::kw_only(), py::arg("lr") = py::none(), py::arg("momentum") = py::none(),
+          py::arg("dampening") = py::none(), py::arg("weight_decay") = py::none(), py::arg("nesterov") = py::none(),
+          "Change hyperparameters for later steps (None: unchanged); momentum cannot be switched on or off.");
   bind_common(sgd);
 
   using PyAdam = PyOptimizer<FusedAdam>;
@@ -302,6 +336,7 @@ void bind_amp(py::module_& m) {
                            weight_decay, amsgrad,     decoupled_weight_decay, master_weights};
              p->optimizer = std::make_unique<FusedAdam>(b.params, o, stream.cast<PyStream&>().view);
              p->owners = std::move(b.owners);
+             p->grad_owners = std::move(b.grad_owners);
              p->stream = stream;
              return p;
            }),
@@ -329,7 +364,22 @@ void bind_amp(py::module_& m) {
             auto& o = self.cast<PyAdam&>();
             return view_of_state(o.optimizer->max_exp_avg_sq(i), self, o.stream);
           },
-          py::arg("i"));
+          py::arg("i"))
+      .def(
+          "set_options",
+          [](PyAdam& o, std::optional<float> lr, std::optional<std::pair<float, float>> betas, std::optional<float> eps,
+             std::optional<float> weight_decay, std::optional<bool> decoupled_weight_decay) {
+            AdamOptions n = o.optimizer->options();
+            n.lr = lr.value_or(n.lr);
+            if (betas) std::tie(n.beta1, n.beta2) = *betas;
+            n.eps = eps.value_or(n.eps);
+            n.weight_decay = weight_decay.value_or(n.weight_decay);
+            n.decoupled_weight_decay = decoupled_weight_decay.value_or(n.decoupled_weight_decay);
+            o.optimizer->set_options(n);
+          },
+          py::kw_only(), py::arg("lr") = py::none(), py::arg("betas") = py::none(), py::arg("eps") = py::none(),
+          py::arg("weight_decay") = py::none(), py::arg("decoupled_weight_decay") = py::none(),
+          "Change hyperparameters for later steps (None: unchanged); amsgrad and master weights are fixed.");
   bind_common(adam);
 
   m.def(

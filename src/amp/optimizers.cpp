@@ -60,6 +60,28 @@ struct Common {
     fill(scalars, 0.0, s);
   }
 
+  // Replaces the gradients: the same count and sizes, reachable from @p s, each its own memory.
+  void set_grads(const std::vector<BufferView>& grads, StreamView s, const char* call) {
+    GPUCLOUD_EXPECTS(s.device() == device, call,
+                     "stream: the parameters are on " + device.str() + ", the stream on " + s.device().str());
+    GPUCLOUD_EXPECTS(
+        grads.size() == params.size(), call,
+        "grads: " + std::to_string(grads.size()) + " gradients for " + std::to_string(params.size()) + " parameters");
+    std::vector<BufferView> all;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const std::string name = "grads[" + std::to_string(i) + "]";
+      detail::check_float_tensor(grads[i], s, call, name);
+      GPUCLOUD_EXPECTS(grads[i].size() == params[i].param.size(), call,
+                       name + ": " + std::to_string(grads[i].size()) + " elements for a parameter of " +
+                           std::to_string(params[i].param.size()));
+      all.push_back(params[i].param);
+      all.push_back(grads[i]);
+    }
+    detail::check_disjoint(
+        all, [](std::size_t k) { return (k % 2 == 0 ? "params[" : "grads[") + std::to_string(k / 2) + "]"; }, call);
+    for (std::size_t i = 0; i < grads.size(); ++i) params[i].grad = grads[i];
+  }
+
   StepScalars* device_scalars() const { return static_cast<StepScalars*>(scalars.data()); }
 
   Buffer fp32_state(std::size_t i, StreamView s) const {
@@ -149,13 +171,28 @@ struct FusedSGD::Impl {
   std::vector<Buffer> momentum;
 };
 
-FusedSGD::FusedSGD(std::vector<ParamGrad> params, SgdOptions o, StreamView stream) {
-  detail::check_range(o.lr, 0.0, kFloatMax, false, "FusedSGD", "options.lr");
-  detail::check_range(o.momentum, 0.0, kFloatMax, false, "FusedSGD", "options.momentum");
-  detail::check_range(o.dampening, -kFloatMax, kFloatMax, false, "FusedSGD", "options.dampening");
-  detail::check_range(o.weight_decay, 0.0, kFloatMax, false, "FusedSGD", "options.weight_decay");
-  GPUCLOUD_EXPECTS(!o.nesterov || (o.momentum > 0.0f && o.dampening == 0.0f), "FusedSGD",
+namespace {
+void check_options(const SgdOptions& o, const char* call) {
+  detail::check_range(o.lr, 0.0, kFloatMax, false, call, "options.lr");
+  detail::check_range(o.momentum, 0.0, kFloatMax, false, call, "options.momentum");
+  detail::check_range(o.dampening, -kFloatMax, kFloatMax, false, call, "options.dampening");
+  detail::check_range(o.weight_decay, 0.0, kFloatMax, false, call, "options.weight_decay");
+  GPUCLOUD_EXPECTS(!o.nesterov || (o.momentum > 0.0f && o.dampening == 0.0f), call,
                    "options.nesterov: needs momentum > 0 and dampening 0 (as torch.optim.SGD)");
+}
+
+void check_options(const AdamOptions& o, const char* call) {
+  detail::check_range(o.lr, 0.0, kFloatMax, false, call, "options.lr");
+  detail::check_range(o.beta1, 0.0, 1.0, false, call, "options.beta1");
+  detail::check_range(o.beta2, 0.0, 1.0, false, call, "options.beta2");
+  GPUCLOUD_EXPECTS(o.beta1 < 1.0f && o.beta2 < 1.0f, call, "options.beta1/beta2: must be below 1");
+  detail::check_range(o.eps, 0.0, kFloatMax, false, call, "options.eps");
+  detail::check_range(o.weight_decay, 0.0, kFloatMax, false, call, "options.weight_decay");
+}
+}  // namespace
+
+FusedSGD::FusedSGD(std::vector<ParamGrad> params, SgdOptions o, StreamView stream) {
+  check_options(o, "FusedSGD");
   auto impl = std::make_shared<Impl>();
   impl->options = o;
   impl->common.init(std::move(params), o.master_weights, stream, "FusedSGD");
@@ -191,6 +228,21 @@ void FusedSGD::set_lr(float lr) {
   impl_->options.lr = lr;
 }
 
+void FusedSGD::set_options(const SgdOptions& o) {
+  check_options(o, "FusedSGD::set_options");
+  const SgdOptions& now = impl_->options;
+  GPUCLOUD_EXPECTS((o.momentum != 0.0f) == (now.momentum != 0.0f), "FusedSGD::set_options",
+                   "options.momentum: momentum cannot be switched on or off after construction (its buffers are "
+                   "allocated then)");
+  GPUCLOUD_EXPECTS(o.master_weights == now.master_weights, "FusedSGD::set_options",
+                   "options.master_weights: fixed at construction");
+  impl_->options = o;
+}
+
+void FusedSGD::set_grads(const std::vector<BufferView>& grads, StreamView stream) {
+  impl_->common.set_grads(grads, stream, "FusedSGD::set_grads");
+}
+
 std::size_t FusedSGD::step_count(StreamView stream) const { return impl_->common.step_count(stream); }
 void FusedSGD::load_step_count(std::size_t steps, StreamView stream) {
   impl_->common.load_step_count(steps, stream);
@@ -218,12 +270,7 @@ struct FusedAdam::Impl {
 };
 
 FusedAdam::FusedAdam(std::vector<ParamGrad> params, AdamOptions o, StreamView stream) {
-  detail::check_range(o.lr, 0.0, kFloatMax, false, "FusedAdam", "options.lr");
-  detail::check_range(o.beta1, 0.0, 1.0, false, "FusedAdam", "options.beta1");
-  detail::check_range(o.beta2, 0.0, 1.0, false, "FusedAdam", "options.beta2");
-  GPUCLOUD_EXPECTS(o.beta1 < 1.0f && o.beta2 < 1.0f, "FusedAdam", "options.beta1/beta2: must be below 1");
-  detail::check_range(o.eps, 0.0, kFloatMax, false, "FusedAdam", "options.eps");
-  detail::check_range(o.weight_decay, 0.0, kFloatMax, false, "FusedAdam", "options.weight_decay");
+  check_options(o, "FusedAdam");
   auto impl = std::make_shared<Impl>();
   impl->options = o;
   impl->common.init(std::move(params), o.master_weights, stream, "FusedAdam");
@@ -259,6 +306,20 @@ int FusedAdam::step(StreamView stream, const LossScaler* scaler) {
 void FusedAdam::set_lr(float lr) {
   detail::check_range(lr, 0.0, kFloatMax, false, "FusedAdam::set_lr", "lr");
   impl_->options.lr = lr;
+}
+
+void FusedAdam::set_options(const AdamOptions& o) {
+  check_options(o, "FusedAdam::set_options");
+  const AdamOptions& now = impl_->options;
+  GPUCLOUD_EXPECTS(o.amsgrad == now.amsgrad, "FusedAdam::set_options",
+                   "options.amsgrad: fixed at construction (its buffers are allocated then)");
+  GPUCLOUD_EXPECTS(o.master_weights == now.master_weights, "FusedAdam::set_options",
+                   "options.master_weights: fixed at construction");
+  impl_->options = o;
+}
+
+void FusedAdam::set_grads(const std::vector<BufferView>& grads, StreamView stream) {
+  impl_->common.set_grads(grads, stream, "FusedAdam::set_grads");
 }
 
 std::size_t FusedAdam::step_count(StreamView stream) const { return impl_->common.step_count(stream); }

@@ -68,6 +68,14 @@ class GPUCLOUD_API FusedSGD {
   int step(StreamView stream, const LossScaler* scaler = nullptr);
   /// @brief Changes the learning rate for later steps.
   void set_lr(float lr);
+  /// @brief Changes every hyperparameter for later steps (a scheduler's betas or weight decay).
+  /// @throws InvalidArgument naming the option out of range, or one that shapes the state and is
+  ///         fixed at construction (momentum switched on or off, master_weights); nothing is changed then.
+  void set_options(const SgdOptions& options);
+  /// @brief Replaces the gradients later steps read (a framework's new gradient tensors), one per
+  ///        parameter, in order: same sizes, reachable from @p stream's device, each its own memory.
+  /// @throws InvalidArgument naming the gradient; nothing is changed then.
+  void set_grads(const std::vector<BufferView>& grads, StreamView stream);
   /// @brief Completed (not skipped) steps; synchronises @p stream.
   std::size_t step_count(StreamView stream) const;
   /// @brief Sets the step count (restoring a checkpoint), in @p stream's order.
@@ -109,6 +117,14 @@ class GPUCLOUD_API FusedAdam {
   int step(StreamView stream, const LossScaler* scaler = nullptr);
   /// @brief Changes the learning rate for later steps.
   void set_lr(float lr);
+  /// @brief Changes every hyperparameter for later steps (a scheduler's betas or weight decay).
+  /// @throws InvalidArgument naming the option out of range, or one that shapes the state and is
+  ///         fixed at construction (amsgrad, master_weights); nothing is changed then.
+  void set_options(const AdamOptions& options);
+  /// @brief Replaces the gradients later steps read (a framework's new gradient tensors), one per
+  ///        parameter, in order: same sizes, reachable from @p stream's device, each its own memory.
+  /// @throws InvalidArgument naming the gradient; nothing is changed then.
+  void set_grads(const std::vector<BufferView>& grads, StreamView stream);
   /// @brief Completed (not skipped) steps; synchronises @p stream.
   std::size_t step_count(StreamView stream) const;
   /// @brief Sets the step count (restoring a checkpoint), in @p stream's order.

@@ -1,0 +1,18 @@
+"""PyTorch drop-ins over gpucloud (imports torch; ``import gpucloud`` alone never does).
+
+- ``gpucloud.torch.GradScaler``: ``torch.cuda.amp.GradScaler``'s API, defaults, rule and state dict;
+  with gpucloud's optimizers an overflow step is skipped on the device (no host sync per step).
+- ``gpucloud.torch.optim.AdamW`` / ``Adam`` / ``SGD``: ``torch.optim.Optimizer`` subclasses over the
+  fused multi-tensor kernels, state dicts interchangeable with torch's own.
+
+Each is a one-line change in a torch script::
+
+    scaler = gpucloud.torch.GradScaler()                       # was torch.cuda.amp.GradScaler()
+    opt = gpucloud.torch.optim.AdamW(model.parameters(), 1e-3)  # was torch.optim.AdamW(...)
+"""
+import torch as _torch  # noqa: F401  (a clear ImportError here when torch is missing)
+
+from . import optim  # noqa: F401
+from .amp import GradScaler  # noqa: F401
+
+__all__ = ["GradScaler", "optim"]

@@ -1,0 +1,301 @@
+"""torch.optim drop-ins over gpucloud's fused multi-tensor kernels: ``AdamW``, ``Adam``, ``SGD``.
+
+Real ``torch.optim.Optimizer`` subclasses: ``param_groups`` with per-group hyperparameters,
+``add_param_group``, ``zero_grad(set_to_none=...)``, ``torch.optim.lr_scheduler`` unchanged,
+``step(closure)``, and ``state_dict()`` / ``load_state_dict()`` in torch's own format (a state dict
+of ``torch.optim.AdamW`` loads into ``gpucloud.torch.optim.AdamW`` and the reverse). The state
+tensors in ``optimizer.state[p]`` are views of the fused optimizer's memory (no copies).
+
+One fused optimizer per parameter group, built at the group's first step over the parameters that
+have a gradient then (or at ``load_state_dict`` over those the state names). Gradients are passed
+to it at every step, so ``zero_grad(set_to_none=True)`` and new gradient tensors just work. Under
+``gpucloud.torch.GradScaler`` the step is skipped on the device after an overflow (no host sync).
+"""
+import torch
+
+import gpucloud as _gc
+
+from ._streams import finish, stream_for
+
+__all__ = ["Adam", "AdamW", "SGD"]
+
+# torch's optimizer flags that the fused kernels follow only in their default setting.
+_TORCH_FLAGS = {"maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": None}
+
+
+class _FusedOptimizer(torch.optim.Optimizer):
+    """What the drop-ins share: one fused gpucloud optimizer per parameter group."""
+
+    _state_keys = ()  # the per-parameter state tensors, as torch names them
+    _gpucloud_fused = True  # GradScaler.step lets the step skip itself on the device
+
+    def __init__(self, params, defaults, master_weights):
+        if not isinstance(master_weights, bool):
+            raise TypeError(f"master_weights: expected a bool, got {type(master_weights).__name__}")
+        self._master_weights = master_weights
+        self._groups = {}  # group index -> (fused optimizer, its parameters, their stream)
+        super().__init__(params, dict(defaults, **_TORCH_FLAGS))
+
+    # -- what each optimizer says ------------------------------------------------------------
+    def _make(self, pairs, stream, group):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _options(self, group):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _views(self, fused, i, p):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- torch.optim.Optimizer ---------------------------------------------------------------
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:
+            for k, v in _TORCH_FLAGS.items():
+                group.setdefault(k, v)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One step over every group (``closure`` re-evaluates the loss, as torch's)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        scaler = getattr(self, "_gpucloud_scaler", None)  # set by GradScaler.step for this call
+        for gi, group in enumerate(self.param_groups):
+            self._check_group(gi, group)
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            fused, members, stream = self._fused_for(gi, params)
+            if [id(p) for p in params] != [id(p) for p in members]:
+                raise _gc.InvalidArgument(
+                    f"{type(self).__name__}.step: param_groups[{gi}]: the parameters with a gradient changed "
+                    f"since the group's first step ({len(members)} then, {len(params)} now); the fused step "
+                    "updates a fixed set: give parameters that do not always get a gradient their own group")
+            grads = []
+            for i, p in enumerate(params):
+                g = p.grad
+                if g.is_sparse:
+                    raise _gc.InvalidArgument(f"{type(self).__name__}.step: param_groups[{gi}]['params'][{i}]: "
+                                              "sparse gradients are not supported")
+                grads.append(g if g.is_contiguous() else g.contiguous())
+            fused.set_grads(grads, stream)
+            fused.set_options(**self._options(group))
+            fused.step(stream, scaler.loss_scaler if scaler is not None else None)
+            finish(stream, params[0].device)
+        return loss
+
+    def state_dict(self):
+        """torch's format; each parameter's ``step`` is read from the device (a sync on a GPU)."""
+        for fused, members, stream in self._groups.values():
+            steps = float(fused.step_count(stream))
+            for p in members:
+                if "step" in self.state[p]:
+                    self.state[p]["step"] = torch.tensor(steps)
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict):
+        """Loads torch's format (from this class or torch's own); a foreign state is an error naming the key."""
+        if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
+            raise _gc.InvalidArgument(f"{type(self).__name__}.load_state_dict: state_dict: expected an optimizer "
+                                      "state dict with 'state' and 'param_groups'")
+        self._validate(state_dict)  # before anything changes
+        super().load_state_dict(state_dict)  # torch's id mapping and casts; self.state now holds copies
+        loaded, self._groups = self.state, {}
+        self.state = type(loaded)()
+        with torch.no_grad():
+            for gi, group in enumerate(self.param_groups):
+                members = [p for p in group["params"] if p in loaded and loaded[p]]
+                if not members:
+                    continue
+                fused, members, stream = self._fused_for(gi, members, placeholder_grads=True)
+                fused.load_state_dict(self._fused_state(gi, members, loaded, fused), stream)
+                finish(stream, members[0].device)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _required(self, group):
+        """The state tensors a parameter of ``group`` must have once it has stepped."""
+        return self._state_keys
+
+    def _validate(self, state_dict):
+        name = f"{type(self).__name__}.load_state_dict"
+        saved_groups, saved_state = state_dict["param_groups"], state_dict["state"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(f"{name}: loaded state dict has a different number of parameter groups "
+                             f"({len(saved_groups)}, this optimizer has {len(self.param_groups)})")
+        for gi, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            for key in self.defaults:
+                if key not in saved and key not in _TORCH_FLAGS:
+                    raise _gc.InvalidArgument(f"{name}: param_groups[{gi}]['{key}']: missing; the state dict is not "
+                                              f"of a {type(self).__name__}")
+            if len(saved.get("params", ())) != len(group["params"]):
+                raise ValueError(f"{name}: loaded state dict contains a parameter group that doesn't match the size "
+                                 f"of optimizer's group (param_groups[{gi}])")
+            for pid, p in zip(saved["params"], group["params"]):
+                entry = saved_state.get(pid)
+                if not entry:
+                    continue
+                for key in self._required(saved):
+                    value = entry.get(key)
+                    if not isinstance(value, torch.Tensor):
+                        raise _gc.InvalidArgument(f"{name}: state[{pid}]['{key}']: missing (got "
+                                                  f"{type(value).__name__}); the state dict is not of this optimizer")
+                    if value.numel() != p.numel():
+                        raise _gc.InvalidArgument(f"{name}: state[{pid}]['{key}']: {value.numel()} elements for a "
+                                                  f"parameter of {p.numel()}")
+
+    def _check_group(self, gi, group):
+        for k, v in _TORCH_FLAGS.items():
+            if group.get(k, v) not in (v, False, None):
+                raise _gc.Unsupported(f"{type(self).__name__}: param_groups[{gi}]['{k}'] = {group[k]!r}: the fused "
+                                      f"kernels run only with {k}={v!r}")
+
+    def _fused_for(self, gi, params, placeholder_grads=False):
+        if gi not in self._groups:
+            group = self.param_groups[gi]
+            self._check_group(gi, group)
+            device = params[0].device
+            for i, p in enumerate(params):
+                if p.device != device:
+                    raise _gc.InvalidArgument(f"{type(self).__name__}: param_groups[{gi}]['params'][{i}] is on "
+                                              f"{p.device}, the group's first on {device}: one device per group")
+            stream = stream_for(device)
+            grads = [torch.zeros_like(p) if placeholder_grads or p.grad is None else p.grad for p in params]
+            fused = self._make(list(zip([p.detach() for p in params], grads)), stream, group)
+            for i, p in enumerate(params):
+                self.state[p] = self._views(fused, i, p)
+            self._groups[gi] = (fused, list(params), stream)
+            finish(stream, device)
+        return self._groups[gi]
+
+    def _fused_state(self, gi, members, loaded, fused):
+        """{name: tensor} as the fused optimizer's load_state_dict wants, from torch-format state."""
+        name = type(self).__name__
+        steps = {float(loaded[p].get("step", 0)) for p in members}
+        if len(steps) != 1:
+            raise _gc.InvalidArgument(f"{name}.load_state_dict: param_groups[{gi}]: the parameters' 'step' differ "
+                                      f"({sorted(steps)}); one fused optimizer keeps one step count per group")
+        step = steps.pop()
+        if "step" not in loaded[members[0]]:
+            step = 1.0 if any(loaded[p].get("momentum_buffer") is not None for p in members) else 0.0
+        out = {"step": torch.tensor([int(step)], dtype=torch.int64)}
+        wanted = set(fused.state_dict())
+        for i, p in enumerate(members):
+            for key in self._state_keys:
+                entry = f"state.{i}.{key}"
+                if entry not in wanted:
+                    continue
+                value = loaded[p].get(key)
+                if not isinstance(value, torch.Tensor):
+                    raise _gc.InvalidArgument(f"{name}.load_state_dict: state[{i}]['{key}']: missing (got "
+                                              f"{type(value).__name__}); the state dict is not of this optimizer")
+                if value.numel() != p.numel():
+                    raise _gc.InvalidArgument(f"{name}.load_state_dict: state[{i}]['{key}']: {value.numel()} "
+                                              f"elements for a parameter of {p.numel()}")
+                out[entry] = value.detach().to(torch.float32).contiguous().reshape(-1)
+            if f"state.{i}.master" in wanted:
+                master = loaded[p].get("master")
+                out[f"state.{i}.master"] = (master if isinstance(master, torch.Tensor) else p.detach()).to(
+                    torch.float32).contiguous().reshape(-1)
+        return out
+
+
+def _view(v, like):
+    """A torch tensor sharing the memory of gpucloud state ``v``, shaped as ``like``."""
+    return torch.from_dlpack(v).view(like.shape)
+
+
+class Adam(_FusedOptimizer):
+    """``torch.optim.Adam`` over gpucloud's fused Adam kernel (``weight_decay`` is an L2 penalty)."""
+
+    _decoupled = False
+    _state_keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
+                 master_weights=False):
+        name = type(self).__name__
+        if not 0.0 <= lr:
+            raise ValueError(f"{name}: lr: {lr} is negative")
+        if not 0.0 <= eps:
+            raise ValueError(f"{name}: eps: {eps} is negative")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"{name}: betas: {betas} are not in [0, 1)")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"{name}: weight_decay: {weight_decay} is negative")
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
+        super().__init__(params, defaults, master_weights)
+
+    def _required(self, group):
+        return ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if group.get("amsgrad") else ("exp_avg", "exp_avg_sq")
+
+    def _make(self, pairs, stream, group):
+        return _gc.FusedAdam(pairs, stream, lr=group["lr"], betas=tuple(group["betas"]), eps=group["eps"],
+                             weight_decay=group["weight_decay"], amsgrad=bool(group["amsgrad"]),
+                             decoupled_weight_decay=self._decoupled, master_weights=self._master_weights)
+
+    def _options(self, group):
+        return dict(lr=float(group["lr"]), betas=tuple(float(b) for b in group["betas"]), eps=float(group["eps"]),
+                    weight_decay=float(group["weight_decay"]))
+
+    def _views(self, fused, i, p):
+        state = {"step": torch.tensor(0.0), "exp_avg": _view(fused.exp_avg(i), p),
+                 "exp_avg_sq": _view(fused.exp_avg_sq(i), p)}
+        ams = fused.max_exp_avg_sq(i)
+        if len(ams):
+            state["max_exp_avg_sq"] = _view(ams, p)
+        return _with_master(state, fused, i, p, self._master_weights)
+
+
+def _with_master(state, fused, i, p, master_weights):
+    master = fused.master(i)
+    if master_weights and len(master):
+        state["master"] = _view(master, p)
+    return state
+
+
+class AdamW(Adam):
+    """``torch.optim.AdamW`` over gpucloud's fused Adam kernel (decoupled weight decay, default 0.01)."""
+
+    _decoupled = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
+                 master_weights=False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                         master_weights=master_weights)
+
+
+class SGD(_FusedOptimizer):
+    """``torch.optim.SGD`` over gpucloud's fused SGD kernel (momentum, dampening, Nesterov, weight decay)."""
+
+    _state_keys = ("momentum_buffer",)
+
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
+                 master_weights=False):
+        name = type(self).__name__
+        if not 0.0 <= lr:
+            raise ValueError(f"{name}: lr: {lr} is negative")
+        if not 0.0 <= momentum:
+            raise ValueError(f"{name}: momentum: {momentum} is negative")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"{name}: weight_decay: {weight_decay} is negative")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError(f"{name}: nesterov: needs momentum > 0 and dampening 0")
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov)
+        super().__init__(params, defaults, master_weights)
+
+    def _required(self, group):
+        return ("momentum_buffer",) if group.get("momentum") else ()
+
+    def _make(self, pairs, stream, group):
+        return _gc.FusedSGD(pairs, stream, lr=group["lr"], momentum=group["momentum"], dampening=group["dampening"],
+                            weight_decay=group["weight_decay"], nesterov=bool(group["nesterov"]),
+                            master_weights=self._master_weights)
+
+    def _options(self, group):
+        return dict(lr=float(group["lr"]), momentum=float(group["momentum"]), dampening=float(group["dampening"]),
+                    weight_decay=float(group["weight_decay"]), nesterov=bool(group["nesterov"]))
+
+    def _views(self, fused, i, p):
+        buf = fused.momentum_buffer(i)
+        return _with_master({"momentum_buffer": _view(buf, p) if len(buf) else None}, fused, i, p,
+                            self._master_weights)

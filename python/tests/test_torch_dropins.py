@@ -1,0 +1,345 @@
+"""gpucloud.torch: GradScaler and optim.AdamW/Adam/SGD as drop-ins for torch's, trained against
+torch's own on the same model, data and seed (CPU; torch's GradScaler needs CUDA in 1.13, so its
+rule is written out here). Skipped where torch is not importable (CI's interop configuration has
+Debian's python3-torch)."""
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+import gpucloud as gc
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (Debian: python3-torch)")
+import gpucloud.torch as gt  # noqa: E402
+
+STEPS = 50
+
+
+def make_model(seed=0, dtype=torch.float32):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4), torch.nn.Tanh(),
+                            torch.nn.Linear(4, 1))
+    return m.to(dtype)
+
+
+def data(seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(64, 8, generator=g), torch.randn(64, 1, generator=g)
+
+
+def groups(model, **second):
+    """Two parameter groups: the first layer with the defaults, the rest with ``second``'s settings."""
+    params = list(model.parameters())
+    return [{"params": params[:2]}, {"params": params[2:], **second}]
+
+
+def flat(model):
+    return torch.cat([p.detach().float().flatten() for p in model.parameters()])
+
+
+def train(model, opt, steps=STEPS, sched=None, set_to_none=True, x_y=None):
+    x, y = x_y or data()
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=set_to_none)
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+    return flat(model)
+
+
+OPTIMIZERS = [
+    ("AdamW", dict(lr=1e-2), dict(lr=3e-3, weight_decay=0.1)),
+    ("Adam", dict(lr=1e-2, weight_decay=1e-3), dict(betas=(0.8, 0.99), eps=1e-6)),
+    ("Adam", dict(lr=1e-2, amsgrad=True), dict(weight_decay=0.05)),
+    ("SGD", dict(lr=0.05, momentum=0.9), dict(lr=0.01, nesterov=True, weight_decay=1e-3)),
+    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.1), dict(weight_decay=1e-2)),
+    ("SGD", dict(lr=0.05), dict(lr=0.02)),
+]
+
+
+@pytest.mark.parametrize("name, kwargs, second", OPTIMIZERS)
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_each_optimizer_follows_torch_with_groups_and_a_scheduler(name, kwargs, second, set_to_none):
+    ref_model, our_model = make_model(), make_model()
+    ref = getattr(torch.optim, name)(groups(ref_model, **second), **kwargs)
+    ours = getattr(gt.optim, name)(groups(our_model, **second), **kwargs)
+    assert isinstance(ours, torch.optim.Optimizer)
+    ref_w = train(ref_model, ref, sched=torch.optim.lr_scheduler.ExponentialLR(ref, 0.97), set_to_none=set_to_none)
+    our_w = train(our_model, ours, sched=torch.optim.lr_scheduler.ExponentialLR(ours, 0.97), set_to_none=set_to_none)
+    assert not torch.equal(our_w, flat(make_model())), "the weights must move"
+    assert torch.allclose(our_w, ref_w, rtol=1e-5, atol=1e-5), (our_w - ref_w).abs().max()
+    assert [g["lr"] for g in ours.param_groups] == [g["lr"] for g in ref.param_groups]
+
+
+def test_defaults_are_torchs():
+    p = [torch.nn.Parameter(torch.zeros(3))]
+    assert gt.optim.AdamW(p).defaults["weight_decay"] == torch.optim.AdamW(p).defaults["weight_decay"] == 0.01
+    assert gt.optim.Adam(p).defaults["weight_decay"] == 0.0
+    for k in ("lr", "betas", "eps", "amsgrad"):
+        assert gt.optim.AdamW(p).defaults[k] == torch.optim.AdamW(p).defaults[k], k
+
+
+def test_hyperparameters_changed_between_steps_take_effect():
+    ref_model, our_model = make_model(), make_model()
+    ref, ours = torch.optim.AdamW(ref_model.parameters(), 1e-2), gt.optim.AdamW(our_model.parameters(), 1e-2)
+    for opt in (ref, ours):
+        train(ref_model if opt is ref else our_model, opt, steps=10)
+        opt.param_groups[0]["betas"] = (0.5, 0.9)
+        opt.param_groups[0]["weight_decay"] = 0.3
+        opt.param_groups[0]["eps"] = 1e-4
+    assert torch.allclose(train(our_model, ours, 10), train(ref_model, ref, 10), rtol=1e-5, atol=1e-5)
+
+
+def test_add_param_group_and_a_closure():
+    ref_model, our_model = make_model(), make_model()
+    ref_p, our_p = list(ref_model.parameters()), list(our_model.parameters())
+    ref, ours = torch.optim.Adam(ref_p[:2], 1e-2), gt.optim.Adam(our_p[:2], 1e-2)
+    x, y = data()
+    for model, opt, params in ((ref_model, ref, ref_p), (our_model, ours, our_p)):
+        train(model, opt, 5)
+        opt.add_param_group({"params": params[2:], "lr": 5e-3})
+
+        def closure(model=model, opt=opt):
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            return loss
+
+        losses = [float(opt.step(closure)) for _ in range(5)]
+        assert losses[-1] < losses[0]
+    assert torch.allclose(flat(our_model), flat(ref_model), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, kwargs", [("AdamW", dict(lr=1e-2)), ("Adam", dict(lr=1e-2, amsgrad=True)),
+                                          ("SGD", dict(lr=0.05, momentum=0.9))])
+@pytest.mark.parametrize("direction", ["torch->gpucloud", "gpucloud->torch"])
+def test_state_dicts_are_interchangeable_with_torchs(name, kwargs, direction, tmp_path):
+    """Train 20 steps with one, save, resume with the other for 20: the weights of 40 steps with torch."""
+    straight_model = make_model()
+    straight = train(straight_model, getattr(torch.optim, name)(straight_model.parameters(), **kwargs), 40)
+    first_cls, second_cls = ((getattr(torch.optim, name), getattr(gt.optim, name)) if direction == "torch->gpucloud"
+                             else (getattr(gt.optim, name), getattr(torch.optim, name)))
+    model = make_model()
+    first = first_cls(model.parameters(), **kwargs)
+    train(model, first, 20)
+    torch.save({"model": model.state_dict(), "opt": first.state_dict()}, tmp_path / "ck.pt")
+    ck = torch.load(tmp_path / "ck.pt")
+    resumed_model = make_model(seed=5)
+    resumed_model.load_state_dict(ck["model"])
+    second = second_cls(resumed_model.parameters(), **kwargs)
+    second.load_state_dict(ck["opt"])
+    resumed = train(resumed_model, second, 20)
+    assert torch.allclose(resumed, straight, rtol=1e-5, atol=1e-5), (resumed - straight).abs().max()
+
+
+def test_state_tensors_are_views_of_the_fused_state():
+    model = make_model()
+    opt = gt.optim.AdamW(model.parameters(), 1e-2)
+    train(model, opt, 3)
+    p = next(model.parameters())
+    st = opt.state[p]
+    assert st["exp_avg"].shape == p.shape and st["exp_avg"].dtype == torch.float32
+    before = st["exp_avg"].clone()
+    train(model, opt, 1)
+    assert not torch.equal(before, st["exp_avg"]), "the view follows the fused optimizer's memory"
+    assert float(opt.state_dict()["state"][0]["step"]) == 4.0
+
+
+def test_a_foreign_or_wrong_state_dict_is_an_error_naming_the_key():
+    model = make_model()
+    sgd = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
+    train(model, sgd, 2)
+    adam = gt.optim.AdamW(make_model().parameters())
+    with pytest.raises(gc.InvalidArgument, match=r"param_groups\[0\]\['betas'\]: missing"):
+        adam.load_state_dict(sgd.state_dict())
+    sd = sgd.state_dict()
+    sd["param_groups"][0].update(betas=(0.9, 0.999), eps=1e-8, amsgrad=False)
+    with pytest.raises(gc.InvalidArgument, match=r"state\[0\]\['exp_avg'\]: missing"):
+        adam.load_state_dict(sd)
+    assert not adam.state, "nothing was loaded"
+    with pytest.raises(gc.InvalidArgument, match="'state' and 'param_groups'"):
+        adam.load_state_dict({"exp_avg": 1})
+    with pytest.raises(ValueError, match="different number of parameter groups"):
+        adam.load_state_dict({"state": {}, "param_groups": []})
+    ref = torch.optim.AdamW(model.parameters())
+    train(model, ref, 2)
+    sd = ref.state_dict()
+    sd["state"][1]["step"] = torch.tensor(7.0)
+    with pytest.raises(gc.InvalidArgument, match="'step' differ"):
+        gt.optim.AdamW(make_model().parameters()).load_state_dict(sd)
+
+
+def test_unsupported_flags_and_changing_parameter_sets_are_refused():
+    model = make_model()
+    opt = gt.optim.AdamW(model.parameters())
+    opt.param_groups[0]["maximize"] = True
+    with pytest.raises(gc.Unsupported, match="maximize"):
+        train(model, opt, 1)
+    opt.param_groups[0]["maximize"] = False
+    train(model, opt, 1)
+    p0 = next(model.parameters())
+    x, y = data()
+    opt.zero_grad(set_to_none=True)
+    ((model(x) - y) ** 2).mean().backward()
+    p0.grad = None  # a parameter that had a gradient now has none
+    with pytest.raises(gc.InvalidArgument, match="parameters with a gradient changed"):
+        opt.step()
+    with pytest.raises(ValueError, match="lr"):
+        gt.optim.SGD(model.parameters(), lr=-1.0)
+    with pytest.raises(ValueError, match="nesterov"):
+        gt.optim.SGD(model.parameters(), nesterov=True)
+
+
+def test_bf16_parameters_with_fp32_masters():
+    model = make_model(dtype=torch.bfloat16)
+    opt = gt.optim.AdamW(model.parameters(), 1e-2, master_weights=True)
+    x, y = data()
+    for _ in range(10):
+        opt.zero_grad()
+        ((model(x.bfloat16()) - y.bfloat16()).float() ** 2).mean().backward()
+        opt.step()
+    for p in model.parameters():
+        master = opt.state[p]["master"]
+        assert master.dtype == torch.float32
+        assert torch.equal(master.to(torch.bfloat16), p.detach()), "the weight is its master rounded"
+
+
+# ---- GradScaler ---------------------------------------------------------------------------------
+
+
+def reference_scaled_training(model, opt, steps, overflow_at, init_scale=2.0**10, growth_interval=4):
+    """torch.cuda.amp.GradScaler's rule, written out for the CPU: scale, unscale, skip on inf, update."""
+    x, y = data()
+    scale, tracker, scales = init_scale, 0, []
+    for i in range(steps):
+        opt.zero_grad()
+        (((model(x) - y) ** 2).mean() * scale).backward()
+        if i in overflow_at:
+            next(model.parameters()).grad.view(-1)[0] = math.inf
+        found_inf = False
+        for p in model.parameters():
+            p.grad.mul_(1.0 / scale)  # torch multiplies by the reciprocal (fp32)
+            found_inf |= not bool(torch.isfinite(p.grad).all())
+        if not found_inf:
+            opt.step()
+            tracker += 1
+            if tracker == growth_interval:
+                scale, tracker = scale * 2.0, 0
+        else:
+            scale, tracker = scale * 0.5, 0
+        scales.append(scale)
+    return flat(model), scales
+
+
+def scaled_training(model, opt, scaler, steps, overflow_at):
+    x, y = data()
+    scales = []
+    for i in range(steps):
+        opt.zero_grad()
+        scaler.scale(((model(x) - y) ** 2).mean()).backward()
+        if i in overflow_at:
+            next(model.parameters()).grad.view(-1)[0] = math.inf
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return flat(model), scales
+
+
+@pytest.mark.parametrize("optimizer", ["gpucloud", "torch"])
+def test_grad_scaler_follows_torchs_rule_and_skips_overflow_steps(optimizer):
+    overflow_at = {3, 11, 12, 30}
+    ref_model = make_model()
+    ref_w, ref_scales = reference_scaled_training(ref_model, torch.optim.AdamW(ref_model.parameters(), 1e-2), STEPS,
+                                                  overflow_at)
+    model = make_model()
+    opt = (gt.optim.AdamW if optimizer == "gpucloud" else torch.optim.AdamW)(model.parameters(), 1e-2)
+    scaler = gt.GradScaler(init_scale=2.0**10, growth_interval=4)
+    w, scales = scaled_training(model, opt, scaler, STEPS, overflow_at)
+    assert scales == ref_scales, (scales, ref_scales)
+    assert max(scales) > 2.0**10 and min(scales) < 2.0**10, "it grew and backed off"
+    assert torch.allclose(w, ref_w, rtol=1e-5, atol=1e-5), (w - ref_w).abs().max()
+    if optimizer == "gpucloud":
+        assert float(opt.state_dict()["state"][0]["step"]) == STEPS - len(overflow_at)
+
+
+def test_grad_scaler_state_dict_is_torchs_format_both_ways():
+    model = make_model()
+    opt = gt.optim.SGD(model.parameters(), 0.05)
+    scaler = gt.GradScaler(init_scale=256.0, growth_interval=3)
+    scaled_training(model, opt, scaler, 5, overflow_at={1})  # 256, 128 (overflow), 3 finite steps: 256
+    sd = scaler.state_dict()
+    assert sd == {"scale": 256.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 3,
+                  "_growth_tracker": 0}, sd
+    # A torch GradScaler's state dict (what torch.cuda.amp.GradScaler.state_dict() returns on a GPU).
+    torch_sd = {"scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.25, "growth_interval": 10,
+                "_growth_tracker": 7}
+    other = gt.GradScaler()
+    other.load_state_dict(torch_sd)
+    assert other.state_dict() == torch_sd
+    scaler.load_state_dict(torch_sd)  # after use too
+    assert scaler.state_dict() == torch_sd and scaler.get_backoff_factor() == 0.25
+    with pytest.raises(RuntimeError, match="empty"):
+        gt.GradScaler().load_state_dict({})
+    with pytest.raises(gc.InvalidArgument, match="'_growth_tracker'"):
+        gt.GradScaler().load_state_dict({k: v for k, v in torch_sd.items() if k != "_growth_tracker"})
+    assert gt.GradScaler(enabled=False).state_dict() == {}
+
+
+def test_grad_scaler_misuse_is_torchs_errors():
+    model = make_model()
+    opt = gt.optim.AdamW(model.parameters())
+    scaler = gt.GradScaler()
+    x, y = data()
+    scaler.scale(((model(x) - y) ** 2).mean()).backward()
+    scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="already been called"):
+        scaler.unscale_(opt)
+    scaler.step(opt)
+    with pytest.raises(RuntimeError, match="after step"):
+        scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="Closure"):
+        scaler.step(opt, closure=lambda: None)
+    scaler.update()
+    assert gt.GradScaler().get_scale() == 65536.0
+    assert gt.GradScaler(enabled=False).scale(torch.ones(2)).tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="growth_factor"):
+        gt.GradScaler(growth_factor=1.0)
+    with pytest.raises(TypeError, match="outputs"):
+        scaler.scale("loss")
+
+
+def test_grad_scaler_scales_nested_outputs_and_the_scale_reaches_the_gradients():
+    scaler = gt.GradScaler(init_scale=8.0)
+    w = torch.nn.Parameter(torch.ones(3))
+    a, (b,) = scaler.scale([w.sum(), (2 * w.sum(),)])
+    assert float(a) == 24.0 and float(b) == 48.0
+    (a + b).backward()
+    assert w.grad.tolist() == [24.0, 24.0, 24.0]
+
+
+def test_importing_gpucloud_does_not_import_torch():
+    code = "import sys, gpucloud; assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ))
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_optimizers_and_scalers_dropped_anywhere_in_a_step_are_safe():
+    code = """
+import torch, gpucloud.torch as gt
+m = torch.nn.Linear(4, 2)
+opt, scaler = gt.optim.AdamW(m.parameters()), gt.GradScaler()
+scaler.scale(m(torch.ones(3, 4)).sum()).backward()
+scaler.step(opt)
+del opt
+scaler.update()
+del scaler, m
+opt = gt.optim.SGD(torch.nn.Linear(4, 2).parameters(), momentum=0.9)
+print('ok')
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
