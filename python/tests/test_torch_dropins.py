@@ -343,3 +343,38 @@ print('ok')
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# ---- DDP communication hooks --------------------------------------------------------------------
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("ranks, local_size", [(2, None), (4, 2)])
+def test_ddp_with_gpucloud_hooks_matches_ddp_with_gloo(ranks, local_size):
+    import shutil
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("this torch has no gloo process group")
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    if local_size:
+        env["GPUCLOUD_LOCAL_SIZE"] = str(local_size)
+    script = os.path.join(os.path.dirname(__file__), "mpi_torch_ddp.py")
+    r = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks),
+                        sys.executable, script, str(free_port())], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    nodes = ranks // local_size if local_size else 1
+    assert f"torch ddp hooks on {ranks} ranks ({nodes} nodes): ok" in r.stdout, r.stdout
+
+
+def test_hook_state_is_checked():
+    with pytest.raises(TypeError, match="comm"):
+        gt.ddp.HookState("comm")

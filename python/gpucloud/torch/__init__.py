@@ -12,7 +12,7 @@ Each is a one-line change in a torch script::
 """
 import torch as _torch  # noqa: F401  (a clear ImportError here when torch is missing)
 
-from . import optim  # noqa: F401
+from . import ddp, optim  # noqa: F401
 from .amp import GradScaler  # noqa: F401
 
-__all__ = ["GradScaler", "optim"]
+__all__ = ["GradScaler", "ddp", "optim"]

@@ -1,0 +1,74 @@
+"""DDP communication hooks over gpucloud's all-reduce, for ``DistributedDataParallel.register_comm_hook``.
+
+::
+
+    comm = gpucloud.Communicator.mpi_world()            # or nccl_from_mpi() on GPUs
+    model = DDP(model)                                   # DDP still needs a process group (gloo on CPU)
+    model.register_comm_hook(gpucloud.torch.ddp.HookState(comm), gpucloud.torch.ddp.allreduce_hook)
+
+Each bucket DDP hands over is averaged over the ranks by gpucloud's all-reduce (ring, or the
+two-level hierarchical one with ``hierarchical_allreduce_hook``) on the framework's stream, optionally
+sent as bf16/fp16 (``HookState(comm, wire_dtype=torch.bfloat16)``, as DDP's compression hooks). The
+returned ``torch.futures.Future`` completes with the averaged bucket; a failed collective (a peer
+that died, a timeout) completes it with the exception, which DDP raises from ``backward()``.
+
+On the CPU the all-reduce runs when the hook is called (DDP calls hooks as buckets fill during
+backward); on a GPU it is queued on the current stream and the future completes when it is queued,
+as NCCL hooks do.
+"""
+import torch
+
+import gpucloud as _gc
+
+from ._streams import stream_for
+
+__all__ = ["HookState", "allreduce_hook", "hierarchical_allreduce_hook"]
+
+_WIRE = {None: None, torch.float32: None, torch.float16: torch.float16, torch.bfloat16: torch.bfloat16}
+
+
+class HookState:
+    """What the hooks need: the gpucloud communicator, and the dtype on the wire (None: the bucket's)."""
+
+    def __init__(self, comm, wire_dtype=None):
+        if not isinstance(comm, _gc.Communicator):
+            raise TypeError(f"HookState: comm: expected a gpucloud.Communicator, got {type(comm).__name__}")
+        if wire_dtype not in _WIRE:
+            raise _gc.InvalidArgument(f"HookState: wire_dtype: {wire_dtype} is not None, torch.float16 or "
+                                      "torch.bfloat16")
+        self.comm = comm
+        self.wire_dtype = _WIRE[wire_dtype]
+        self.calls = 0  # buckets reduced so far
+
+
+def _hook(state, bucket, hierarchical):
+    future = torch.futures.Future()
+    try:
+        buffer = bucket.buffer()
+        state.calls += 1
+        stream = stream_for(buffer.device)
+        comm = state.comm
+        wire = buffer if state.wire_dtype is None else buffer.to(state.wire_dtype)
+        wire.div_(comm.size)
+        if hierarchical:
+            comm.hierarchical_all_reduce(wire, wire, stream)
+        else:
+            comm.all_reduce(wire, wire, stream)
+        if buffer.device.type == "cpu":
+            stream.synchronize()  # raises the collective's error, if any
+        if wire is not buffer:
+            buffer.copy_(wire)
+        future.set_result(buffer)
+    except Exception as e:  # noqa: BLE001 - handed to DDP, which raises it from backward()
+        future.set_exception(e)
+    return future
+
+
+def allreduce_hook(state: HookState, bucket):
+    """The bucket averaged over the ranks by gpucloud's ring all-reduce."""
+    return _hook(state, bucket, hierarchical=False)
+
+
+def hierarchical_allreduce_hook(state: HookState, bucket):
+    """The bucket averaged by gpucloud's two-level all-reduce (within nodes, across nodes, within nodes)."""
+    return _hook(state, bucket, hierarchical=True)
