@@ -4,6 +4,7 @@ rule is written out here). Skipped where torch is not importable (CI's interop c
 Debian's python3-torch)."""
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -355,9 +356,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("ranks, local_size", [(2, None), (4, 2)])
-def test_ddp_with_gpucloud_hooks_matches_ddp_with_gloo(ranks, local_size):
-    import shutil
+def run_torch_mpi(script, ranks, local_size):
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
@@ -366,15 +365,63 @@ def test_ddp_with_gpucloud_hooks_matches_ddp_with_gloo(ranks, local_size):
     env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
     if local_size:
         env["GPUCLOUD_LOCAL_SIZE"] = str(local_size)
-    script = os.path.join(os.path.dirname(__file__), "mpi_torch_ddp.py")
+    script = os.path.join(os.path.dirname(__file__), script)
     r = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks),
                         sys.executable, script, str(free_port())], env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("ranks, local_size", [(2, None), (4, 2)])
+def test_ddp_with_gpucloud_hooks_matches_ddp_with_gloo(ranks, local_size):
+    out = run_torch_mpi("mpi_torch_ddp.py", ranks, local_size)
     nodes = ranks // local_size if local_size else 1
-    assert f"torch ddp hooks on {ranks} ranks ({nodes} nodes): ok" in r.stdout, r.stdout
+    assert f"torch ddp hooks on {ranks} ranks ({nodes} nodes): ok" in out, out
+
+
+@pytest.mark.parametrize("ranks, local_size", [(2, None), (4, 2)])
+def test_horovod_style_api_matches_ddp_with_gloo(ranks, local_size):
+    out = run_torch_mpi("mpi_torch_horovod.py", ranks, local_size)
+    nodes = ranks // local_size if local_size else 1
+    assert f"torch horovod-style API on {ranks} ranks ({nodes} nodes): ok" in out, out
 
 
 def test_hook_state_is_checked():
     with pytest.raises(TypeError, match="comm"):
         gt.ddp.HookState("comm")
+
+
+def test_distributed_optimizer_on_one_rank_and_its_errors():
+    """One rank (mpi_world without mpirun): the average is the gradient itself, so it trains as the
+    plain optimizer; misuse is a typed error."""
+    comm = gc.Communicator.mpi_world()
+    ref_model, model = make_model(), make_model()
+    ref = train(ref_model, torch.optim.AdamW(ref_model.parameters(), 1e-2), 10)
+    opt = gt.DistributedOptimizer(torch.optim.AdamW(model.parameters(), 1e-2), comm)
+    assert isinstance(opt, torch.optim.AdamW) and type(opt).__name__ == "AdamW"
+    assert torch.allclose(train(model, opt, 10), ref, rtol=1e-6, atol=1e-7)
+    with pytest.raises(gc.InvalidArgument, match="already distributed"):
+        gt.DistributedOptimizer(opt, comm)
+    with pytest.raises(gc.Unsupported, match="closure"):
+        opt.step(lambda: 0.0)
+    x, y = data()
+    ((model(x) - y) ** 2).mean().backward()
+    with pytest.raises(gc.InvalidArgument, match="ready twice"):
+        ((model(x) - y) ** 2).mean().backward()
+    plain = torch.optim.SGD(make_model().parameters(), 0.1)
+    torch.optim.lr_scheduler.StepLR(plain, 1)
+    with pytest.raises(gc.InvalidArgument, match="create schedulers after"):
+        gt.DistributedOptimizer(plain, comm)
+    with pytest.raises(TypeError, match="comm"):
+        gt.DistributedOptimizer(torch.optim.SGD(make_model().parameters(), 0.1), "comm")
+    m = make_model()
+    with pytest.raises(gc.InvalidArgument, match="not among them"):
+        gt.DistributedOptimizer(torch.optim.SGD(m.parameters(), 0.1), comm,
+                                named_parameters=list(m.named_parameters())[:2])
+    del opt, model  # no cycle keeps it: freed here, and the hooks left on the graph do nothing
+    w = torch.nn.Parameter(torch.ones(2))
+    gt.broadcast_parameters([w], comm, root=0)
+    assert w.tolist() == [1.0, 1.0]
+    with pytest.raises(gc.InvalidArgument, match="root"):
+        gt.broadcast_parameters([w], comm, root=1)

@@ -4,6 +4,8 @@
   with gpucloud's optimizers an overflow step is skipped on the device (no host sync per step).
 - ``gpucloud.torch.optim.AdamW`` / ``Adam`` / ``SGD``: ``torch.optim.Optimizer`` subclasses over the
   fused multi-tensor kernels, state dicts interchangeable with torch's own.
+- ``gpucloud.torch.ddp``: communication hooks for ``DistributedDataParallel.register_comm_hook``.
+- ``DistributedOptimizer``, ``broadcast_parameters``, ``broadcast_optimizer_state``: Horovod's API.
 
 Each is a one-line change in a torch script::
 
@@ -14,5 +16,7 @@ import torch as _torch  # noqa: F401  (a clear ImportError here when torch is mi
 
 from . import ddp, optim  # noqa: F401
 from .amp import GradScaler  # noqa: F401
+from .horovod import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters  # noqa: F401
 
-__all__ = ["GradScaler", "ddp", "optim"]
+__all__ = ["DistributedOptimizer", "GradScaler", "broadcast_optimizer_state", "broadcast_parameters", "ddp",
+           "optim"]

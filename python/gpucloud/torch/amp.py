@@ -99,6 +99,8 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state is _State.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
+        if getattr(optimizer, "_gpucloud_distributed", False):
+            optimizer.synchronize()  # a DistributedOptimizer's gradients are final once averaged
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         for i, g in enumerate(grads):
             if g.device != self._device:
