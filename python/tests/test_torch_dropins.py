@@ -357,20 +357,8 @@ def free_port():
 
 
 def run_torch_mpi(script, ranks, local_size):
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        pytest.skip("this torch has no gloo process group")
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
-    if local_size:
-        env["GPUCLOUD_LOCAL_SIZE"] = str(local_size)
-    script = os.path.join(os.path.dirname(__file__), script)
-    r = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks),
-                        sys.executable, script, str(free_port())], env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
+    env = {"GPUCLOUD_LOCAL_SIZE": str(local_size)} if local_size else {}
+    return run_example(os.path.join(os.path.dirname(__file__), script), str(free_port()), ranks=ranks, env=env)
 
 
 @pytest.mark.parametrize("ranks, local_size", [(2, None), (4, 2)])
@@ -425,3 +413,41 @@ def test_distributed_optimizer_on_one_rank_and_its_errors():
     assert w.tolist() == [1.0, 1.0]
     with pytest.raises(gc.InvalidArgument, match="root"):
         gt.broadcast_parameters([w], comm, root=1)
+
+
+def test_the_torch_examples_train_checkpoint_and_resume_across_each_other(tmp_path):
+    """examples/torch_horovod_style.py runs 200 steps and checkpoints; examples/torch_ddp.py resumes
+    from it to 300 and ends bit-identical to an uninterrupted torch_ddp.py run."""
+    examples = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+    def example(name, *args):
+        return run_example(os.path.join(examples, name), *args)
+
+    straight = example("torch_ddp.py", "--steps", "300", "--checkpoint-dir", str(tmp_path / "a"), "--dump",
+                       str(tmp_path / "straight.pt"))
+    assert "overflow: skipped on every rank, scale 65536 -> 32768" in straight, straight
+    assert "ranks agree: NO" not in straight and "ranks agree: yes" in straight
+    loss = [float(x) for x in __import__("re").findall(r"loss (\d+\.\d+)  scale", straight)]
+    assert loss[-1] < 0.75 * loss[0], loss
+    first = example("torch_horovod_style.py", "--steps", "200", "--checkpoint-dir", str(tmp_path / "b"))
+    assert "final: steps 200" in first and "ranks agree: yes" in first, first
+    resumed = example("torch_ddp.py", "--steps", "300", "--checkpoint-dir", str(tmp_path / "b"), "--resume", "--dump",
+                      str(tmp_path / "resumed.pt"))
+    assert "resumed from step 200" in resumed, resumed
+    a, b = torch.load(tmp_path / "straight.pt"), torch.load(tmp_path / "resumed.pt")
+    assert torch.equal(a, b), (a - b).abs().max()
+
+
+def run_example(path, *args, ranks=2, env=None):
+    """``path`` run by ``sys.executable`` under mpirun on ``ranks`` ranks; its stdout."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("this torch has no gloo process group")
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1",
+               **(env or {}))
+    r = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks),
+                        sys.executable, path, *args], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout

@@ -1,0 +1,172 @@
+"""What the two torch examples share: the job (gloo process group next to a gpucloud communicator),
+the model and each rank's data, and checkpoints of a torch model + optimizer + GradScaler through
+gpucloud.checkpoint (sharded across ranks, atomic, asynchronous)."""
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+import gpucloud as gc
+
+STEPS_DEFAULT = 300
+
+
+def start_job():
+    """A gpucloud communicator over MPI, and the gloo process group torch.distributed needs (DDP, and
+    all_gather for the report), rendezvousing on a port rank 0 picks and broadcasts."""
+    comm = gc.Communicator.mpi_world()
+    port = torch.zeros(1, dtype=torch.int64)
+    if comm.rank == 0:
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port[0] = s.getsockname()[1]
+    stream = gc.Stream()
+    comm.broadcast(port, 0, stream)
+    stream.synchronize()
+    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{int(port[0])}", rank=comm.rank,
+                            world_size=comm.size)
+    return comm
+
+
+def make_model():
+    torch.manual_seed(0)  # every rank starts from the same weights
+    return torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128), torch.nn.ReLU(),
+                               torch.nn.Linear(128, 1))
+
+
+def batch(rank, step, size=64):
+    """This rank's batch of step ``step``: y = sum(sin(x)) + noise, the same on every run."""
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x = torch.randn(size, 32, generator=g)
+    return x, torch.sin(x).sum(dim=1, keepdim=True) + 0.01 * torch.randn(size, 1, generator=g)
+
+
+def _unwrapped(model):
+    """The module DDP wraps (its names without 'module.'), so both examples' checkpoints fit both."""
+    return getattr(model, "module", model)
+
+
+def save(ck, step, model, opt, scaler, stream):
+    """Asynchronous checkpoint: weights and optimizer tensors as tensors, the rest as metadata."""
+    sd = opt.state_dict()
+    tensors = {f"model.{k}": v for k, v in _unwrapped(model).state_dict().items()}
+    steps = {}
+    for i, st in sd["state"].items():
+        for k, v in st.items():
+            if k == "step":
+                steps[str(i)] = float(v)
+            elif isinstance(v, torch.Tensor):
+                tensors[f"opt.{i}.{k}"] = v.contiguous()
+    meta = {"param_groups": json.dumps(sd["param_groups"]), "steps": json.dumps(steps),
+            "scaler": json.dumps(scaler.state_dict())}
+    return ck.save_async(step, tensors, stream, metadata=meta)
+
+
+def resume(root, model, opt, scaler, stream):
+    """Loads the latest checkpoint under ``root`` (verified first); returns its step, or 0 without one."""
+    latest = gc.checkpoint.latest(root)
+    if latest is None:
+        return 0
+    manifest = gc.checkpoint.read_manifest(latest)
+    state = {f"model.{k}": v for k, v in _unwrapped(model).state_dict().items()}
+    for name, info in manifest.tensors.items():
+        if name.startswith("opt."):
+            state[name] = torch.empty(tuple(info.shape), dtype=torch.float32)
+    gc.checkpoint.load(latest, state, stream)
+    steps = json.loads(manifest.metadata["steps"])
+    per_param = {}
+    for name, t in state.items():
+        if name.startswith("opt."):
+            _, i, key = name.split(".", 2)
+            per_param.setdefault(int(i), {})[key] = t
+    for i, st in per_param.items():
+        if str(i) in steps:
+            st["step"] = torch.tensor(steps[str(i)])
+    opt.load_state_dict({"state": per_param, "param_groups": json.loads(manifest.metadata["param_groups"])})
+    scaler.load_state_dict(json.loads(manifest.metadata["scaler"]))
+    return manifest.step
+
+
+def report(comm, model, step, loss, scaler):
+    """Rank 0 prints (``loss``: this rank's mean over the steps since the last report); every rank
+    checks it holds the same weights as the others."""
+    w = torch.cat([p.detach().flatten() for p in model.parameters()])
+    everyone = [torch.empty_like(w) for _ in range(comm.size)]
+    dist.all_gather(everyone, w)
+    same = all(torch.equal(everyone[0], o) for o in everyone)
+    if comm.rank == 0:
+        print(f"step {step:5d}  loss {loss:.5f}  scale {scaler.get_scale():g}  ranks agree: {'yes' if same else 'NO'}",
+              flush=True)
+    if not same:
+        raise SystemExit("the ranks' weights differ")
+    return w
+
+
+def arguments(doc):
+    import argparse
+
+    import example_support as support
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=support.positive_int, default=STEPS_DEFAULT)
+    ap.add_argument("--lr", type=support.finite_float(low=0.0), default=3e-3)
+    ap.add_argument("--log-every", type=support.positive_int, default=100)
+    ap.add_argument("--overflow-at", type=support.step_or_none, default=150,
+                    help="make rank 0's loss inf at this step: every rank must skip it (-1: never)")
+    ap.add_argument("--checkpoint-dir", help="gpucloud checkpoints of model, optimizer and scaler (root/step-N)")
+    ap.add_argument("--checkpoint-every", type=support.positive_int, default=100)
+    ap.add_argument("--keep-last", type=support.positive_int, default=2)
+    ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
+    ap.add_argument("--dump", help="write the final weights (a flat float32 tensor) here with torch.save")
+    args = ap.parse_args()
+    if args.resume and not args.checkpoint_dir:
+        ap.error("--resume: needs --checkpoint-dir DIR")
+    return args
+
+
+def train(args, comm, model, opt, scaler):
+    """The loop both examples run: mixed-precision loss scaling, a forced overflow, checkpoints."""
+    stream = gc.Stream()
+    ck = gc.checkpoint.Checkpointer(args.checkpoint_dir, keep_last=args.keep_last, comm=comm) if args.checkpoint_dir \
+        else None
+    start = resume(args.checkpoint_dir, model, opt, scaler, stream) if args.resume else 0
+    if start and comm.rank == 0:
+        print(f"resumed from step {start}", flush=True)
+    skipped, window, first, w = 0, [], None, None
+    for step in range(start, args.steps):
+        x, y = batch(comm.rank, step)
+        opt.zero_grad(set_to_none=True)
+        loss = ((model(x) - y) ** 2).mean()
+        if step == args.overflow_at and comm.rank == 0:
+            loss = loss * float("inf")  # averaged over the ranks, every rank sees it
+        before = scaler.get_scale()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        if scaler.get_scale() < before:
+            skipped += 1
+            if comm.rank == 0:
+                print(f"step {step + 1:5d}  overflow: skipped on every rank, scale {before:g} -> "
+                      f"{scaler.get_scale():g}", flush=True)
+        if step != args.overflow_at:
+            window.append(float(loss))
+        if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
+            mean = sum(window) / max(1, len(window))
+            first = first if first is not None else mean
+            w = report(comm, model, step + 1, mean, scaler)
+            window = []
+        if ck is not None and (step + 1) % args.checkpoint_every == 0:
+            save(ck, step + 1, model, opt, scaler, stream)
+    if ck is not None:
+        ck.wait()
+    mean = mean if w is not None else float("nan")
+    first = first if first is not None else float("nan")
+    w = w if w is not None else torch.cat([p.detach().flatten() for p in model.parameters()])
+    if args.dump and comm.rank == 0:
+        torch.save(w, args.dump)
+    if comm.rank == 0:
+        print(f"final: steps {args.steps}, loss {mean:.5f} (first logged {first:.5f}), overflow steps skipped "
+              f"{skipped}", flush=True)
+    dist.destroy_process_group()
