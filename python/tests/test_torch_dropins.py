@@ -451,3 +451,14 @@ def run_example(path, *args, ranks=2, env=None):
                         sys.executable, path, *args], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
+
+
+def test_update_with_a_new_scale_keeps_the_growth_tracker_as_torch():
+    model = make_model()
+    opt = gt.optim.SGD(model.parameters(), 0.01)
+    scaler = gt.GradScaler(init_scale=4.0, growth_interval=10)
+    scaled_training(model, opt, scaler, 3, overflow_at=set())
+    scaler.update(new_scale=torch.tensor(64.0))
+    assert scaler.get_scale() == 64.0 and scaler.state_dict()["_growth_tracker"] == 3
+    with pytest.raises(gc.InvalidArgument, match="new_scale"):
+        scaler.update(new_scale=0.0)

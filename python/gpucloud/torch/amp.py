@@ -148,7 +148,8 @@ class GradScaler:
             value = float(new_scale.item() if isinstance(new_scale, torch.Tensor) else new_scale)
             if not (value > 0 and value != float("inf")):
                 raise _gc.InvalidArgument(f"GradScaler.update: new_scale: {value} is not a positive finite number")
-            self._scaler.load_state(_gc.LossScalerState(value, 0), stream)
+            now = self._scaler.state(stream)  # torch keeps the growth tracker; found-inf is cleared
+            self._scaler.load_state(_gc.LossScalerState(value, now.growth_tracker, now.hysteresis_left), stream)
         else:
             self._scaler.update(stream)
         finish(stream, self._device)
