@@ -10,6 +10,15 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
+
+// Marks the host loops written to vectorise: `omp simd` where the file is compiled with
+// -fopenmp-simd (src/CMakeLists.txt sets GPUCLOUD_OMP_SIMD there), nothing elsewhere.
+#if defined(GPUCLOUD_OMP_SIMD)
+#define GPUCLOUD_HOST_SIMD _Pragma("omp simd")
+#else
+#define GPUCLOUD_HOST_SIMD
+#endif
 
 namespace gpucloud::kernels {
 
@@ -121,6 +130,22 @@ GPUCLOUD_HD inline void begin_step(StepScalars* s, const float* found_inf, doubl
   s->first_step = s->step == 1 ? 1.0f : 0.0f;
 }
 
+// The optimizers' per-element updates are templates on their loop-invariant settings, so the
+// host's loops over fp32 arrays (host_range) have no control flow and vectorise; the kernels and
+// every other dtype combination call the same update element by element.
+
+/// The gradients of elements [begin, end) of @p slot as fp32 for a host loop: the tensor itself
+/// when it is fp32, else widened into @p scratch. Index the result with i - begin.
+template <int Depth>
+const float* host_grads_fp32(const TensorListMeta<Depth>& m, int slot, std::int64_t begin, std::int64_t end,
+                             std::vector<float>& scratch) {
+  if (m.types[1][slot] == kF32) return static_cast<const float*>(m.addresses[1][slot]) + begin;
+  scratch.resize(static_cast<std::size_t>(end - begin));
+  for (std::int64_t i = begin; i < end; ++i)
+    scratch[static_cast<std::size_t>(i - begin)] = load(m.addresses[1][slot], i, m.types[1][slot]);
+  return scratch.data();
+}
+
 /// Lists of the fused SGD: 0 param (model dtype), 1 grad, 2 momentum (fp32), 3 master (fp32 or none).
 struct SgdOp {
   const float* found_inf;
@@ -128,21 +153,79 @@ struct SgdOp {
   float lr, momentum, dampening, weight_decay;
   bool nesterov;
   GPUCLOUD_HD bool skip() const { return found_inf != nullptr && *found_inf != 0.0f; }
-  GPUCLOUD_HD void operator()(const TensorListMeta<4>& m, int slot, std::int64_t i) const {
-    const bool master = m.types[3][slot] != kNone;
-    const int w = master ? 3 : 0;  // where the fp32 truth of the weight lives
-    float p = load(m.addresses[w][slot], i, m.types[w][slot]);
-    float g = load(m.addresses[1][slot], i, m.types[1][slot]);
-    if (weight_decay != 0.0f) g += weight_decay * p;
-    if (momentum != 0.0f) {
-      float* buf = static_cast<float*>(m.addresses[2][slot]);
-      const float b = scalars->first_step != 0.0f ? g : momentum * buf[i] + (1.0f - dampening) * g;
-      buf[i] = b;
-      g = nesterov ? g + momentum * b : b;
+  /// The update of one weight @p p (fp32) with gradient @p g; @p buf its momentum buffer.
+  template <bool Decay, bool Momentum, bool Nesterov, bool First>
+  GPUCLOUD_HD float update(float p, float g, float* buf) const {
+    if constexpr (Decay) g += weight_decay * p;
+    if constexpr (Momentum) {
+      const float b = First ? g : momentum * *buf + (1.0f - dampening) * g;
+      *buf = b;
+      g = Nesterov ? g + momentum * b : b;
     }
-    p -= lr * g;
-    store(m.addresses[w][slot], i, m.types[w][slot], p);
-    if (master) store(m.addresses[0][slot], i, m.types[0][slot], p);  // rounded copy for the model
+    return p - lr * g;
+  }
+  /// Calls @p run.template go<Decay, Momentum, Nesterov, First>() for this step's settings.
+  template <class Run>
+  GPUCLOUD_HD void dispatch(const Run& run) const {
+    const int code = (weight_decay != 0.0f ? 1 : 0) | (momentum != 0.0f ? 2 : 0) | (nesterov ? 4 : 0) |
+                     (scalars->first_step != 0.0f ? 8 : 0);
+    // clang-format off
+    switch (code) {
+#define GPUCLOUD_SGD_CASE(c) case c: return run.template go<(c & 1) != 0, (c & 2) != 0, (c & 4) != 0, (c & 8) != 0>();
+      GPUCLOUD_SGD_CASE(0) GPUCLOUD_SGD_CASE(1) GPUCLOUD_SGD_CASE(2) GPUCLOUD_SGD_CASE(3)
+      GPUCLOUD_SGD_CASE(4) GPUCLOUD_SGD_CASE(5) GPUCLOUD_SGD_CASE(6) GPUCLOUD_SGD_CASE(7)
+      GPUCLOUD_SGD_CASE(8) GPUCLOUD_SGD_CASE(9) GPUCLOUD_SGD_CASE(10) GPUCLOUD_SGD_CASE(11)
+      GPUCLOUD_SGD_CASE(12) GPUCLOUD_SGD_CASE(13) GPUCLOUD_SGD_CASE(14) GPUCLOUD_SGD_CASE(15)
+#undef GPUCLOUD_SGD_CASE
+      default: return;
+    }
+    // clang-format on
+  }
+  struct Element {  // one element of any dtype combination
+    const SgdOp& op;
+    const TensorListMeta<4>& m;
+    int slot;
+    std::int64_t i;
+    template <bool D, bool M, bool N, bool F>
+    GPUCLOUD_HD void go() const {
+      const int w = m.types[3][slot] != kNone ? 3 : 0;  // where the fp32 truth of the weight lives
+      float* buf = static_cast<float*>(m.addresses[2][slot]) + i;
+      const float p = op.update<D, M, N, F>(load(m.addresses[w][slot], i, m.types[w][slot]),
+                                            load(m.addresses[1][slot], i, m.types[1][slot]), buf);
+      store(m.addresses[w][slot], i, m.types[w][slot], p);
+      if (w == 3) store(m.addresses[0][slot], i, m.types[0][slot], p);  // rounded copy for the model
+    }
+  };
+  GPUCLOUD_HD void operator()(const TensorListMeta<4>& m, int slot, std::int64_t i) const {
+    dispatch(Element{*this, m, slot, i});
+  }
+  struct HostLoop {  // fp32 weights (or masters) and gradients as arrays: vectorised
+    const SgdOp& op;
+    float* __restrict p;
+    const float* __restrict g;  // indexed from begin
+    float* __restrict buf;
+    std::int64_t begin, end;
+    template <bool D, bool M, bool N, bool F>
+    GPUCLOUD_HD void go() const {  // host only in practice: HD so the HD dispatch may call it
+      GPUCLOUD_HOST_SIMD
+      for (std::int64_t i = begin; i < end; ++i) p[i] = op.update<D, M, N, F>(p[i], g[i - begin], buf + i);
+    }
+  };
+  /// The host's walk of elements [begin, end) of @p slot.
+  void host_range(const TensorListMeta<4>& m, int slot, std::int64_t begin, std::int64_t end) const {
+    const int w = m.types[3][slot] != kNone ? 3 : 0;
+    if (m.types[w][slot] != kF32) {  // fp16/bf16 weights without fp32 masters
+      for (std::int64_t i = begin; i < end; ++i) (*this)(m, slot, i);
+      return;
+    }
+    thread_local std::vector<float> scratch;  // widened fp16/bf16 gradients
+    const float* g = host_grads_fp32(m, slot, begin, end, scratch);
+    dispatch(HostLoop{*this, static_cast<float*>(m.addresses[w][slot]), g, static_cast<float*>(m.addresses[2][slot]),
+                      begin, end});
+    if (w == 3) {
+      for (std::int64_t i = begin; i < end; ++i)
+        store(m.addresses[0][slot], i, m.types[0][slot], load(m.addresses[3][slot], i, kF32));
+    }
   }
 };
 
@@ -154,34 +237,92 @@ struct AdamOp {
   float lr, beta1, beta2, eps, weight_decay;
   bool decoupled;  // AdamW
   GPUCLOUD_HD bool skip() const { return found_inf != nullptr && *found_inf != 0.0f; }
+  /// The update of one weight @p p (fp32) with gradient @p g and its moments (@p max_sq: amsgrad's);
+  /// @p step_size and @p bc2_sqrt are the step's bias corrections.
+  template <bool Decay, bool Decoupled, bool Amsgrad>
+  GPUCLOUD_HD float update(float p, float g, float* exp_avg, float* exp_avg_sq, float* max_sq, float step_size,
+                           float bc2_sqrt) const {
+    if constexpr (Decay && Decoupled) p *= 1.0f - lr * weight_decay;
+    if constexpr (Decay && !Decoupled) g += weight_decay * p;
+    const float a = *exp_avg + (1.0f - beta1) * (g - *exp_avg);  // lerp, as torch.optim does
+    const float v = beta2 * *exp_avg_sq + (1.0f - beta2) * g * g;
+    *exp_avg = a;
+    *exp_avg_sq = v;
+    float second = v;
+    if constexpr (Amsgrad) {
+      const float old_max = *max_sq;
+      second = old_max > v ? old_max : v;
+      *max_sq = second;
+    }
+    const float denom = sqrtf(second) / bc2_sqrt + eps;
+    return p - step_size * (a / denom);
+  }
+  /// Calls @p run.template go<Decay, Decoupled, Amsgrad>() for this step's settings.
+  template <class Run>
+  GPUCLOUD_HD void dispatch(const Run& run, bool amsgrad) const {
+    const int code = (weight_decay != 0.0f ? 1 : 0) | (decoupled ? 2 : 0) | (amsgrad ? 4 : 0);
+    // clang-format off
+    switch (code) {
+#define GPUCLOUD_ADAM_CASE(c) case c: return run.template go<(c & 1) != 0, (c & 2) != 0, (c & 4) != 0>();
+      GPUCLOUD_ADAM_CASE(0) GPUCLOUD_ADAM_CASE(1) GPUCLOUD_ADAM_CASE(2) GPUCLOUD_ADAM_CASE(3)
+      GPUCLOUD_ADAM_CASE(4) GPUCLOUD_ADAM_CASE(5) GPUCLOUD_ADAM_CASE(6) GPUCLOUD_ADAM_CASE(7)
+#undef GPUCLOUD_ADAM_CASE
+      default: return;
+    }
+    // clang-format on
+  }
+  struct Element {  // one element of any dtype combination
+    const AdamOp& op;
+    const TensorListMeta<6>& m;
+    int slot;
+    std::int64_t i;
+    template <bool D, bool W, bool A>
+    GPUCLOUD_HD void go() const {
+      const int w = m.types[5][slot] != kNone ? 5 : 0;
+      const float p = op.update<D, W, A>(
+          load(m.addresses[w][slot], i, m.types[w][slot]), load(m.addresses[1][slot], i, m.types[1][slot]),
+          static_cast<float*>(m.addresses[2][slot]) + i, static_cast<float*>(m.addresses[3][slot]) + i,
+          static_cast<float*>(m.addresses[4][slot]) + i, op.scalars->step_size, op.scalars->bias_correction2_sqrt);
+      store(m.addresses[w][slot], i, m.types[w][slot], p);
+      if (w == 5) store(m.addresses[0][slot], i, m.types[0][slot], p);
+    }
+  };
   GPUCLOUD_HD void operator()(const TensorListMeta<6>& m, int slot, std::int64_t i) const {
-    const bool master = m.types[5][slot] != kNone;
-    const int w = master ? 5 : 0;
-    float p = load(m.addresses[w][slot], i, m.types[w][slot]);
-    float g = load(m.addresses[1][slot], i, m.types[1][slot]);
-    if (weight_decay != 0.0f) {
-      if (decoupled) {
-        p *= 1.0f - lr * weight_decay;
-      } else {
-        g += weight_decay * p;
+    dispatch(Element{*this, m, slot, i}, m.types[4][slot] != kNone);
+  }
+  struct HostLoop {  // fp32 weights (or masters) and gradients as arrays: vectorised
+    const AdamOp& op;
+    float* __restrict p;
+    const float* __restrict g;  // indexed from begin
+    float* __restrict exp_avg;
+    float* __restrict exp_avg_sq;
+    float* __restrict max_sq;
+    std::int64_t begin, end;
+    template <bool D, bool W, bool A>
+    GPUCLOUD_HD void go() const {  // host only in practice: HD so the HD dispatch may call it
+      const float step_size = op.scalars->step_size, bc2 = op.scalars->bias_correction2_sqrt;
+      GPUCLOUD_HOST_SIMD
+      for (std::int64_t i = begin; i < end; ++i) {
+        p[i] = op.update<D, W, A>(p[i], g[i - begin], exp_avg + i, exp_avg_sq + i, max_sq + i, step_size, bc2);
       }
     }
-    float* exp_avg = static_cast<float*>(m.addresses[2][slot]);
-    float* exp_avg_sq = static_cast<float*>(m.addresses[3][slot]);
-    const float a = exp_avg[i] + (1.0f - beta1) * (g - exp_avg[i]);  // lerp, as torch.optim does
-    const float v = beta2 * exp_avg_sq[i] + (1.0f - beta2) * g * g;
-    exp_avg[i] = a;
-    exp_avg_sq[i] = v;
-    float second = v;
-    if (m.types[4][slot] != kNone) {  // amsgrad
-      float* max_sq = static_cast<float*>(m.addresses[4][slot]);
-      second = max_sq[i] > v ? max_sq[i] : v;
-      max_sq[i] = second;
+  };
+  /// The host's walk of elements [begin, end) of @p slot.
+  void host_range(const TensorListMeta<6>& m, int slot, std::int64_t begin, std::int64_t end) const {
+    const int w = m.types[5][slot] != kNone ? 5 : 0;
+    if (m.types[w][slot] != kF32) {  // fp16/bf16 weights without fp32 masters
+      for (std::int64_t i = begin; i < end; ++i) (*this)(m, slot, i);
+      return;
     }
-    const float denom = sqrtf(second) / scalars->bias_correction2_sqrt + eps;
-    p -= scalars->step_size * (a / denom);
-    store(m.addresses[w][slot], i, m.types[w][slot], p);
-    if (master) store(m.addresses[0][slot], i, m.types[0][slot], p);
+    thread_local std::vector<float> scratch;  // widened fp16/bf16 gradients
+    const float* g = host_grads_fp32(m, slot, begin, end, scratch);
+    dispatch(HostLoop{*this, static_cast<float*>(m.addresses[w][slot]), g, static_cast<float*>(m.addresses[2][slot]),
+                      static_cast<float*>(m.addresses[3][slot]), static_cast<float*>(m.addresses[4][slot]), begin, end},
+             m.types[4][slot] != kNone);
+    if (w == 5) {
+      for (std::int64_t i = begin; i < end; ++i)
+        store(m.addresses[0][slot], i, m.types[0][slot], load(m.addresses[5][slot], i, kF32));
+    }
   }
 };
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace gpucloud::kernels {
@@ -81,6 +82,20 @@ GPUCLOUD_HD inline BlockChunk<Depth> chunk_of(const TensorListMeta<Depth>& meta,
   return BlockChunk<Depth>{slot, begin, end};
 }
 
+/// Whether Op has host_range(meta, slot, begin, end): the host's contiguous walk of a chunk, the
+/// same per-element math with its dtype dispatch hoisted out of the loop so it vectorises.
+template <class Op, int Depth>
+constexpr auto has_host_range(int)
+    -> decltype(std::declval<const Op&>().host_range(std::declval<const TensorListMeta<Depth>&>(), 0,
+                                                     std::int64_t{}, std::int64_t{}),
+                bool()) {
+  return true;
+}
+template <class Op, int Depth>
+constexpr bool has_host_range(long) {
+  return false;
+}
+
 /// Runs an element op over every element of every tensor: the body of a multi-tensor kernel.
 /// Op: GPUCLOUD_HD void operator()(const TensorListMeta<Depth>&, int slot, std::int64_t i) const,
 /// and GPUCLOUD_HD bool skip() const (true: the whole step is skipped, e.g. found-inf is set).
@@ -90,6 +105,11 @@ struct ElementwiseBody {
   GPUCLOUD_HD void operator()(ThreadIndex t, Grid g, const TensorListMeta<Depth>& meta) const {
     if (static_cast<std::int32_t>(t.block) >= meta.blocks || op.skip()) return;
     const BlockChunk<Depth> c = chunk_of(meta, t.block);
+#if !defined(__CUDA_ARCH__)
+    if constexpr (has_host_range<Op, Depth>(0)) {  // one host thread walks the whole chunk
+      if (g.threads == 1) return op.host_range(meta, c.slot, c.begin, c.end);
+    }
+#endif
     for (std::int64_t i = c.begin + t.thread; i < c.end; i += g.threads) op(meta, c.slot, i);
   }
 };
