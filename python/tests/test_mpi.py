@@ -81,3 +81,20 @@ except gc.CommunicationError as e:
     assert "rank 0 raised: True" in r.stdout, r.stdout + r.stderr
     assert r.returncode != 0 and "gpucloud: ending the job" in r.stderr, r.stdout + r.stderr
     assert took < 60, f"the job took {took:.0f} s to end"
+
+
+def test_a_torchrun_worker_without_mpi_is_refused_not_made_rank_0_of_1():
+    """torchrun sets RANK/WORLD_SIZE but starts no MPI job: mpi_world() says so instead of giving
+    every worker a world of its own."""
+    code = """
+import gpucloud as gc
+try:
+    gc.Communicator.mpi_world()
+except gc.InvalidArgument as e:
+    print("refused:", e)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_", "SLURM_"))}
+    env.update(RANK="1", WORLD_SIZE="4", LOCAL_RANK="1", LOCAL_WORLD_SIZE="4")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and "refused:" in r.stdout, r.stdout + r.stderr
+    assert "torchrun" in r.stdout and "4 processes but MPI's world has 1" in r.stdout and "WORLD_SIZE" in r.stdout

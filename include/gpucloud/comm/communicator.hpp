@@ -64,7 +64,9 @@ class GPUCLOUD_API Communicator {
   /// @brief All processes of the MPI job (MPI_Init_thread with MPI_THREAD_MULTIPLE if nobody has
   ///        initialised MPI yet; it is then finalised at exit). Nodes come from a shared-memory
   ///        split, or from GPUCLOUD_LOCAL_SIZE. Sub-communicators are built here, once.
-  /// @throws Unsupported when built without MPI, CommunicationError when MPI fails.
+  /// @throws Unsupported when built without MPI, CommunicationError when MPI fails,
+  ///         InvalidArgument when the launcher's variables count more processes than MPI's world
+  ///         (torchrun's WORLD_SIZE without mpirun: each process would be rank 0 of 1).
   static Communicator mpi_world();
   /// @brief The processes of an existing MPI intra-communicator, given by its Fortran handle
   ///        (`MPI_Comm_c2f(comm)` in C, `comm.py2f()` in mpi4py; gpucloud/mpi_interop.hpp takes an

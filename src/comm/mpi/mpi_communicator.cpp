@@ -345,8 +345,20 @@ void detail::abort_job(int code) noexcept {
 }
 
 Communicator Communicator::mpi_world() {
+  constexpr const char* call = "Communicator::mpi_world";
   ensure_mpi();
-  return Communicator(MpiCommunicator::build(MPI_COMM_WORLD, "Communicator::mpi_world"));
+  // A process the launcher counts in a larger job, alone in MPI's world (torchrun starts
+  // processes without MPI: each would be "rank 0 of 1" and train on its own).
+  const LaunchInfo launch = launch_info_from_environment();
+  int world = 1;
+  GPUCLOUD_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  GPUCLOUD_EXPECTS(launch.size == world, call,
+                   "the launcher (" + launch.launcher + ") started " + std::to_string(launch.size) +
+                       " processes but MPI's world has " + std::to_string(world) +
+                       (launch.launcher == "torchrun" ? " (WORLD_SIZE without mpirun)" : "") +
+                       ": start the job with mpirun or srun, or use NCCL ids through the launcher's store "
+                       "(gpucloud.distributed)");
+  return Communicator(MpiCommunicator::build(MPI_COMM_WORLD, call));
 }
 
 Communicator Communicator::nccl_from_mpi(Device device) {
