@@ -462,3 +462,40 @@ def test_update_with_a_new_scale_keeps_the_growth_tracker_as_torch():
     assert scaler.get_scale() == 64.0 and scaler.state_dict()["_growth_tracker"] == 3
     with pytest.raises(gc.InvalidArgument, match="new_scale"):
         scaler.update(new_scale=0.0)
+
+
+def test_a_peer_that_stops_answering_is_an_exception_from_ddps_backward_not_a_hang(tmp_path):
+    """Rank 1 stops after three good steps: rank 0's hook all-reduce times out, the future carries
+    the CommunicationError, DDP raises it from backward(), and the job ends."""
+    script = tmp_path / "peer_dies.py"
+    script.write_text('''
+import sys, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import gpucloud as gc
+import gpucloud.torch as gt
+comm = gc.Communicator.mpi_world()
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=comm.rank, world_size=comm.size)
+model = DDP(torch.nn.Linear(8, 1))
+model.register_comm_hook(gt.ddp.HookState(comm), gt.ddp.allreduce_hook)
+x = torch.ones(4, 8)
+for _ in range(3):  # good steps (DDP rebuilds its buckets over gloo at the second)
+    model(x).sum().backward()
+if comm.rank == 1:
+    time.sleep(120)
+try:
+    model(x).sum().backward()
+    print("rank 0: no error", flush=True)
+except Exception as e:
+    print("rank 0 backward raised:", "waited" in str(e), repr(str(e)[:300]), flush=True)
+''')
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or not torch.distributed.is_gloo_available():
+        pytest.skip("needs mpirun and torch's gloo")
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1",
+               GPUCLOUD_COMM_TIMEOUT="2")
+    r = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
+                        sys.executable, str(script), str(free_port())], env=env, capture_output=True, text=True,
+                       timeout=100)
+    assert "rank 0 backward raised: True" in r.stdout, r.stdout + r.stderr
+    assert r.returncode != 0 and "gpucloud: ending the job" in r.stderr, r.stdout + r.stderr
