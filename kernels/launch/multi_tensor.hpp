@@ -86,8 +86,8 @@ GPUCLOUD_HD inline BlockChunk<Depth> chunk_of(const TensorListMeta<Depth>& meta,
 /// same per-element math with its dtype dispatch hoisted out of the loop so it vectorises.
 template <class Op, int Depth>
 constexpr auto has_host_range(int)
-    -> decltype(std::declval<const Op&>().host_range(std::declval<const TensorListMeta<Depth>&>(), 0,
-                                                     std::int64_t{}, std::int64_t{}),
+    -> decltype(std::declval<const Op&>().host_range(std::declval<const TensorListMeta<Depth>&>(), 0, std::int64_t{},
+                                                     std::int64_t{}),
                 bool()) {
   return true;
 }
