@@ -185,14 +185,8 @@ class _FusedOptimizer(torch.optim.Optimizer):
                 entry = f"state.{i}.{key}"
                 if entry not in wanted:
                     continue
-                value = loaded[p].get(key)
-                if not isinstance(value, torch.Tensor):
-                    raise _gc.InvalidArgument(f"{name}.load_state_dict: state[{i}]['{key}']: missing (got "
-                                              f"{type(value).__name__}); the state dict is not of this optimizer")
-                if value.numel() != p.numel():
-                    raise _gc.InvalidArgument(f"{name}.load_state_dict: state[{i}]['{key}']: {value.numel()} "
-                                              f"elements for a parameter of {p.numel()}")
-                out[entry] = value.detach().to(torch.float32).contiguous().reshape(-1)
+                # present and of the parameter's size: _validate checked it before anything changed
+                out[entry] = loaded[p][key].detach().to(torch.float32).contiguous().reshape(-1)
             if f"state.{i}.master" in wanted:
                 master = loaded[p].get("master")
                 out[f"state.{i}.master"] = (master if isinstance(master, torch.Tensor) else p.detach()).to(
