@@ -1,13 +1,18 @@
-// Collectives, nccl-tests style: for sizes from 8 B up, the all-reduce (flat and hierarchical),
-// reduce-scatter and all-gather through gpucloud, and the raw MPI_Allreduce on the same buffers
-// in the same run. algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for
-// reduce-scatter and all-gather. Run under mpirun; rank 0 reports. Iteration counts are fixed so
-// every rank runs the same number of collectives.
+// Collectives, nccl-tests style, each against the raw call it wraps, interleaved: for sizes from
+// 8 B up, every iteration times gpucloud's all-reduce (flat or hierarchical), reduce-scatter,
+// all-gather or broadcast (enqueued on a stream, then synchronized: what a caller waits for) and
+// the raw blocking MPI call on the same buffers (MPI_Allreduce, MPI_Reduce_scatter_block,
+// MPI_Allgather, MPI_Bcast; ncclAllReduce with --nccl), one after the other, each the slowest
+// rank's time. Reported: gpucloud's time, algbw = bytes / time, busbw = algbw x 2(n-1)/n for
+// all-reduce, x (n-1)/n for reduce-scatter and all-gather, x 1 for broadcast; ratio_vs_raw = the
+// raw call's median / gpucloud's median (1.0 = as fast as the raw call) and overhead_us = the
+// difference of the medians. Run under mpirun; rank 0 reports (and alone writes --benchmark_out).
+// Iteration counts depend on the size only, so every rank runs the same collectives.
 //
 //   mpirun -np 4 bench_collectives [--benchmark_out=c.json --benchmark_out_format=json]
 //   GPUCLOUD_LOCAL_SIZE=2 mpirun -np 4 bench_collectives     (2 simulated nodes: hierarchical)
 //   mpirun -np 8 bench_collectives --nccl    (GPU buffers through the NCCL backend, one GPU per
-//                                            rank; the baseline is a raw ncclAllReduce)
+//                                            rank; the raw baseline is ncclAllReduce)
 #include <gpucloud/gpucloud.hpp>
 
 #include "cuda_baselines.hpp"
@@ -15,6 +20,7 @@
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -41,26 +47,38 @@ gc::bench::RawNccl* raw() {
   return r.get();
 }
 
-enum Kind { kFlat = 0, kHierarchical = 1, kRaw = 2, kReduceScatter = 3, kAllGather = 4 };
+enum Kind { kFlat = 0, kHierarchical = 1, kReduceScatter = 2, kAllGather = 3, kBroadcast = 4 };
 
-// args: kind, bytes (float32 elements = bytes / 4)
-void BM_Collective(benchmark::State& state) {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The slowest rank's seconds for @p f (every rank calls it).
+template <class F>
+double timed(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MPI_Allreduce(MPI_IN_PLACE, &secs, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return secs;
+}
+
+// @p bytes of float32 (bytes / 4 elements, at least one per rank).
+void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
   auto& c = comm();
-  const auto kind = static_cast<Kind>(state.range(0));
-  const auto bytes = static_cast<std::size_t>(state.range(1));
+  const auto bytes = static_cast<std::size_t>(size);
   const std::size_t n = std::max<std::size_t>(bytes / 4, static_cast<std::size_t>(c.size()));
   const std::size_t count = n / static_cast<std::size_t>(c.size()) * static_cast<std::size_t>(c.size());
-  if (kind == kRaw && use_nccl && raw() == nullptr) {
-    state.SkipWithError("the raw NCCL baseline needs a CUDA build with cuDNN and NCCL (bench/cuda_baselines.cpp)");
-    return;
-  }
+  const std::size_t part_count = count / static_cast<std::size_t>(c.size());
+  const bool has_raw = !use_nccl || (kind <= kHierarchical && raw() != nullptr);
   gc::Stream s(c.device());
-  gc::Buffer buf(count, gc::DType::float32, c.device()),
-      part(count / static_cast<std::size_t>(c.size()), gc::DType::float32, c.device());
-  gc::fill(buf, 0.0, s);
-  gc::fill(part, 0.0, s);
+  gc::Buffer buf(count, gc::DType::float32, c.device()), part(part_count, gc::DType::float32, c.device());
+  gc::fill(buf, 1.0, s);
+  gc::fill(part, 1.0, s);
   s.synchronize();
-  auto once = [&] {
+  const int icount = static_cast<int>(count), ipart = static_cast<int>(part_count);
+  auto ours = [&] {
     switch (kind) {
       case kFlat:
         c.all_reduce(buf, buf, gc::ReduceOp::sum, s);
@@ -74,49 +92,89 @@ void BM_Collective(benchmark::State& state) {
       case kAllGather:
         c.all_gather(part, buf, s);
         break;
-      case kRaw:
-        if (use_nccl) {
-          gc::bench::raw_nccl_all_reduce(*raw(), buf.data(), count, s.native_handle());
-        } else {
-          MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        }
-        return;
+      case kBroadcast:
+        c.broadcast(buf, 0, s);
+        break;
     }
     s.synchronize();
   };
-  once();  // warm-up
+  auto raw_call = [&] {
+    if (use_nccl) {
+      gc::bench::raw_nccl_all_reduce(*raw(), buf.data(), count, s.native_handle());
+      s.synchronize();
+      return;
+    }
+    switch (kind) {
+      case kFlat:
+      case kHierarchical:
+        MPI_Allreduce(MPI_IN_PLACE, buf.data(), icount, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+      case kReduceScatter:
+        MPI_Reduce_scatter_block(buf.data(), part.data(), ipart, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+      case kAllGather:
+        MPI_Allgather(part.data(), ipart, MPI_FLOAT, buf.data(), ipart, MPI_FLOAT, MPI_COMM_WORLD);
+        break;
+      case kBroadcast:
+        MPI_Bcast(buf.data(), icount, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        break;
+    }
+  };
+  ours();  // warm-up, both
+  if (has_raw) raw_call();
   MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<double> mine, theirs;
   for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    once();
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    MPI_Allreduce(MPI_IN_PLACE, &secs, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);  // the slowest rank's time
-    state.SetIterationTime(secs);
+    const double t = timed(ours);
+    state.SetIterationTime(t);
+    mine.push_back(t);
+    if (has_raw) theirs.push_back(timed(raw_call));
   }
   const double total_bytes = static_cast<double>(count) * 4.0;
   const double nranks = c.size();
-  const double factor =
-      kind == kReduceScatter || kind == kAllGather ? (nranks - 1) / nranks : 2 * (nranks - 1) / nranks;
+  const double factor = kind == kBroadcast                             ? 1.0
+                        : kind == kReduceScatter || kind == kAllGather ? (nranks - 1) / nranks
+                                                                       : 2 * (nranks - 1) / nranks;
   state.counters["algbw_GBs"] = benchmark::Counter(total_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["busbw_GBs"] =
       benchmark::Counter(total_bytes / 1e9 * factor, benchmark::Counter::kIsIterationInvariantRate);
-  static const char* names[] = {"all_reduce flat", "all_reduce hierarchical", "MPI_Allreduce (raw)", "reduce_scatter",
-                                "all_gather"};
-  const std::string name = kind == kRaw && use_nccl ? "ncclAllReduce (raw)" : names[kind];
-  state.SetLabel(std::string(use_nccl ? "nccl " : "mpi ") + name + ", " + std::to_string(c.size()) + " ranks, " +
-                 std::to_string(c.nodes()) + " node(s)");
+  const double m = median(mine);
+  state.counters["median_us"] = m * 1e6;
+  if (has_raw) {
+    const double r = median(theirs);
+    state.counters["raw_us"] = r * 1e6;
+    state.counters["ratio_vs_raw"] = r / m;
+    state.counters["overhead_us"] = (m - r) * 1e6;
+  }
+  static const char* names[] = {"all_reduce flat", "all_reduce hierarchical", "reduce_scatter", "all_gather",
+                                "broadcast"};
+  static const char* raw_names[] = {"vs MPI_Allreduce", "vs MPI_Allreduce", "vs MPI_Reduce_scatter_block",
+                                    "vs MPI_Allgather", "vs MPI_Bcast"};
+  const char* raw_name = !has_raw ? "no raw baseline" : use_nccl ? "vs ncclAllReduce" : raw_names[kind];
+  state.SetLabel(std::string(use_nccl ? "nccl " : "mpi ") + names[kind] + " (" + raw_name + "), " +
+                 std::to_string(c.size()) + " ranks, " + std::to_string(c.nodes()) + " node(s)");
 }
 
-void args(benchmark::internal::Benchmark* b) {
+// Every (kind, size) with an iteration count that depends on the size alone: Google Benchmark's
+// own choice would differ between ranks, and the ranks would then run different collectives.
+void register_all() {
   for (int kind = 0; kind < 5; ++kind) {
-    for (std::int64_t bytes = 8; bytes <= (std::int64_t{64} << 20); bytes *= 8) b->Args({kind, bytes});
+    for (std::int64_t bytes = 8; bytes <= (std::int64_t{64} << 20); bytes *= 8) {
+      const std::int64_t iterations = bytes <= (32 << 10)    ? 500
+                                      : bytes <= (256 << 10) ? 200
+                                      : bytes <= (2 << 20)   ? 50
+                                                             : 20;
+      benchmark::RegisterBenchmark(
+          ("BM_Collective/kind:" + std::to_string(kind) + "/bytes:" + std::to_string(bytes)).c_str(),
+          [kind, bytes](benchmark::State& st) { BM_Collective(st, static_cast<Kind>(kind), bytes); })
+          ->UseManualTime()
+          ->Iterations(iterations)
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
-  b->ArgNames({"kind", "bytes"})->UseManualTime()->Iterations(20)->Unit(benchmark::kMicrosecond);
 }
 
 }  // namespace
-
-BENCHMARK(BM_Collective)->Apply(args);
 
 // Reports nothing: the other ranks run the same benchmarks silently.
 class Quiet : public benchmark::BenchmarkReporter {
@@ -135,18 +193,21 @@ int main(int argc, char** argv) {
     }
   }
   (void)comm();  // MPI (and NCCL) up before the benchmarks
-  bool file_output = false;
-  for (int i = 1; i < argc; ++i) file_output |= std::strncmp(argv[i], "--benchmark_out=", 16) == 0;
+  if (comm().rank() != 0) {
+    // Only rank 0 writes --benchmark_out: the others would truncate and interleave the same file.
+    int kept = 1;
+    for (int i = 1; i < argc; ++i) {
+      if (std::strncmp(argv[i], "--benchmark_out", 15) != 0) argv[kept++] = argv[i];
+    }
+    argc = kept;
+  }
   benchmark::Initialize(&argc, argv);
+  register_all();
   if (comm().rank() == 0) {
     benchmark::RunSpecifiedBenchmarks();
   } else {
-    Quiet quiet, quiet_file;
-    if (file_output) {
-      benchmark::RunSpecifiedBenchmarks(&quiet, &quiet_file);
-    } else {
-      benchmark::RunSpecifiedBenchmarks(&quiet);
-    }
+    Quiet quiet;
+    benchmark::RunSpecifiedBenchmarks(&quiet);
   }
   benchmark::Shutdown();
   return 0;

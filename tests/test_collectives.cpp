@@ -194,6 +194,49 @@ TEST(Collectives, ReduceScatterAllGatherBroadcastBarrier) {
   EXPECT_EQ(wrong, 0u);
 }
 
+// Collectives whose data fits in the agreement's payload (1 KiB) travel inside it; larger ones
+// take the MPI call. Both paths, every dtype, each collective, the sizes around the boundary.
+TEST(Collectives, InlineAndFullPathsGiveTheSameExactAnswers) {
+  auto& c = world();
+  gc::Stream s;
+  const auto ranks = static_cast<std::size_t>(c.size());
+  std::size_t wrong = 0;
+  for_each_dtype([&](gc::DType t) {
+    const std::size_t elem = gc::dtype_size(t);
+    for (std::size_t bytes : {std::size_t{0}, elem, 1024 / ranks, 1024 / ranks + elem, std::size_t{1024},
+                              std::size_t{1024} + elem, std::size_t{4096}}) {
+      const std::size_t per = bytes / elem;
+      if (t != gc::DType::uint8) {
+        gc::Buffer send = inputs(t, per * ranks, c.rank()), shard(per, t);
+        c.reduce_scatter(send, shard, gc::ReduceOp::max, s);
+        gc::Buffer all = inputs(t, per, c.rank());
+        c.all_reduce(all, all, gc::ReduceOp::min, s);
+        gc::Buffer hier = inputs(t, per, c.rank());
+        c.hierarchical_all_reduce(hier, hier, gc::ReduceOp::sum, s);
+        s.synchronize();
+        for (std::size_t i = 0; i < per; ++i) {
+          wrong +=
+              load(shard, i) != expected(gc::ReduceOp::max, c.size(), static_cast<std::size_t>(c.rank()) * per + i);
+          wrong += load(all, i) != expected(gc::ReduceOp::min, c.size(), i);
+          const double want = expected(gc::ReduceOp::sum, c.size(), i);
+          wrong += std::abs(load(hier, i) - want) > (gc::is_floating(t) ? std::abs(want) * 1e-2 : 0.0);
+        }
+      }
+      gc::Buffer mine = inputs(t, per, c.rank()), gathered(per * ranks, t);
+      c.all_gather(mine, gathered, s);
+      gc::Buffer bcast = inputs(t, per, c.rank());
+      c.broadcast(bcast, c.size() - 1, s);
+      s.synchronize();
+      for (int r = 0; r < c.size(); ++r) {
+        for (std::size_t i = 0; i < per; ++i)
+          wrong += load(gathered, static_cast<std::size_t>(r) * per + i) != value(r, i);
+      }
+      for (std::size_t i = 0; i < per; ++i) wrong += load(bcast, i) != value(c.size() - 1, i);
+    }
+  });
+  EXPECT_EQ(wrong, 0u);
+}
+
 TEST(Collectives, BadInputAndMismatchedCountsAreErrorsNotCorruption) {
   auto& c = world();
   gc::Stream s;
@@ -455,6 +498,20 @@ TEST(Collectives, DifferentOperationsAreAnErrorOnEveryRank) {
         [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(send, send, gc::ReduceOp::sum, s); });
   }
   for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(load(send, i), value(world().rank(), i));
+}
+
+// One rank's data fits in the agreement's payload, the others' does not: still one agreement,
+// an error on every rank, no hang.
+TEST(Collectives, AnInlineSizeAgainstAFullSizeIsAnErrorOnEveryRank) {
+  gc::Buffer small = inputs(gc::DType::float32, 10, world().rank());
+  gc::Buffer large = inputs(gc::DType::float32, 5000, world().rank());
+  expect_disagreement(
+      "count", [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(small, small, gc::ReduceOp::sum, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(large, large, gc::ReduceOp::sum, s); });
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(load(small, i), value(world().rank(), i));
+  expect_disagreement(
+      "count", [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(large, 0, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(small, 0, s); });
 }
 
 TEST(Collectives, PartlyOverlappingSendAndRecvAreRejected) {

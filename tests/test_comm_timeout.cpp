@@ -2,7 +2,8 @@
 // CommunicationError within the timeout instead of hanging, and the communicator is broken
 // afterwards. Rank 0 then returns from main as any program would: MPI cannot finalise with the
 // collective abandoned, so the library ends the job (MPI_Abort, with a message) instead of waiting
-// in MPI_Finalize for the missing rank, which sleeps far longer than CTest's timeout.
+// in MPI_Finalize for the missing rank, which sleeps far longer than CTest's timeout. The
+// collective blocks in MPI: the watchdog abandons the stream's worker, and the stream goes on.
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/runtime/error.hpp>
@@ -19,7 +20,8 @@ namespace gc = gpucloud;
 int main(int argc, char** argv) {
   const bool exits = argc > 1 && std::string(argv[1]) == "exits";
   gc::Communicator c = gc::Communicator::mpi_world();
-  if (c.rank() != 0) {  // never joins: waits, or leaves the job at once
+  gc::Communicator again = gc::Communicator::mpi_world();  // for the dropped stream, below
+  if (c.rank() != 0) {                                     // never joins: waits, or leaves the job at once
     if (!exits) std::this_thread::sleep_for(std::chrono::seconds(120));
     std::fflush(stdout);
     std::_Exit(0);
@@ -45,7 +47,21 @@ int main(int argc, char** argv) {
       ok = false;
     } catch (const gc::CommunicationError&) {  // broken: later operations fail at once
     }
+    // The stream went on without the worker stuck in MPI: later work on it runs.
+    bool ran = false;
+    gc::launch_host_func(s, [&ran] { ran = true; });
+    s.synchronize();
+    ok = ok && ran;
+    if (!ran) std::printf("FAILED: work after the timeout did not run\n");
   }
+  {
+    // A stream dropped while its collective waits: its destructor returns once the watchdog has
+    // let the stuck worker go (another communicator: the broken one refuses work).
+    again.set_timeout(std::chrono::milliseconds(500));
+    gc::Stream dropped;
+    again.all_reduce(data, data, gc::ReduceOp::sum, dropped);
+  }
+  std::printf("dropped stream: its destructor returned\n");
   std::printf(ok ? "TIMEOUT TEST PASSED\n" : "TIMEOUT TEST FAILED\n");
   std::fflush(stdout);
   return ok ? 0 : 1;  // exit() runs the library's handler, which ends the job

@@ -21,7 +21,7 @@ struct Communicator::Impl {
   Device device = Device::host();  // where its buffers live (host for MPI)
   int rank = 0, size = 1, local_rank = 0, local_size = 1, node = 0, nodes = 1;
   bool uniform_nodes = true;
-  std::chrono::milliseconds timeout{600000};
+  std::atomic<std::chrono::milliseconds> timeout{std::chrono::milliseconds(600000)};  // set_timeout races with workers
   std::atomic<bool> broken{false};
   std::atomic<std::int64_t> busy_ns{0};  // time the collectives took, measured by the backend
   std::mutex order;                      // collectives on one communicator are issued in one order on every rank

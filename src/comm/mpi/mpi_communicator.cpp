@@ -7,6 +7,7 @@
 #include "comm/mpi/mpi_check.hpp"
 #include "comm/nccl/nccl_communicator.hpp"
 #include "runtime/access.hpp"
+#include "runtime/host/deadline.hpp"
 #include "runtime/nvtx.hpp"
 #include "runtime/stream_impl.hpp"
 
@@ -24,6 +25,11 @@
 
 namespace gpucloud {
 
+// The agreement's reduction (defined with the agreement, below).
+void combine_agreements(void* in, void* inout, int* len, MPI_Datatype* type);
+struct Agreement;
+std::size_t agreement_bytes();
+
 namespace {
 
 // ---- fp16 / bf16 on MPI: 2-byte types and reductions that add in fp32 --------------------------
@@ -31,6 +37,8 @@ namespace {
 struct NarrowTypes {
   MPI_Datatype f16 = MPI_DATATYPE_NULL, bf16 = MPI_DATATYPE_NULL;
   MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL, min = MPI_OP_NULL;
+  MPI_Datatype agreement = MPI_DATATYPE_NULL;  // one Agreement
+  MPI_Op agree = MPI_OP_NULL;                  // combine_agreements
 };
 
 NarrowTypes& narrow();
@@ -94,6 +102,9 @@ void ensure_mpi() {
     GPUCLOUD_MPI_CHECK(MPI_Op_create(&narrow_sum, 1, &t.sum));
     GPUCLOUD_MPI_CHECK(MPI_Op_create(&narrow_max, 1, &t.max));
     GPUCLOUD_MPI_CHECK(MPI_Op_create(&narrow_min, 1, &t.min));
+    GPUCLOUD_MPI_CHECK(MPI_Type_contiguous(static_cast<int>(agreement_bytes()), MPI_BYTE, &t.agreement));
+    GPUCLOUD_MPI_CHECK(MPI_Type_commit(&t.agreement));
+    GPUCLOUD_MPI_CHECK(MPI_Op_create(&combine_agreements, 1, &t.agree));
   });
 }
 
@@ -214,6 +225,103 @@ struct Signature {
   std::int64_t dtype = -1;  // DType, -1 for none
 };
 
+// The agreement is one MPI_Allreduce of one Agreement (a derived type, so MPI never splits it)
+// under a commutative user op: the header fields combine as max and -min, so every rank learns
+// whether all agreed; a collective whose data fits in the payload (kInlineBytes) travels inside the
+// same message, combined by the op when the headers agree (reductions as the reduce op in the
+// dtype, fp16/bf16 through fp32; all-gather and broadcast as bitwise OR of zero-filled slots). Small
+// collectives so cost one small-message latency, like the raw call, with the checks on.
+constexpr std::size_t kInlineBytes = 1024;
+constexpr int kFields = 6;  // kind, op, root, count, dtype, inline
+struct Agreement {
+  std::int64_t high[kFields];  // max over ranks
+  std::int64_t low[kFields];   // max of the negation: -min over ranks
+  alignas(8) unsigned char payload[kInlineBytes];
+};
+
+std::size_t agreement_bytes() { return sizeof(Agreement); }
+MPI_Datatype agreement_type() { return narrow().agreement; }
+MPI_Op agreement_op() { return narrow().agree; }
+
+bool consistent(const Agreement& a) {
+  for (int i = 0; i < kFields; ++i) {
+    if (a.high[i] != -a.low[i]) return false;
+  }
+  return true;
+}
+
+template <class T, class Combine>
+void combine_as(const unsigned char* in, unsigned char* inout, std::int64_t n, Combine combine) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    T x, y;
+    std::memcpy(&x, in + i * sizeof(T), sizeof(T));
+    std::memcpy(&y, inout + i * sizeof(T), sizeof(T));
+    const T r = combine(x, y);
+    std::memcpy(inout + i * sizeof(T), &r, sizeof(T));
+  }
+}
+
+template <class Combine>
+void combine_narrow(const unsigned char* in, unsigned char* inout, std::int64_t n, bool half, Combine combine) {
+  combine_as<std::uint16_t>(in, inout, n, [&](std::uint16_t a, std::uint16_t b) {
+    const float x = half ? detail::half_bits_to_float(a) : detail::bfloat16_bits_to_float(a);
+    const float y = half ? detail::half_bits_to_float(b) : detail::bfloat16_bits_to_float(b);
+    const float r = combine(x, y);
+    return half ? detail::float_to_half_bits(r) : detail::float_to_bfloat16_bits(r);
+  });
+}
+
+template <class Combine>
+void combine_typed(DType t, const unsigned char* in, unsigned char* inout, std::int64_t n, Combine combine) {
+  switch (t) {
+    case DType::float32:
+      return combine_as<float>(in, inout, n, combine);
+    case DType::float64:
+      return combine_as<double>(in, inout, n, combine);
+    case DType::int32:
+      return combine_as<std::int32_t>(in, inout, n, combine);
+    case DType::int64:
+      return combine_as<std::int64_t>(in, inout, n, combine);
+    case DType::float16:
+    case DType::bfloat16:
+      return combine_narrow(in, inout, n, t == DType::float16, combine);
+    default:
+      return;
+  }
+}
+
+void combine_agreements(void* in_v, void* inout_v, int* len, MPI_Datatype*) {
+  for (int k = 0; k < *len; ++k) {
+    const Agreement& in = static_cast<const Agreement*>(in_v)[k];
+    Agreement& io = static_cast<Agreement*>(inout_v)[k];
+    const bool same = consistent(in) && consistent(io) && std::equal(in.high, in.high + kFields, io.high);
+    for (int i = 0; i < kFields; ++i) {
+      io.high[i] = std::max(io.high[i], in.high[i]);
+      io.low[i] = std::max(io.low[i], in.low[i]);
+    }
+    if (!same || in.high[5] == 0) continue;  // a disagreement (the payload is not used) or nothing inline
+    const auto kind = static_cast<Collective>(in.high[0]);
+    const auto t = static_cast<DType>(in.high[4]);
+    if (kind == Collective::all_gather || kind == Collective::broadcast) {
+      for (std::size_t i = 0; i < kInlineBytes; ++i) io.payload[i] |= in.payload[i];
+      continue;
+    }
+    const std::int64_t n = in.high[3] * (kind == Collective::reduce_scatter ? in.high[5] : 1);
+    switch (static_cast<ReduceOp>(in.high[1])) {
+      case ReduceOp::sum:
+      case ReduceOp::average:
+        combine_typed(t, in.payload, io.payload, n, [](auto x, auto y) { return x + y; });
+        break;
+      case ReduceOp::max:
+        combine_typed(t, in.payload, io.payload, n, [](auto x, auto y) { return x > y ? x : y; });
+        break;
+      case ReduceOp::min:
+        combine_typed(t, in.payload, io.payload, n, [](auto x, auto y) { return x < y ? x : y; });
+        break;
+    }
+  }
+}
+
 // The MPI backend: the communicator's duplicate of the caller's MPI communicator, and the
 // intra-node (local) and cross-node sub-communicators, built once. Enqueued work holds a
 // shared_ptr to it, so a Communicator dropped while its collectives are queued stays alive until
@@ -235,52 +343,35 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     }
   }
 
-  // Waits for @p request, polling against the timeout; a timeout breaks the communicator.
-  void wait(MPI_Request& request, const char* op) {
-    const auto start = std::chrono::steady_clock::now();
-    for (;;) {
-      int done = 0;
-      GPUCLOUD_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-      if (done) return;
-      const auto waited =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-      if (waited > timeout) {
-        broken = true;
-        detail::note_broken_communicator(where + ": " + op + " timed out after " + std::to_string(waited.count()) +
-                                         " ms");
-        throw CommunicationError(op,
-                                 where + " waited " + std::to_string(waited.count()) +
-                                     " ms for the other ranks (GPUCLOUD_COMM_TIMEOUT); a rank is missing, slow or "
-                                     "dead. The communicator is broken: later collectives on it fail, and the job "
-                                     "ends at exit (MPI_Abort) since MPI cannot finalise with the request pending",
-                                 __FILE__, __LINE__);
-      }
-      // MPI progresses nonblocking collectives inside MPI_Test: poll eagerly (yielding the core to
-      // other ranks), and only back off to sleeping once a wait has become long.
-      if (waited < std::chrono::milliseconds(100)) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-    }
+  // The error of a collective that did not complete within the timeout; breaks the communicator.
+  std::exception_ptr timed_out(const char* op, std::chrono::steady_clock::time_point began) {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
+    broken = true;
+    detail::note_broken_communicator(where + ": " + op + " timed out after " + std::to_string(waited.count()) + " ms");
+    return std::make_exception_ptr(CommunicationError(
+        op,
+        where + " waited " + std::to_string(waited.count()) +
+            " ms for the other ranks (GPUCLOUD_COMM_TIMEOUT); a rank is missing, slow or dead. The communicator is "
+            "broken: later collectives on it fail, and the job ends at exit (MPI_Abort) since MPI cannot finalise "
+            "with the collective pending",
+        __FILE__, __LINE__));
   }
 
   // Every rank must agree on the operation, reduce op, root, count and dtype; a mismatch is a
-  // CommunicationError on every rank instead of corrupted data, a hang or an MPI abort.
-  void agree(const char* call, const Signature& sig) {
-    const std::int64_t fields[5] = {static_cast<std::int64_t>(sig.kind), sig.op, sig.root, sig.count, sig.dtype};
-    std::int64_t mine[10], all[10];
-    for (int i = 0; i < 5; ++i) {
-      mine[2 * i] = fields[i];
-      mine[2 * i + 1] = -fields[i];
+  // CommunicationError on every rank instead of corrupted data, a hang or an MPI abort. @p a
+  // carries this rank's inline payload in, and the combined one out.
+  void agree(const char* call, const Signature& sig, Agreement& a) {
+    const std::int64_t fields[kFields] = {
+        static_cast<std::int64_t>(sig.kind), sig.op, sig.root, sig.count, sig.dtype, a.high[5]};
+    for (int i = 0; i < kFields; ++i) {
+      a.high[i] = fields[i];
+      a.low[i] = -fields[i];
     }
-    MPI_Request r;
-    GPUCLOUD_MPI_CHECK(MPI_Iallreduce(mine, all, 10, MPI_INT64_T, MPI_MAX, world, &r));
-    wait(r, call);
+    GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &a, 1, agreement_type(), agreement_op(), world));
     std::string why;
-    auto differs = [&](int i) { return all[2 * i] != -all[2 * i + 1]; };
+    auto differs = [&](int i) { return a.high[i] != -a.low[i]; };
     auto range = [&](int i, auto name) {
-      return std::string(name(-all[2 * i + 1])) + " on some ranks, " + name(all[2 * i]) + " on others";
+      return std::string(name(-a.low[i])) + " on some ranks, " + name(a.high[i]) + " on others";
     };
     auto number = [](std::int64_t v) { return std::to_string(v); };
     auto dtype = [](std::int64_t v) {
@@ -291,6 +382,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     if (differs(2)) why += "; root: " + range(2, number);
     if (differs(3)) why += "; count: " + range(3, number);
     if (differs(4)) why += "; dtype: " + range(4, dtype);
+    if (differs(5) && why.empty()) why += "; inline payload";
     if (!why.empty()) {
       throw CommunicationError(call,
                                where + ": the ranks disagree on the collective" + why +
@@ -300,17 +392,37 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   }
 
   // The one way a collective is enqueued: on the stream's worker, holding this communicator, in
-  // one order per communicator, after every rank agreed on @p sig.
-  template <class Body>
-  void enqueue(StreamView stream, const char* call, Signature sig, Body body) {
+  // one order per communicator, after every rank agreed on @p sig. When its data fits in
+  // kInlineBytes (@p inline_bytes), @p pack writes it into the agreement's payload and @p unpack
+  // reads the result from it: the agreement was the whole collective. Otherwise @p body runs the
+  // MPI calls. They are the blocking (tuned) collectives, run under the timeout's deadline: a
+  // watchdog abandons the worker of one that never completes, and the stream's waiters get the
+  // CommunicationError.
+  template <class Pack, class Unpack, class Body>
+  void enqueue(StreamView stream, const char* call, Signature sig, std::size_t inline_bytes, Pack pack, Unpack unpack,
+               Body body) {
     auto self = shared_from_this();
-    launch_host_func(stream, [self, call, sig, body] {
+    launch_host_func(stream, [self, call, sig, inline_bytes, pack, unpack, body] {
       detail::NvtxRange range(call);
-      std::lock_guard<std::mutex> lock(self->order);
       self->check_usable(call);
       const auto began = std::chrono::steady_clock::now();  // the communicator's own timing (busy_seconds)
-      self->agree(call, sig);
-      body(*self);
+      detail::run_with_deadline(
+          self->timeout,
+          [&] {
+            std::lock_guard<std::mutex> lock(self->order);  // inside the deadline: its holder may be stuck
+            self->check_usable(call);
+            Agreement a{};
+            const bool inline_data = inline_bytes <= kInlineBytes;
+            a.high[5] = inline_data ? self->size : 0;
+            if (inline_data) pack(*self, a.payload);
+            self->agree(call, sig, a);
+            if (inline_data) {
+              unpack(*self, a.payload);
+            } else {
+              body(*self);
+            }
+          },
+          [&] { return self->timed_out(call, began); });
       self->busy_ns.fetch_add(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count(),
           std::memory_order_relaxed);
@@ -468,6 +580,29 @@ void check_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView 
   check_reduction(op, send.dtype(), call);
 }
 
+// Bytes of the agreement's payload a collective of @p n elements per rank, @p parts of them in
+// all, needs; more than kInlineBytes when it does not fit.
+std::size_t inline_size(std::int64_t n, int parts, DType t) {
+  if (n > static_cast<std::int64_t>(kInlineBytes)) return kInlineBytes + 1;
+  return static_cast<std::size_t>(n) * static_cast<std::size_t>(parts) * dtype_size(t);
+}
+
+// memcpy, but an empty buffer's null address is fine.
+void copy_bytes(void* dst, const void* src, std::size_t n) {
+  if (n != 0) std::memcpy(dst, src, n);
+}
+
+// Inline packing of a whole buffer, and unpacking of a reduction's result.
+auto pack_whole(BufferView send) {
+  return [send](MpiCommunicator&, unsigned char* payload) { copy_bytes(payload, send.data(), send.size_bytes()); };
+}
+auto unpack_reduced(BufferView recv, ReduceOp op) {
+  return [recv, op](MpiCommunicator& c, const unsigned char* payload) {
+    copy_bytes(recv.data(), payload, recv.size_bytes());
+    if (op == ReduceOp::average) divide(recv, c.size);
+  };
+}
+
 // Per-rank counts of reduce-scatter and all-gather go to MPI as one int.
 void check_count(BufferView v, std::int64_t max_count, const char* call, const char* arg) {
   GPUCLOUD_EXPECTS(static_cast<std::int64_t>(v.size()) <= max_count, call,
@@ -481,62 +616,64 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
   constexpr const char* call = "Communicator::all_reduce";
   check_all_reduce(send, recv, op, stream, call);
   const auto n = static_cast<std::int64_t>(recv.size());
-  enqueue(stream, call,
-          {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
-          [send, recv, op, n](MpiCommunicator& c) {
-            const MPI_Datatype type = mpi_type(recv.dtype(), call);
-            const std::size_t elem = dtype_size(recv.dtype());
-            const bool in_place = send.data() == recv.data();
-            c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
-              auto* out = static_cast<unsigned char*>(recv.data()) + at * elem;
-              const void* in = in_place ? MPI_IN_PLACE : static_cast<const unsigned char*>(send.data()) + at * elem;
-              MPI_Request r;
-              GPUCLOUD_MPI_CHECK(
-                  MPI_Iallreduce(in, out, static_cast<int>(count), type, mpi_op(op, recv.dtype()), c.world, &r));
-              c.wait(r, call);
-            });
-            if (op == ReduceOp::average) divide(recv, c.size);
-          });
+  enqueue(
+      stream, call,
+      {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
+      inline_size(n, 1, recv.dtype()), pack_whole(send), unpack_reduced(recv, op),
+      [send, recv, op, n](MpiCommunicator& c) {
+        const MPI_Datatype type = mpi_type(recv.dtype(), call);
+        const std::size_t elem = dtype_size(recv.dtype());
+        const bool in_place = send.data() == recv.data();
+        c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
+          auto* out = static_cast<unsigned char*>(recv.data()) + at * elem;
+          const void* in = in_place ? MPI_IN_PLACE : static_cast<const unsigned char*>(send.data()) + at * elem;
+          GPUCLOUD_MPI_CHECK(MPI_Allreduce(in, out, static_cast<int>(count), type, mpi_op(op, recv.dtype()), c.world));
+        });
+        if (op == ReduceOp::average) divide(recv, c.size);
+      });
 }
 
 void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
   constexpr const char* call = "Communicator::hierarchical_all_reduce";
   check_all_reduce(send, recv, op, stream, call);
   const auto total = static_cast<std::int64_t>(send.size());
-  enqueue(
-      stream, call,
-      {Collective::hierarchical_all_reduce, static_cast<std::int64_t>(op), -1, total,
-       static_cast<std::int64_t>(send.dtype())},
-      [send, recv, op, total](MpiCommunicator& c) {
-        const MPI_Datatype type = mpi_type(send.dtype(), call);
-        const MPI_Op mop = mpi_op(op, send.dtype());
-        const std::size_t elem = dtype_size(send.dtype());
-        const int L = c.local_size;
-        c.in_pieces(total, [&](std::int64_t at, std::int64_t n) {
-          const auto* in = static_cast<const unsigned char*>(send.data()) + at * elem;
-          auto* out = static_cast<unsigned char*>(recv.data()) + at * elem;
-          // Shards of the piece over the node's ranks; the first n % L get one more.
-          std::vector<int> counts(L), displs(L);
-          for (int i = 0, pos = 0; i < L; ++i) {
-            counts[i] = static_cast<int>(n / L + (i < n % L ? 1 : 0));
-            displs[i] = pos;
-            pos += counts[i];
-          }
-          std::vector<unsigned char> shard(static_cast<std::size_t>(counts[c.local_rank]) * elem + 1);
-          MPI_Request r;
-          // (1) reduce-scatter inside the node
-          GPUCLOUD_MPI_CHECK(MPI_Ireduce_scatter(in, shard.data(), counts.data(), type, mop, c.local, &r));
-          c.wait(r, call);
-          // (2) all-reduce of the shard among the ranks holding it on the other nodes
-          GPUCLOUD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, shard.data(), counts[c.local_rank], type, mop, c.cross, &r));
-          c.wait(r, call);
-          // (3) all-gather inside the node
-          GPUCLOUD_MPI_CHECK(MPI_Iallgatherv(shard.data(), counts[c.local_rank], type, out, counts.data(),
-                                             displs.data(), type, c.local, &r));
-          c.wait(r, call);
-        });
-        if (op == ReduceOp::average) divide(recv, c.size);
-      });
+  enqueue(stream, call,
+          {Collective::hierarchical_all_reduce, static_cast<std::int64_t>(op), -1, total,
+           static_cast<std::int64_t>(send.dtype())},
+          inline_size(total, 1, send.dtype()), pack_whole(send), unpack_reduced(recv, op),  // tiny: flat, inline
+          [send, recv, op, total](MpiCommunicator& c) {
+            const MPI_Datatype type = mpi_type(send.dtype(), call);
+            const MPI_Op mop = mpi_op(op, send.dtype());
+            const std::size_t elem = dtype_size(send.dtype());
+            const int L = c.local_size;
+            c.in_pieces(total, [&](std::int64_t at, std::int64_t n) {
+              const auto* in = static_cast<const unsigned char*>(send.data()) + at * elem;
+              auto* out = static_cast<unsigned char*>(recv.data()) + at * elem;
+              // Shards of the piece over the node's ranks; the first n % L get one more.
+              std::vector<int> counts(L), displs(L);
+              for (int i = 0, pos = 0; i < L; ++i) {
+                counts[i] = static_cast<int>(n / L + (i < n % L ? 1 : 0));
+                displs[i] = pos;
+                pos += counts[i];
+              }
+              // This rank's shard is computed in place, in recv, where the all-gather expects it.
+              const int me = c.local_rank;
+              unsigned char* mine = out + static_cast<std::size_t>(displs[me]) * elem;
+              // (1) reduce-scatter inside the node
+              if (in == out) {  // in place: MPI leaves the shard at the front of recv
+                GPUCLOUD_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, out, counts.data(), type, mop, c.local));
+                if (displs[me] != 0) std::memmove(mine, out, static_cast<std::size_t>(counts[me]) * elem);
+              } else {
+                GPUCLOUD_MPI_CHECK(MPI_Reduce_scatter(in, mine, counts.data(), type, mop, c.local));
+              }
+              // (2) all-reduce of the shard among the ranks holding it on the other nodes
+              GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine, counts[me], type, mop, c.cross));
+              // (3) all-gather inside the node
+              GPUCLOUD_MPI_CHECK(
+                  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, counts.data(), displs.data(), type, c.local));
+            });
+            if (op == ReduceOp::average) divide(recv, c.size);
+          });
 }
 
 void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
@@ -547,16 +684,20 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
   detail::check_no_overlap(recv, send, call, "send");
   check_count(recv, max_count, call, "recv");
   const auto n = static_cast<std::int64_t>(recv.size());
-  enqueue(stream, call,
-          {Collective::reduce_scatter, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
-          [send, recv, op, n](MpiCommunicator& c) {
-            MPI_Request r;
-            GPUCLOUD_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
-                                                         mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()),
-                                                         c.world, &r));
-            c.wait(r, call);
-            if (op == ReduceOp::average) divide(recv, c.size);
-          });
+  enqueue(
+      stream, call,
+      {Collective::reduce_scatter, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
+      inline_size(n, size, recv.dtype()), pack_whole(send),
+      [recv, op, n](MpiCommunicator& c, const unsigned char* payload) {
+        const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(recv.dtype());
+        copy_bytes(recv.data(), payload + static_cast<std::size_t>(c.rank) * bytes, bytes);
+        if (op == ReduceOp::average) divide(recv, c.size);
+      },
+      [send, recv, op, n](MpiCommunicator& c) {
+        GPUCLOUD_MPI_CHECK(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
+                                                    mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()), c.world));
+        if (op == ReduceOp::average) divide(recv, c.size);
+      });
 }
 
 void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView stream) {
@@ -567,14 +708,18 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   detail::check_no_overlap(recv, send, call, "send");
   check_count(send, max_count, call, "send");
   const auto n = static_cast<std::int64_t>(send.size());
-  enqueue(stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
-          [send, recv, n](MpiCommunicator& c) {
-            const MPI_Datatype type = mpi_type(send.dtype(), call);
-            MPI_Request r;
-            GPUCLOUD_MPI_CHECK(MPI_Iallgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n),
-                                              type, c.world, &r));
-            c.wait(r, call);
-          });
+  enqueue(
+      stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
+      inline_size(n, size, send.dtype()),
+      [send](MpiCommunicator& c, unsigned char* payload) {  // into this rank's slot; the others stay 0
+        copy_bytes(payload + static_cast<std::size_t>(c.rank) * send.size_bytes(), send.data(), send.size_bytes());
+      },
+      [recv](MpiCommunicator&, const unsigned char* payload) { copy_bytes(recv.data(), payload, recv.size_bytes()); },
+      [send, recv, n](MpiCommunicator& c) {
+        const MPI_Datatype type = mpi_type(send.dtype(), call);
+        GPUCLOUD_MPI_CHECK(
+            MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
+      });
 }
 
 void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) {
@@ -582,27 +727,32 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
   check_host(buffer, stream, call, "buffer");
   (void)mpi_type(buffer.dtype(), call);
   const auto n = static_cast<std::int64_t>(buffer.size());
-  enqueue(stream, call, {Collective::broadcast, -1, root, n, static_cast<std::int64_t>(buffer.dtype())},
-          [buffer, root, n](MpiCommunicator& c) {
-            const MPI_Datatype type = mpi_type(buffer.dtype(), call);
-            const std::size_t elem = dtype_size(buffer.dtype());
-            c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
-              MPI_Request r;
-              GPUCLOUD_MPI_CHECK(MPI_Ibcast(static_cast<unsigned char*>(buffer.data()) + at * elem,
-                                            static_cast<int>(count), type, root, c.world, &r));
-              c.wait(r, call);
-            });
-          });
+  enqueue(
+      stream, call, {Collective::broadcast, -1, root, n, static_cast<std::int64_t>(buffer.dtype())},
+      inline_size(n, 1, buffer.dtype()),
+      [buffer, root](MpiCommunicator& c, unsigned char* payload) {  // the root's data; the others' stay 0
+        if (c.rank == root) copy_bytes(payload, buffer.data(), buffer.size_bytes());
+      },
+      [buffer](MpiCommunicator&, const unsigned char* payload) {
+        copy_bytes(buffer.data(), payload, buffer.size_bytes());
+      },
+      [buffer, root, n](MpiCommunicator& c) {
+        const MPI_Datatype type = mpi_type(buffer.dtype(), call);
+        const std::size_t elem = dtype_size(buffer.dtype());
+        c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
+          GPUCLOUD_MPI_CHECK(MPI_Bcast(static_cast<unsigned char*>(buffer.data()) + at * elem, static_cast<int>(count),
+                                       type, root, c.world));
+        });
+      });
 }
 
 void MpiCommunicator::barrier(StreamView stream) {
   constexpr const char* call = "Communicator::barrier";
   GPUCLOUD_EXPECTS(stream.device().is_host(), call, "stream: the MPI backend runs on host streams");
-  enqueue(stream, call, {Collective::barrier}, [](MpiCommunicator& c) {
-    MPI_Request r;
-    GPUCLOUD_MPI_CHECK(MPI_Ibarrier(c.world, &r));
-    c.wait(r, call);
-  });
+  enqueue(
+      stream, call, {Collective::barrier}, 0, [](MpiCommunicator&, unsigned char*) {},
+      [](MpiCommunicator&, const unsigned char*) {},  // the agreement is the barrier
+      [](MpiCommunicator& c) { GPUCLOUD_MPI_CHECK(MPI_Barrier(c.world)); });
 }
 
 }  // namespace gpucloud

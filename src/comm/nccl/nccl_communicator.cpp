@@ -156,7 +156,7 @@ struct NcclCommunicator final : Communicator::Impl {
       if (q != cudaErrorNotReady) GPUCLOUD_CUDA_CHECK(q);
       const auto waited =
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-      if (waited > timeout) {
+      if (waited > timeout.load()) {
         const std::string why = where + ": " + op + " waited " + std::to_string(waited.count()) +
                                 " ms for the other ranks to agree on its count (GPUCLOUD_COMM_TIMEOUT); the "
                                 "communicator is aborted (ncclCommAbort): later collectives on it fail";
@@ -262,7 +262,7 @@ struct NcclCommunicator final : Communicator::Impl {
       }
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - p.start);
       if (q != cudaErrorNotReady) return where + ": " + p.op + " failed on the GPU (" + cudaGetErrorString(q) + ")";
-      if (waited > timeout) {
+      if (waited > timeout.load()) {
         return where + ": " + p.op + " waited " + std::to_string(waited.count()) +
                " ms for the other ranks (GPUCLOUD_COMM_TIMEOUT); a rank is missing, slow or dead. The "
                "communicator is aborted (ncclCommAbort): later collectives on it fail";

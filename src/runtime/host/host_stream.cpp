@@ -2,29 +2,104 @@
 
 #include <gpucloud/runtime/error.hpp>
 
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 namespace gpucloud::detail {
 
-HostStream::HostStream() : StreamImpl(Device::host()), worker_([this] { run(); }) {}
+namespace {
+thread_local HostStream* current_stream = nullptr;  // the stream whose worker this thread is
+thread_local const void* current_worker_id = nullptr;
 
-HostStream::~HostStream() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  work_ready_.notify_one();
-  worker_.join();  // the worker drains the queue before it exits
+// How long a worker out of work, or a thread in synchronize(), spins before it sleeps: a hand-off
+// within that time costs no futex wake-up (tens of µs on a busy or virtualised machine).
+// GPUCLOUD_HOST_SPIN_US (0 to 10000) overrides the default.
+std::chrono::microseconds spin_budget() {
+  static const std::chrono::microseconds budget = [] {
+    const char* text = std::getenv("GPUCLOUD_HOST_SPIN_US");
+    if (text == nullptr || *text == '\0') return std::chrono::microseconds(50);
+    char* end = nullptr;
+    const long v = std::strtol(text, &end, 10);
+    GPUCLOUD_EXPECTS(
+        end != text && *end == '\0' && v >= 0 && v <= 10000, "Stream",
+        std::string("GPUCLOUD_HOST_SPIN_US: '") + text + "' is not a number of microseconds in [0, 10000]");
+    return std::chrono::microseconds(v);
+  }();
+  return budget;
 }
 
-void HostStream::run() {
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until @p ready() (true) or the budget is spent (false), yielding the core now and then.
+template <class Ready>
+bool spin_until(Ready ready, std::chrono::microseconds budget) {
+  if (budget.count() == 0) return ready();
+  const auto end = std::chrono::steady_clock::now() + budget;
+  for (unsigned i = 1;; ++i) {
+    if (ready()) return true;
+    if (i % 64 == 0) {
+      if (std::chrono::steady_clock::now() >= end) return false;
+      std::this_thread::yield();
+    } else {
+      cpu_relax();
+    }
+  }
+}
+}  // namespace
+
+HostStream::HostStream() : StreamImpl(Device::host()) {
+  (void)spin_budget();  // a bad GPUCLOUD_HOST_SPIN_US is an error here, not in the worker
+  start_worker();
+}
+
+void HostStream::start_worker() {
+  worker_ = std::make_shared<Worker>();
+  worker_->thread = std::thread([this, self = worker_] { run(self); });
+}
+
+HostStream::~HostStream() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  stopping_ = true;
+  work_ready_.notify_all();
+  // The worker drains the queue before it exits; a worker abandoned meanwhile is replaced, and
+  // the replacement drains and exits.
+  exited_.wait(lock, [this] { return worker_->exited; });
+  std::thread last = std::move(worker_->thread);
+  lock.unlock();
+  last.join();
+}
+
+HostStream* HostStream::current() noexcept { return current_stream; }
+
+const void* HostStream::current_worker() noexcept { return current_worker_id; }
+
+void HostStream::run(std::shared_ptr<Worker> self) {
+  current_stream = this;
+  current_worker_id = self.get();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
+    if (queue_.empty() && !stopping_) {  // out of work: look for more a while before sleeping
+      lock.unlock();
+      spin_until([this] { return outstanding_.load(std::memory_order_acquire) != 0; }, spin_budget());
+      lock.lock();
+    }
     work_ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping and drained
+    if (queue_.empty()) {  // stopping and drained
+      self->exited = true;
+      exited_.notify_all();
+      return;
+    }
     Task task = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
+    running_enqueuer_ = task.enqueuer;
     const bool skip = error_ && !task.always_run;
     if (skip) owed_.emplace(task.enqueuer, error_);  // dropped: its enqueuer must hear why
     lock.unlock();
@@ -37,6 +112,13 @@ void HostStream::run() {
       }
     }
     task.fn = nullptr;  // release captures outside the lock
+    if (self->abandoned.load(std::memory_order_acquire)) {
+      // The stream went on without this thread (its task was declared failed) and may be gone.
+      current_stream = nullptr;
+      current_worker_id = nullptr;
+      lock.release();  // unlocked: forget the mutex without touching it
+      return;
+    }
     lock.lock();
     if (failure) {
       if (!error_) error_ = failure;
@@ -46,6 +128,20 @@ void HostStream::run() {
     outstanding_.fetch_sub(1, std::memory_order_release);  // its effects are visible to query()
     if (queue_.empty()) idle_.notify_all();
   }
+}
+
+bool HostStream::abandon_running_task(const void* worker, std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (worker_.get() != worker || !busy_) return false;
+  worker_->abandoned.store(true, std::memory_order_release);
+  worker_->thread.detach();
+  if (!error_) error_ = error;
+  owed_.emplace(running_enqueuer_, error);
+  busy_ = false;
+  outstanding_.fetch_sub(1, std::memory_order_release);
+  start_worker();  // it waits for mutex_, then runs what is queued
+  if (queue_.empty()) idle_.notify_all();
+  return true;
 }
 
 void HostStream::launch_host_func(std::function<void()> fn, bool always_run) {
@@ -58,8 +154,9 @@ void HostStream::launch_host_func(std::function<void()> fn, bool always_run) {
 }
 
 void HostStream::synchronize() {
-  GPUCLOUD_EXPECTS(std::this_thread::get_id() != worker_.get_id(), "Stream::synchronize",
+  GPUCLOUD_EXPECTS(current_stream != this, "Stream::synchronize",
                    "called from work running on the same stream, which would wait for itself");
+  spin_until([this] { return outstanding_.load(std::memory_order_acquire) == 0; }, spin_budget());
   std::unique_lock<std::mutex> lock(mutex_);
   idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
   // This thread's own failed or dropped work first; else the stream's error, whoever enqueued it.
@@ -117,7 +214,7 @@ std::chrono::steady_clock::time_point HostEventRecord::time() {
 }
 
 void HostEvent::do_record(StreamImpl& stream) {
-  auto record = std::make_shared<HostEventRecord>(static_cast<HostStream&>(stream).worker_id());
+  auto record = std::make_shared<HostEventRecord>(&static_cast<HostStream&>(stream));
   stream.launch_host_func([record] { record->complete(); }, /*always_run=*/true);
   std::lock_guard<std::mutex> lock(mutex_);
   latest_ = std::move(record);
@@ -136,7 +233,7 @@ bool HostEvent::query() {
 void HostEvent::synchronize() {
   auto record = latest();
   if (!record) return;
-  GPUCLOUD_EXPECTS(record->done() || record->worker() != std::this_thread::get_id(), "Event::synchronize",
+  GPUCLOUD_EXPECTS(record->done() || record->stream() != HostStream::current(), "Event::synchronize",
                    "called from work running on the stream the event was recorded on, which would wait for itself");
   record->wait();
 }

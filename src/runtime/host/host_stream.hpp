@@ -22,14 +22,22 @@ class HostStream final : public StreamImpl {
   HostStream();
   ~HostStream() override;
 
+  /// The host stream whose worker is the calling thread (work running on it), or nullptr.
+  static HostStream* current() noexcept;
+  /// Identifies the calling thread's worker while it runs a task (for abandon_running_task).
+  static const void* current_worker() noexcept;
+  /// From another thread, for a task blocked for good (a collective whose peers never came): that
+  /// task fails with @p error, the stream goes on with a new worker thread, and the old thread is
+  /// left in its call, detached; should the call return, the thread leaves without touching the
+  /// stream. No-op (false) unless @p worker is still this stream's worker.
+  bool abandon_running_task(const void* worker, std::exception_ptr error);
+
   void synchronize() override;
   bool query() override;
   void wait(EventImpl& event) override;
   void launch_host_func(std::function<void()> fn, bool always_run) override;
   std::exception_ptr take_error() noexcept override;
   void* native_handle() noexcept override { return nullptr; }
-  /// The worker thread's id: work running on this stream runs there.
-  std::thread::id worker_id() const noexcept { return worker_.get_id(); }
 
  private:
   struct Task {
@@ -37,11 +45,18 @@ class HostStream final : public StreamImpl {
     bool always_run;
     std::thread::id enqueuer;  // who is owed the error if this task fails or is skipped
   };
-  void run();
+  struct Worker {
+    std::thread thread;
+    std::atomic<bool> abandoned{false};  // set (under mutex_) when the stream went on without it
+    bool exited = false;                 // guarded by mutex_
+  };
+  void start_worker();  // with mutex_ held, or in the constructor
+  void run(std::shared_ptr<Worker> self);
 
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable idle_;
+  std::condition_variable exited_;
   std::deque<Task> queue_;
   bool busy_ = false;
   bool stopping_ = false;
@@ -50,22 +65,23 @@ class HostStream final : public StreamImpl {
   // Threads whose enqueued work failed or was skipped, and the error each is owed: every one of
   // them gets it at its next synchronize(), so no thread's work is dropped behind a success.
   std::unordered_map<std::thread::id, std::exception_ptr> owed_;
-  std::thread worker_;
+  std::thread::id running_enqueuer_;  // of the task now running
+  std::shared_ptr<Worker> worker_;    // the current worker (abandoned ones are detached)
 };
 
 /// One record of a host event: completes when the stream's worker reaches it.
 class HostEventRecord {
  public:
-  explicit HostEventRecord(std::thread::id worker) noexcept : worker_(worker) {}
-  /// The thread of the stream the record is on: a wait from there would wait for itself.
-  std::thread::id worker() const noexcept { return worker_; }
+  explicit HostEventRecord(const HostStream* stream) noexcept : stream_(stream) {}
+  /// The stream the record is on: a wait from its work would wait for itself.
+  const HostStream* stream() const noexcept { return stream_; }
   void complete();
   void wait();
   bool done();
   std::chrono::steady_clock::time_point time();
 
  private:
-  const std::thread::id worker_;
+  const HostStream* const stream_;
   std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;
