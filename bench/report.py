@@ -106,12 +106,16 @@ def bandwidth_table(runs, spec):
 
 
 def collectives_table(runs):
-    rows = ["| operation | bytes | algbw GB/s | busbw GB/s |", "|---|---|---|---|"]
+    rows = ["| operation | bytes | algbw GB/s | busbw GB/s | median µs | raw call µs | raw / gpucloud | overhead µs |",
+            "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         if "BM_Collective" not in r["name"]:
             continue
         size = r["name"].split("bytes:")[1].split("/")[0]
-        rows.append(f"| {r.get('label', '')} | {size} | {r['algbw_GBs']:.3f} | {r['busbw_GBs']:.3f} |")
+        raw = (f"{r['raw_us']:.1f} | {r['ratio_vs_raw']:.2f} | {r['overhead_us']:.1f}" if "ratio_vs_raw" in r
+               else "– | – | –")
+        rows.append(f"| {r.get('label', '')} | {size} | {r['algbw_GBs']:.3f} | {r['busbw_GBs']:.3f} | "
+                    f"{r.get('median_us', 0):.1f} | {raw} |")
     return rows
 
 
