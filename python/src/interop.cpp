@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <numeric>
+#include <optional>
 
 namespace gpucloud::python {
 
@@ -178,6 +179,78 @@ Borrowed from_dlpack(py::handle obj, const char* arg) {
 
 }  // namespace
 
+namespace {
+
+// numpy.ndarray's type once NumPy is imported (nullptr before: nothing can be an ndarray yet).
+PyTypeObject* ndarray_type() {
+  static PyObject* type = nullptr;  // a reference kept for the process's life
+  if (type == nullptr) {
+    PyObject* numpy = PyDict_GetItemString(PyImport_GetModuleDict(), "numpy");  // borrowed
+    if (numpy == nullptr) return nullptr;
+    type = PyObject_GetAttrString(numpy, "ndarray");
+    if (type == nullptr) PyErr_Clear();
+  }
+  return reinterpret_cast<PyTypeObject*>(type);
+}
+
+bool is_ndarray(py::handle obj) {
+  PyTypeObject* t = ndarray_type();
+  return t != nullptr && Py_TYPE(obj.ptr()) == t;
+}
+
+// An exact numpy.ndarray of a supported dtype, contiguous, through the buffer protocol: what
+// __array_interface__ says, without building its dict on every call. Anything else (another
+// dtype, a byte order, strides) is left to the general path and its messages (nullopt).
+std::optional<Borrowed> from_ndarray(py::handle obj, const char* arg) {
+  if (!is_ndarray(obj)) return std::nullopt;
+  Py_buffer v;
+  if (PyObject_GetBuffer(obj.ptr(), &v, PyBUF_RECORDS_RO) != 0) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  struct Release {
+    Py_buffer* v;
+    ~Release() { PyBuffer_Release(v); }
+  } release{&v};
+  const char* f = v.format != nullptr ? v.format : "B";
+  if (*f == '<' || *f == '=' || *f == '@') ++f;
+  if (f[0] == '\0' || f[1] != '\0' || !PyBuffer_IsContiguous(&v, 'C')) return std::nullopt;
+  std::optional<DType> dtype;
+  switch (f[0]) {
+    case 'f':
+      dtype = DType::float32;
+      break;
+    case 'd':
+      dtype = DType::float64;
+      break;
+    case 'e':
+      dtype = DType::float16;
+      break;
+    case 'B':
+      dtype = DType::uint8;
+      break;
+    case 'i':
+    case 'l':
+    case 'q':
+      if (v.itemsize == 4) dtype = DType::int32;
+      if (v.itemsize == 8) dtype = DType::int64;
+      break;
+    default:
+      break;
+  }
+  if (!dtype || static_cast<std::size_t>(v.itemsize) != dtype_size(*dtype)) return std::nullopt;
+  Borrowed b;
+  b.shape.assign(v.shape, v.shape + v.ndim);
+  b.readonly = v.readonly != 0;
+  const std::size_t n = element_count(b.shape, arg);
+  const PointerInfo where = pointer_info(v.buf);
+  b.view = BufferView(n == 0 ? nullptr : v.buf, n, *dtype, where.kind, where.device);
+  b.owner = py::reinterpret_borrow<py::object>(obj);
+  return b;
+}
+
+}  // namespace
+
 Borrowed borrow(py::handle obj, const char* arg) {
   if (py::isinstance<PyBuffer>(obj)) {
     auto& pb = obj.cast<PyBuffer&>();
@@ -191,6 +264,7 @@ Borrowed borrow(py::handle obj, const char* arg) {
     auto& pv = obj.cast<PyView&>();
     return Borrowed{pv.view, pv.shape, false, py::reinterpret_borrow<py::object>(obj)};
   }
+  if (auto b = from_ndarray(obj, arg)) return std::move(*b);
   if (py::hasattr(obj, "__cuda_array_interface__")) {
     return from_array_interface(obj, obj.attr("__cuda_array_interface__").cast<py::dict>(), true, arg);
   }
@@ -207,6 +281,7 @@ Borrowed borrow(py::handle obj, const char* arg) {
 namespace {
 // NumPy scalars (numpy.generic) export a fresh copy each time: a write would go to a temporary.
 bool is_numpy_scalar(py::handle obj) {
+  if (is_ndarray(obj)) return false;
   for (auto cls : py::type::handle_of(obj).attr("__mro__")) {
     if (py::str(cls.attr("__name__")).cast<std::string>() == "generic" &&
         py::str(cls.attr("__module__")).cast<std::string>() == "numpy") {

@@ -75,6 +75,53 @@ def test_bad_inputs_raise_the_documented_exceptions(host_stream):
     assert host_stream.query()  # nothing was enqueued
 
 
+class _InterfaceOnly:
+    """The same memory offered through __array_interface__ alone: the general path."""
+
+    def __init__(self, a):
+        self._a = a
+        self.__array_interface__ = a.__array_interface__
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "int64", "uint8"])
+@pytest.mark.parametrize("shape", [(0,), (), (3, 4), (1, 5), (4, 1)])
+def test_ndarrays_borrow_as_their_array_interface_says(host_stream, dtype, shape):
+    # Exact ndarrays take the buffer protocol (no dict per call); the result must be the same
+    # memory, dtype and size as the __array_interface__ path gives.
+    a = np.zeros(shape, dtype)
+    gc.fill(a, 3, host_stream)
+    b = np.zeros(shape, dtype)
+    gc.fill(_InterfaceOnly(b), 3, host_stream)
+    host_stream.synchronize()
+    np.testing.assert_array_equal(a, np.full(shape, 3, dtype))
+    np.testing.assert_array_equal(b, a)
+    src = np.arange(a.size, dtype=dtype).reshape(shape)
+    gc.copy(a, src, host_stream)  # straight into a's memory
+    host_stream.synchronize()
+    np.testing.assert_array_equal(a, src)
+
+
+def test_ndarrays_the_fast_path_leaves_get_the_general_messages(host_stream):
+    b = gc.Buffer(6, "float32")
+    with pytest.raises(TypeError, match="unsupported typestr '>f4'"):
+        gc.copy(b, np.zeros(6, ">f4"), host_stream)  # big-endian
+    with pytest.raises(TypeError, match="not supported"):
+        gc.copy(gc.Buffer(6, "uint8"), np.zeros(6, np.bool_), host_stream)
+    with pytest.raises(gc.InvalidArgument, match="non-contiguous"):
+        gc.copy(b, np.zeros((6, 2), np.float32).T[0], host_stream)
+    frozen = np.zeros(6, np.float32)
+    frozen.setflags(write=False)
+    with pytest.raises(gc.InvalidArgument, match="read-only"):
+        gc.fill(frozen, 1.0, host_stream)
+    with pytest.raises(gc.InvalidArgument, match="NumPy scalar"):
+        gc.fill(np.float32(1), 1.0, host_stream)
+    sub = np.zeros(6, np.float32).view(np.recarray)  # a subclass: the general path
+    gc.fill(sub, 2.0, host_stream)
+    host_stream.synchronize()
+    assert np.all(sub == 2.0)
+    assert host_stream.query()
+
+
 def test_gpu_memory_on_a_host_stream_is_rejected():
     if gc.cuda_device_count() == 0:
         pytest.skip(f"needs a CUDA device: {gc.cuda_unavailable_reason()}")
