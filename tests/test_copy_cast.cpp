@@ -182,6 +182,62 @@ TEST_P(CastTest, NarrowFloatsRoundOnceToNearestEven) {
   EXPECT_EQ(bv[1].bits, 0x3f80u);
 }
 
+// Every fp16 and bf16 value widened, and floats of every exponent (random mantissas, the rounding
+// boundaries, subnormals, infinities and NaNs with payloads) narrowed: bit for bit the scalar
+// conversions (the host converts whole arrays with branch-free loops; the GPU with its own).
+TEST_P(CastTest, SixteenBitConversionsMatchTheScalarOnesBitForBit) {
+  gc::Stream s(device());
+  std::vector<gc::Half> halves(65536);
+  std::vector<gc::BFloat16> bf16s(65536);
+  for (std::uint32_t i = 0; i < 65536; ++i) {
+    halves[i] = gc::Half::from_bits(static_cast<std::uint16_t>(i));
+    bf16s[i] = gc::BFloat16::from_bits(static_cast<std::uint16_t>(i));
+  }
+  std::vector<std::uint32_t> bits;
+  std::mt19937 rng(11);
+  for (std::uint32_t e = 0; e < 256; ++e) {
+    for (std::uint32_t sign : {0u, 0x80000000u}) {
+      for (std::uint32_t m : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x2fffu, 0x7fffu, 0x8000u, 0x8001u, 0x7fffffu}) {
+        bits.push_back(sign | (e << 23) | m);
+      }
+      for (int k = 0; k < 64; ++k) bits.push_back(sign | (e << 23) | (rng() & 0x7fffffu));
+    }
+  }
+  for (std::uint32_t b : {0x33000000u, 0x33000001u, 0x387fffffu, 0x38800000u, 0x477fefffu, 0x477ff000u, 0x7f800001u,
+                          0x7fc00000u, 0xffc12345u}) {
+    bits.push_back(b);
+  }
+  std::vector<float> floats(bits.size());
+  std::memcpy(floats.data(), bits.data(), bits.size() * sizeof(float));
+  gc::Buffer h = upload(halves, device(), s), b = upload(bf16s, device(), s), f = upload(floats, device(), s);
+  gc::Buffer wide_h(65536, gc::DType::float32, device(), gc::MemoryKind::device, s);
+  gc::Buffer wide_b(65536, gc::DType::float32, device(), gc::MemoryKind::device, s);
+  gc::Buffer narrow_h(floats.size(), gc::DType::float16, device(), gc::MemoryKind::device, s);
+  gc::Buffer narrow_b(floats.size(), gc::DType::bfloat16, device(), gc::MemoryKind::device, s);
+  gc::cast(wide_h, h, s);
+  gc::cast(wide_b, b, s);
+  gc::cast(narrow_h, f, s);
+  gc::cast(narrow_b, f, s);
+  const auto wh = download<float>(wide_h, s), wb = download<float>(wide_b, s);
+  const auto nh = download<gc::Half>(narrow_h, s);
+  const auto nb = download<gc::BFloat16>(narrow_b, s);
+  int wrong = 0;
+  for (std::uint32_t i = 0; i < 65536; ++i) {
+    const auto x = static_cast<std::uint16_t>(i);
+    wrong += gc::detail::float_as_bits(wh[i]) != gc::detail::float_as_bits(gc::detail::half_bits_to_float(x));
+    wrong += gc::detail::float_as_bits(wb[i]) != gc::detail::float_as_bits(gc::detail::bfloat16_bits_to_float(x));
+  }
+  for (std::size_t i = 0; i < floats.size(); ++i) {
+    const bool h_ok = nh[i].bits == gc::detail::float_to_half_bits(floats[i]);
+    const bool b_ok = nb[i].bits == gc::detail::float_to_bfloat16_bits(floats[i]);
+    if (!h_ok || !b_ok) {
+      ADD_FAILURE() << "float bits 0x" << std::hex << bits[i] << ": fp16 0x" << nh[i].bits << " bf16 0x" << nb[i].bits;
+      if (++wrong > 10) break;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 TEST_P(CastTest, FillConvertsTheValueOnce) {
   gc::Stream s(device());
   gc::Buffer h(1000, gc::DType::float16, device(), gc::MemoryKind::device, s);

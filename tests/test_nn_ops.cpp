@@ -69,20 +69,26 @@ TEST_P(NnOpsTest, ReluBackwardAndBiasGrad) {
   EXPECT_THROW(gc::bias_grad(grad, 4, 3, bias, s), gc::InvalidArgument);
 }
 
-// Shapes around the host's 32-column strips and odd sizes, fp32 and fp16 gradients: each column's
-// rows summed in order in fp32 (the reference sums the same values in double).
+// Shapes around the host's 512-column strips and odd sizes, fp32, fp16 and bf16 gradients and
+// activations: each column's rows summed in order in fp32, exactly as the reference does it (the
+// host's vectorised loops and the GPU's one-column threads give the same bits), and the fp16
+// output rounds that sum once.
 TEST_P(NnOpsTest, BiasGradAndReluBackwardOnRandomShapes) {
   gc::Stream s(device());
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
-  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1}, {7, 33}, {100, 70}, {3, 100}, {257, 31}, {64, 32}};
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1},    {7, 33},  {100, 70}, {3, 100},
+                                                          {257, 31}, {64, 32}, {3, 513},  {2, 1030}};
+  const gc::DType act_types[] = {gc::DType::float32, gc::DType::bfloat16, gc::DType::float16};
+  int round = 0;
   for (const auto& [rows, cols] : shapes) {
-    for (auto dtype : {gc::DType::float32, gc::DType::float16}) {
+    for (auto dtype : {gc::DType::float32, gc::DType::float16, gc::DType::bfloat16}) {
       const auto n = static_cast<std::size_t>(rows * cols);
       std::vector<float> g(n), act(n);
       for (auto& x : g) x = normal(rng);
       for (auto& x : act) x = normal(rng);
-      gc::Buffer grad = make(g, dtype, device(), s), a = make(act, dtype, device(), s);
+      const gc::DType act_type = act_types[round++ % 3];
+      gc::Buffer grad = make(g, dtype, device(), s), a = make(act, act_type, device(), s);
       const std::vector<float> g_as_stored = read(grad, s), a_as_stored = read(a, s);
       gc::relu_backward(grad, a, s);
       const std::vector<float> masked = read(grad, s);
@@ -90,14 +96,17 @@ TEST_P(NnOpsTest, BiasGradAndReluBackwardOnRandomShapes) {
         ASSERT_EQ(masked[i], a_as_stored[i] > 0.0f ? g_as_stored[i] : 0.0f) << rows << "x" << cols << " at " << i;
       }
       gc::Buffer bias(static_cast<std::size_t>(cols), gc::DType::float32, device());
+      gc::Buffer bias16(static_cast<std::size_t>(cols), gc::DType::float16, device());
       gc::fill(bias, std::nan(""), s);  // every column must be written
       gc::bias_grad(grad, rows, cols, bias, s);
-      const std::vector<float> got = read(bias, s);
+      gc::bias_grad(grad, rows, cols, bias16, s);
+      const std::vector<float> got = read(bias, s), got16 = read(bias16, s);
       for (std::int64_t j = 0; j < cols; ++j) {
-        double ref = 0;
+        float ref = 0;
         for (std::int64_t i = 0; i < rows; ++i) ref += masked[static_cast<std::size_t>(i * cols + j)];
-        EXPECT_NEAR(got[static_cast<std::size_t>(j)], ref, 1e-5 * (1 + std::fabs(ref)))
-            << rows << "x" << cols << " column " << j << " " << gc::dtype_name(dtype);
+        const auto k = static_cast<std::size_t>(j);
+        EXPECT_EQ(got[k], ref) << rows << "x" << cols << " column " << j << " " << gc::dtype_name(dtype);
+        EXPECT_EQ(got16[k], static_cast<float>(gc::Half(ref))) << rows << "x" << cols << " column " << j;
       }
     }
   }

@@ -4,6 +4,10 @@
 #include "kernels/launch/launch.hpp"
 #include "kernels/launch/multi_tensor.hpp"
 
+#if !defined(__CUDA_ARCH__)
+#include "kernels/compute/host_nn_ops.hpp"
+#endif
+
 #include <cstdint>
 
 namespace gpucloud::kernels {
@@ -38,13 +42,20 @@ GPUCLOUD_HD inline void finish_mse(const float* partials, std::int64_t count, st
   *loss = static_cast<float>(total / static_cast<double>(n));
 }
 
-/// grad *= (activation > 0).
+/// grad *= (activation > 0). A host thread walking the whole range runs the typed loop of
+/// host_nn_ops.hpp (the same results).
 struct ReluBackwardBody {
   void* grad;
   const void* act;
   std::uint8_t grad_t, act_t;
   std::int64_t n;
   GPUCLOUD_HD void operator()(ThreadIndex t, Grid g) const {
+#if !defined(__CUDA_ARCH__)
+    if (grid_size(g) == 1) {
+      host::relu_backward(grad, act, grad_t, act_t, n);
+      return;
+    }
+#endif
     for (std::size_t i = global_index(t, g); i < static_cast<std::size_t>(n); i += grid_size(g)) {
       const auto k = static_cast<std::int64_t>(i);
       const float v = load(grad, k, grad_t);
@@ -65,6 +76,12 @@ struct BiasGradBody {
   std::uint8_t grad_t, out_t;
   std::int64_t rows, cols;
   GPUCLOUD_HD void operator()(ThreadIndex t, Grid g) const {
+#if !defined(__CUDA_ARCH__)
+    if (grid_size(g) == 1) {  // the host's one-thread walk: the typed loop (the same sums, in order)
+      host::bias_grad(grad, out, grad_t, out_t, rows, cols);
+      return;
+    }
+#endif
     const auto threads = static_cast<std::int64_t>(grid_size(g));
     const std::int64_t per = (cols + threads - 1) / threads;
     const std::int64_t j0 = static_cast<std::int64_t>(global_index(t, g)) * per;

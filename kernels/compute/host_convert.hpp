@@ -1,0 +1,79 @@
+// Internal: the fp32 <-> fp16 / bf16 conversions of the host cast loops, written without branches
+// so the compiler vectorises whole arrays. The array loops are compiled once, in
+// src/compute/host/host_loops.cpp, for AVX-512, AVX2 and the baseline, chosen at load time. Bit for bit
+// the scalar conversions of <gpucloud/detail/float_bits.hpp> (round to nearest even, NaN -> 0x7fff,
+// subnormals exact); tests/test_copy_cast.cpp compares them over every half and bfloat16 and over
+// floats of every exponent. Host only.
+#pragma once
+
+#include <gpucloud/runtime/dtype.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+// Inlined into each instruction-set version of the loops that call it (host_loops.cpp).
+#if defined(__GNUC__)
+#define GPUCLOUD_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define GPUCLOUD_ALWAYS_INLINE inline
+#endif
+
+namespace gpucloud::kernels::host {
+
+/// float bits -> binary16 bits. Subnormal halves come from one float addition, which rounds to
+/// nearest even as the FPU does by default (F. Giesen's method); normal ones from integer rounding.
+GPUCLOUD_ALWAYS_INLINE std::uint16_t to_half_bits(std::uint32_t x) {
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t u = x & 0x7fffffffu;
+  // Below 2^-14 the result is subnormal (or zero): add 0.5f, whose ulp is the half's 2^-24.
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  f += 0.5f;
+  std::uint32_t sub;
+  std::memcpy(&sub, &f, sizeof sub);
+  sub -= 0x3f000000u;
+  const std::uint32_t normal = (u - 0x38000000u + 0xfffu + ((u >> 13) & 1u)) >> 13;
+  std::uint32_t r = u < 0x38800000u ? sub : normal;
+  r = u >= 0x477ff000u ? 0x7c00u : r;  // infinity, or rounds to it
+  r |= sign;
+  return static_cast<std::uint16_t>(u > 0x7f800000u ? 0x7fffu : r);
+}
+
+/// binary16 bits -> float bits (exact): subnormals renormalised by one float subtraction.
+GPUCLOUD_ALWAYS_INLINE std::uint32_t from_half_bits(std::uint16_t h) {
+  const std::uint32_t shifted = (static_cast<std::uint32_t>(h) & 0x7fffu) << 13;
+  const std::uint32_t exponent = shifted & 0x0f800000u;
+  std::uint32_t o = shifted + 0x38000000u;        // rebias 15 -> 127
+  const std::uint32_t special = o + 0x38000000u;  // inf / NaN: exponent all ones
+  float sub;                                      // zero / subnormal: o + 2^23, minus 2^-14
+  const std::uint32_t sub_bits = o + 0x00800000u;
+  std::memcpy(&sub, &sub_bits, sizeof sub);
+  sub -= 6.103515625e-05f;  // 2^-14
+  std::uint32_t sub_result;
+  std::memcpy(&sub_result, &sub, sizeof sub_result);
+  o = exponent == 0x0f800000u ? special : exponent == 0 ? sub_result : o;
+  return o | ((static_cast<std::uint32_t>(h) & 0x8000u) << 16);
+}
+
+/// float bits -> bfloat16 bits, round to nearest even, NaN -> 0x7fff.
+GPUCLOUD_ALWAYS_INLINE std::uint16_t to_bfloat16_bits(std::uint32_t x) {
+  const std::uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  return static_cast<std::uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : r);
+}
+
+/// True for the dtype pairs cast() converts with these loops.
+template <class Dst, class Src>
+inline constexpr bool has_array_cast = (std::is_same_v<Src, float> &&
+                                        (std::is_same_v<Dst, Half> || std::is_same_v<Dst, BFloat16>)) ||
+                                       (std::is_same_v<Dst, float> &&
+                                        (std::is_same_v<Src, Half> || std::is_same_v<Src, BFloat16>));
+
+/// dst[i] = src[i] converted, for i in [0, n): the pairs of has_array_cast (host_loops.cpp).
+void cast_array(Half* dst, const float* src, std::size_t n);
+void cast_array(BFloat16* dst, const float* src, std::size_t n);
+void cast_array(float* dst, const Half* src, std::size_t n);
+void cast_array(float* dst, const BFloat16* src, std::size_t n);
+
+}  // namespace gpucloud::kernels::host

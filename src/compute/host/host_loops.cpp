@@ -1,0 +1,140 @@
+// The host's vectorised array loops (casts, relu_backward, bias_grad), each compiled for AVX-512,
+// AVX2 and the baseline x86-64 with GCC's target_clones; the dynamic loader picks the version the
+// CPU runs (an ifunc), as NumPy and oneDNN dispatch at run time. The typed loops are inlined into
+// every version. Elsewhere (another compiler or CPU) one portable version is built.
+#include "kernels/compute/host_convert.hpp"
+#include "kernels/compute/host_nn_ops.hpp"
+#include "kernels/launch/multi_tensor.hpp"
+
+#include <cstring>
+#include <type_traits>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define GPUCLOUD_HOST_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GPUCLOUD_HOST_CLONES
+#endif
+#define GPUCLOUD_SIMD _Pragma("omp simd")
+
+namespace gpucloud::kernels::host {
+
+namespace {
+
+// float32 / fp16 / bf16 elements as fp32 and back (round to nearest even, NaN -> 0x7fff), as
+// kernels::load and kernels::store do.
+GPUCLOUD_ALWAYS_INLINE float widen(float v) { return v; }
+GPUCLOUD_ALWAYS_INLINE float widen(Half v) {
+  const std::uint32_t b = from_half_bits(v.bits);
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+GPUCLOUD_ALWAYS_INLINE float widen(BFloat16 v) {
+  const std::uint32_t b = static_cast<std::uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+template <class T>
+GPUCLOUD_ALWAYS_INLINE T narrow(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    std::uint32_t b;
+    std::memcpy(&b, &v, sizeof b);
+    return T::from_bits(std::is_same_v<T, Half> ? to_half_bits(b) : to_bfloat16_bits(b));
+  }
+}
+
+template <class Dst, class Src>
+GPUCLOUD_ALWAYS_INLINE void cast_loop(Dst* dst, const Src* src, std::size_t n) {
+  GPUCLOUD_SIMD
+  for (std::size_t i = 0; i < n; ++i) dst[i] = narrow<Dst>(widen(src[i]));
+}
+
+template <class G, class A>
+GPUCLOUD_ALWAYS_INLINE void relu_loop(void* grad, const void* act, std::int64_t n) {
+  G* g = static_cast<G*>(grad);
+  const A* a = static_cast<const A*>(act);
+  GPUCLOUD_SIMD
+  for (std::int64_t i = 0; i < n; ++i) g[i] = narrow<G>(widen(a[i]) > 0.0f ? widen(g[i]) : 0.0f);
+}
+
+// Strips of columns that stay in L1 while the rows stream past.
+template <class G, class O>
+GPUCLOUD_ALWAYS_INLINE void bias_grad_loop(const void* grad, void* out, std::int64_t rows, std::int64_t cols) {
+  constexpr std::int64_t kStrip = 512;
+  const G* g = static_cast<const G*>(grad);
+  O* o = static_cast<O*>(out);
+  float acc[kStrip];
+  for (std::int64_t jb = 0; jb < cols; jb += kStrip) {
+    const std::int64_t w = cols - jb < kStrip ? cols - jb : kStrip;
+    for (std::int64_t q = 0; q < w; ++q) acc[q] = 0.0f;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const G* row = g + i * cols + jb;
+      GPUCLOUD_SIMD
+      for (std::int64_t q = 0; q < w; ++q) acc[q] += widen(row[q]);
+    }
+    for (std::int64_t q = 0; q < w; ++q) o[jb + q] = narrow<O>(acc[q]);
+  }
+}
+
+// (grad or output type, input type) codes as one switch value.
+constexpr int pair(std::uint8_t a, std::uint8_t b) { return a * 3 + b; }
+
+}  // namespace
+
+GPUCLOUD_HOST_CLONES void cast_array(Half* dst, const float* src, std::size_t n) { cast_loop(dst, src, n); }
+GPUCLOUD_HOST_CLONES void cast_array(BFloat16* dst, const float* src, std::size_t n) { cast_loop(dst, src, n); }
+GPUCLOUD_HOST_CLONES void cast_array(float* dst, const Half* src, std::size_t n) { cast_loop(dst, src, n); }
+GPUCLOUD_HOST_CLONES void cast_array(float* dst, const BFloat16* src, std::size_t n) { cast_loop(dst, src, n); }
+
+GPUCLOUD_HOST_CLONES void relu_backward(void* grad, const void* act, std::uint8_t grad_t, std::uint8_t act_t,
+                                        std::int64_t n) {
+  switch (pair(grad_t, act_t)) {
+    case pair(kF32, kF32):
+      return relu_loop<float, float>(grad, act, n);
+    case pair(kF32, kF16):
+      return relu_loop<float, Half>(grad, act, n);
+    case pair(kF32, kBF16):
+      return relu_loop<float, BFloat16>(grad, act, n);
+    case pair(kF16, kF32):
+      return relu_loop<Half, float>(grad, act, n);
+    case pair(kF16, kF16):
+      return relu_loop<Half, Half>(grad, act, n);
+    case pair(kF16, kBF16):
+      return relu_loop<Half, BFloat16>(grad, act, n);
+    case pair(kBF16, kF32):
+      return relu_loop<BFloat16, float>(grad, act, n);
+    case pair(kBF16, kF16):
+      return relu_loop<BFloat16, Half>(grad, act, n);
+    default:
+      return relu_loop<BFloat16, BFloat16>(grad, act, n);
+  }
+}
+
+GPUCLOUD_HOST_CLONES void bias_grad(const void* grad, void* out, std::uint8_t grad_t, std::uint8_t out_t,
+                                    std::int64_t rows, std::int64_t cols) {
+  switch (pair(grad_t, out_t)) {
+    case pair(kF32, kF32):
+      return bias_grad_loop<float, float>(grad, out, rows, cols);
+    case pair(kF32, kF16):
+      return bias_grad_loop<float, Half>(grad, out, rows, cols);
+    case pair(kF32, kBF16):
+      return bias_grad_loop<float, BFloat16>(grad, out, rows, cols);
+    case pair(kF16, kF32):
+      return bias_grad_loop<Half, float>(grad, out, rows, cols);
+    case pair(kF16, kF16):
+      return bias_grad_loop<Half, Half>(grad, out, rows, cols);
+    case pair(kF16, kBF16):
+      return bias_grad_loop<Half, BFloat16>(grad, out, rows, cols);
+    case pair(kBF16, kF32):
+      return bias_grad_loop<BFloat16, float>(grad, out, rows, cols);
+    case pair(kBF16, kF16):
+      return bias_grad_loop<BFloat16, Half>(grad, out, rows, cols);
+    default:
+      return bias_grad_loop<BFloat16, BFloat16>(grad, out, rows, cols);
+  }
+}
+
+}  // namespace gpucloud::kernels::host
