@@ -4,6 +4,7 @@
 #include "compute/gemm/gemm_plan.hpp"
 #include "compute/gemm/host/host_sgemm.hpp"
 #include "compute/host_values.hpp"
+#include "kernels/compute/host_convert.hpp"
 #include "runtime/access.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/stream_impl.hpp"
@@ -178,6 +179,17 @@ const float* as_fp32(const void* base, DType t, std::int64_t offset, std::int64_
                      std::vector<float>& scratch) {
   if (t == DType::float32 && !tf32) return static_cast<const float*>(base) + offset;
   scratch.resize(static_cast<std::size_t>(count));
+  if ((t == DType::float16 || t == DType::bfloat16) && scale == 1.0f) {  // exact: no tf32 rounding applies
+    // The vectorised widening of the host casts (the same bits as load_as_float).
+    if (t == DType::float16) {
+      kernels::host::cast_array(scratch.data(), static_cast<const Half*>(base) + offset,
+                                static_cast<std::size_t>(count));
+    } else {
+      kernels::host::cast_array(scratch.data(), static_cast<const BFloat16*>(base) + offset,
+                                static_cast<std::size_t>(count));
+    }
+    return scratch.data();
+  }
   for (std::int64_t i = 0; i < count; ++i) {
     float v = load_as_float(base, offset + i, t);
     if (tf32) v = tf32_round(v);
@@ -250,7 +262,14 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan&
         for (std::int64_t j = 0; j < g.n; ++j) row[j] += g.beta * load_as_float(c.data(), c0 + j, c.dtype());
       }
       epilogue.row(row, g.n);
-      for (std::int64_t j = 0; j < g.n; ++j) store_from_float(c.data(), c0 + j, c.dtype(), row[j]);
+      const auto cols = static_cast<std::size_t>(g.n);
+      if (c.dtype() == DType::float16) {  // the vectorised narrowing of the host casts (RNE, the same bits)
+        kernels::host::cast_array(static_cast<Half*>(c.data()) + c0, row, cols);
+      } else if (c.dtype() == DType::bfloat16) {
+        kernels::host::cast_array(static_cast<BFloat16*>(c.data()) + c0, row, cols);
+      } else {
+        for (std::int64_t j = 0; j < g.n; ++j) store_from_float(c.data(), c0 + j, c.dtype(), row[j]);
+      }
     }
   }
 }
