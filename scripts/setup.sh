@@ -9,7 +9,7 @@ set -euo pipefail
 
 packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip python3-venv python3-dev libopenmpi-dev openmpi-bin libdlpack-dev libopenblas-dev doxygen
   nlohmann-json3-dev libxxhash-dev prometheus-cpp-dev prometheus
-  python3-torch python3-mpi4py)
+  python3-torch python3-mpi4py iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

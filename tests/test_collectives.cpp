@@ -639,7 +639,20 @@ TEST(Collectives, SubCommunicatorsKeepTheWorldsNodes) {
       EXPECT_EQ(c.nodes(), static_cast<int>(nodes.size()));
       EXPECT_EQ(c.node(), static_cast<int>(std::distance(nodes.begin(), nodes.find(world_rank / local))));
     } else {
-      EXPECT_EQ(c.nodes(), 1);  // one machine: one shared-memory node
+      // Real nodes (one machine, or network namespaces as nodes): each world rank's node is its
+      // shared-memory group, named by the group's lowest world rank; the sub-communicator must
+      // see the nodes its own ranks live on.
+      MPI_Comm shm = MPI_COMM_NULL;
+      ASSERT_EQ(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &shm),
+                MPI_SUCCESS);
+      int leader = world_rank;
+      MPI_Allreduce(&world_rank, &leader, 1, MPI_INT, MPI_MIN, shm);
+      std::vector<int> leaders(static_cast<std::size_t>(world_size));
+      MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, MPI_COMM_WORLD);
+      MPI_Comm_free(&shm);
+      std::set<int> nodes;
+      for (int r = world_rank % 2; r < world_size; r += 2) nodes.insert(leaders[static_cast<std::size_t>(r)]);
+      EXPECT_EQ(c.nodes(), static_cast<int>(nodes.size()));
     }
     gc::Stream s;
     gc::Buffer x = inputs(gc::DType::int32, 7, world_rank);
