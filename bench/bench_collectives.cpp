@@ -13,6 +13,8 @@
 //   GPUCLOUD_LOCAL_SIZE=2 mpirun -np 4 bench_collectives     (2 simulated nodes: hierarchical)
 //   mpirun -np 8 bench_collectives --nccl    (GPU buffers through the NCCL backend, one GPU per
 //                                            rank; the raw baseline is ncclAllReduce)
+//   ... bench_collectives --auto              (measure_cost_model() first, then also
+//                                            all_reduce_auto, with the model's predictions)
 #include <gpucloud/gpucloud.hpp>
 
 #include "cuda_baselines.hpp"
@@ -21,6 +23,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -47,7 +50,10 @@ gc::bench::RawNccl* raw() {
   return r.get();
 }
 
-enum Kind { kFlat = 0, kHierarchical = 1, kReduceScatter = 2, kAllGather = 3, kBroadcast = 4 };
+enum Kind { kFlat = 0, kHierarchical = 1, kReduceScatter = 2, kAllGather = 3, kBroadcast = 4, kAuto = 5 };
+
+bool with_auto = false;  // --auto: measure the cost model first and add all_reduce_auto (kind 5)
+std::optional<gc::AllReduceCostModel> model;  // measured on this job with --auto
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -71,7 +77,7 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
   const std::size_t n = std::max<std::size_t>(bytes / 4, static_cast<std::size_t>(c.size()));
   const std::size_t count = n / static_cast<std::size_t>(c.size()) * static_cast<std::size_t>(c.size());
   const std::size_t part_count = count / static_cast<std::size_t>(c.size());
-  const bool has_raw = !use_nccl || (kind <= kHierarchical && raw() != nullptr);
+  const bool has_raw = !use_nccl || ((kind <= kHierarchical || kind == kAuto) && raw() != nullptr);
   gc::Stream s(c.device());
   gc::Buffer buf(count, gc::DType::float32, c.device()), part(part_count, gc::DType::float32, c.device());
   gc::fill(buf, 1.0, s);
@@ -95,6 +101,9 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
       case kBroadcast:
         c.broadcast(buf, 0, s);
         break;
+      case kAuto:
+        c.all_reduce_auto(buf, buf, gc::ReduceOp::sum, s);
+        break;
     }
     s.synchronize();
   };
@@ -107,6 +116,7 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
     switch (kind) {
       case kFlat:
       case kHierarchical:
+      case kAuto:
         MPI_Allreduce(MPI_IN_PLACE, buf.data(), icount, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         break;
       case kReduceScatter:
@@ -146,10 +156,15 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
     state.counters["ratio_vs_raw"] = r / m;
     state.counters["overhead_us"] = (m - r) * 1e6;
   }
+  if (kind == kAuto && model) {  // what the model predicted and chose, beside what was measured
+    state.counters["predicted_flat_us"] = model->flat_seconds(count * 4) * 1e6;
+    state.counters["predicted_hier_us"] = model->hierarchical_seconds(count * 4) * 1e6;
+    state.counters["model_picks_hier"] = model->prefer_hierarchical(count * 4) ? 1 : 0;
+  }
   static const char* names[] = {"all_reduce flat", "all_reduce hierarchical", "reduce_scatter", "all_gather",
-                                "broadcast"};
+                                "broadcast",       "all_reduce auto"};
   static const char* raw_names[] = {"vs MPI_Allreduce", "vs MPI_Allreduce", "vs MPI_Reduce_scatter_block",
-                                    "vs MPI_Allgather", "vs MPI_Bcast"};
+                                    "vs MPI_Allgather", "vs MPI_Bcast",     "vs MPI_Allreduce"};
   const char* raw_name = !has_raw ? "no raw baseline" : use_nccl ? "vs ncclAllReduce" : raw_names[kind];
   state.SetLabel(std::string(use_nccl ? "nccl " : "mpi ") + names[kind] + " (" + raw_name + "), " +
                  std::to_string(c.size()) + " ranks, " + std::to_string(c.nodes()) + " node(s)");
@@ -158,7 +173,7 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
 // Every (kind, size) with an iteration count that depends on the size alone: Google Benchmark's
 // own choice would differ between ranks, and the ranks would then run different collectives.
 void register_all() {
-  for (int kind = 0; kind < 5; ++kind) {
+  for (int kind = 0; kind < (with_auto ? 6 : 5); ++kind) {
     for (std::int64_t bytes = 8; bytes <= (std::int64_t{64} << 20); bytes *= 8) {
       const std::int64_t iterations = bytes <= (32 << 10)    ? 500
                                       : bytes <= (256 << 10) ? 200
@@ -184,15 +199,22 @@ class Quiet : public benchmark::BenchmarkReporter {
 };
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--nccl") == 0) {
-      use_nccl = true;
-      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
-      --argc;
-      break;
+  for (int i = 1; i < argc;) {
+    const bool nccl = std::strcmp(argv[i], "--nccl") == 0, automatic = std::strcmp(argv[i], "--auto") == 0;
+    if (!nccl && !automatic) {
+      ++i;
+      continue;
     }
+    use_nccl |= nccl;
+    with_auto |= automatic;
+    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+    --argc;
   }
   (void)comm();  // MPI (and NCCL) up before the benchmarks
+  if (with_auto) {
+    gc::Stream s(comm().device());
+    model = comm().measure_cost_model(s);  // what all_reduce_auto will use
+  }
   if (comm().rank() != 0) {
     // Only rank 0 writes --benchmark_out: the others would truncate and interleave the same file.
     int kept = 1;

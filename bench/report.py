@@ -119,6 +119,27 @@ def collectives_table(runs):
     return rows
 
 
+def cost_model_table(runs):
+    """bench_collectives --auto: flat, hierarchical and all_reduce_auto per size, beside the model's predictions."""
+    by_size = {}
+    for r in runs:
+        m = re.search(r"BM_Collective/kind:(\d)/bytes:(\d+)", r["name"])
+        if m and m.group(1) in "015":
+            by_size.setdefault((r["_file"], int(m.group(2))), {})[int(m.group(1))] = r
+    rows = ["| run | bytes | flat µs (predicted) | hierarchical µs (predicted) | auto µs (model's pick) | picked the faster |",
+            "|---|---|---|---|---|---|"]
+    for (file, size), k in sorted(by_size.items()):
+        if not {0, 1, 5} <= set(k) or "model_picks_hier" not in k[5]:
+            continue
+        flat, hier, auto = k[0]["median_us"], k[1]["median_us"], k[5]
+        pick = "hierarchical" if auto["model_picks_hier"] else "flat"
+        faster = "hierarchical" if hier < flat else "flat"
+        rows.append(f"| {file} | {size} | {flat:.0f} ({auto['predicted_flat_us']:.0f}) | {hier:.0f} "
+                    f"({auto['predicted_hier_us']:.0f}) | {auto['median_us']:.0f} ({pick}) | "
+                    f"{'yes' if pick == faster else 'no'} |")
+    return rows if len(rows) > 2 else []
+
+
 def train_step_table(runs):
     rows = ["| trainer | run | samples/s | gpucloud / torch |", "|---|---|---|---|"]
     for r in runs:
@@ -188,6 +209,7 @@ def main():
     for title, table in (("GEMM", gemm_table(runs, spec)), ("Convolution", conv_table(runs, spec)),
                          ("Data movement", copy_table(runs, spec)),
                          ("Mixed-precision steps", bandwidth_table(runs, spec)), ("Collectives", collectives_table(runs)),
+                         ("Flat vs hierarchical: the cost model against what was measured", cost_model_table(runs)),
                          ("Training step vs PyTorch", train_step_table(runs))):
         if len(table) > 2:
             lines += [f"## {title}", "", *table, ""]

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Flat against hierarchical all-reduce where the inter-node link is the bottleneck, as on a
+# cluster: NODES network namespaces (scripts/netns-nodes.sh) with PPN ranks each, every node's
+# link shaped to RATE with tc tbf, ranks within a node on shared memory. Runs bench_collectives
+# --auto (the cost model measured on this job first, then flat, hierarchical and all_reduce_auto
+# interleaved with raw MPI_Allreduce) and prints, per size, the three medians, the model's
+# predictions and whether all_reduce_auto chose the faster form. Needs root.
+#
+#   bench/netns_allreduce.sh BUILD_DIR [NODES=2] [PPN=2] [RATE=1gbit] [OUT_JSON]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:?usage: bench/netns_allreduce.sh BUILD_DIR [NODES] [PPN] [RATE] [OUT_JSON]}
+nodes=${2:-2}
+ppn=${3:-2}
+rate=${4:-1gbit}
+out=${5:-netns_allreduce_${nodes}x${ppn}_${rate}.json}
+scripts/netns-nodes.sh up "$nodes" "$rate"
+trap 'scripts/netns-nodes.sh down' EXIT
+OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1 \
+  scripts/netns-nodes.sh mpirun "$nodes" "$ppn" "$build/bench/bench_collectives" --auto \
+  --benchmark_filter='kind:(0|1|5)/bytes:(512|4096|32768|262144|2097152|16777216)/' \
+  --benchmark_out="$out" --benchmark_out_format=json >/dev/null
+python3 - "$out" "$nodes" "$ppn" "$rate" <<'PY'
+import json, re, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+rows = {}
+for r in runs:
+    m = re.search(r"kind:(\d)/bytes:(\d+)", r["name"])
+    rows.setdefault(int(m.group(2)), {})[int(m.group(1))] = r
+print(f"all-reduce on {sys.argv[2]} nodes x {sys.argv[3]} ranks, inter-node links shaped to {sys.argv[4]}: "
+      "median µs per call (model's prediction)")
+print("| bytes | flat | hierarchical | faster | auto (model's pick) | auto picked the faster |")
+print("|---|---|---|---|---|---|")
+for size in sorted(rows):
+    k = rows[size]
+    flat, hier, auto = k[0]["median_us"], k[1]["median_us"], k[5]
+    faster = "hierarchical" if hier < flat else "flat"
+    pick = "hierarchical" if auto["model_picks_hier"] else "flat"
+    print(f"| {size} | {flat:.0f} ({auto['predicted_flat_us']:.0f}) | {hier:.0f} ({auto['predicted_hier_us']:.0f}) | "
+          f"{faster} {max(flat, hier) / min(flat, hier):.2f}x | {auto['median_us']:.0f} ({pick}) | "
+          f"{'yes' if pick == faster else 'no'} |")
+PY
