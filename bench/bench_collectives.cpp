@@ -23,9 +23,9 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <optional>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 namespace gc = gpucloud;
@@ -52,7 +52,7 @@ gc::bench::RawNccl* raw() {
 
 enum Kind { kFlat = 0, kHierarchical = 1, kReduceScatter = 2, kAllGather = 3, kBroadcast = 4, kAuto = 5 };
 
-bool with_auto = false;  // --auto: measure the cost model first and add all_reduce_auto (kind 5)
+bool with_auto = false;                       // --auto: measure the cost model first and add all_reduce_auto (kind 5)
 std::optional<gc::AllReduceCostModel> model;  // measured on this job with --auto
 
 double median(std::vector<double> v) {
