@@ -11,7 +11,8 @@
 #   scripts/netns-nodes.sh check          exit 0 when this machine allows it, else say which call failed
 #   scripts/netns-nodes.sh mpirun N PPN ARGS...
 #                                         mpirun ARGS with PPN ranks on each of gcnode1..gcnodeN,
-#                                         launched through this script as OpenMPI's rsh agent
+#                                         launched through this script as OpenMPI's rsh agent;
+#                                         PPN may list one count per node (3,1: uneven nodes)
 #   scripts/netns-nodes.sh agent NODE CMD (OpenMPI's plm_rsh_agent: runs CMD, a remote shell's
 #                                         command line, in NODE's namespaces)
 #
@@ -95,9 +96,14 @@ case "${1:-}" in
     count=${2:?mpirun N PPN ARGS}
     ppn=${3:?mpirun N PPN ARGS}
     shift 3
-    hosts=""
-    for i in $(seq 1 "$count"); do hosts="${hosts:+$hosts,}${prefix}${i}:${ppn}"; done
-    exec mpirun --allow-run-as-root --oversubscribe --bind-to none --host "$hosts" -np $((count * ppn)) \
+    IFS=, read -r -a per <<<"$ppn"
+    hosts="" np=0
+    for i in $(seq 1 "$count"); do
+      k=${per[$(((i - 1) % ${#per[@]}))]}
+      hosts="${hosts:+$hosts,}${prefix}${i}:${k}"
+      np=$((np + k))
+    done
+    exec mpirun --allow-run-as-root --oversubscribe --bind-to none --host "$hosts" -np "$np" \
       --mca plm_rsh_agent "$here agent" --mca oob_tcp_if_include "${subnet}.0/24" \
       --mca btl_tcp_if_include "${subnet}.0/24" --mca btl self,vader,tcp "$@"
     ;;

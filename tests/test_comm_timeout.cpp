@@ -5,9 +5,12 @@
 // in MPI_Finalize for the missing rank, which sleeps far longer than CTest's timeout. The
 // collective blocks in MPI: the watchdog abandons the stream's worker, and the stream goes on.
 #include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/compute/cast.hpp>
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/runtime/error.hpp>
 #include <gpucloud/runtime/stream.hpp>
+
+#include <mpi.h>
 
 #include <chrono>
 #include <cstdio>
@@ -17,9 +20,38 @@
 
 namespace gc = gpucloud;
 
+namespace {
+// "late": every rank but 0 arrives 1.5 s after rank 0 has started an all-reduce, well within its
+// 10 s timeout: the collective completes with the right sum on every rank (the blocking MPI call
+// waits for them; the watchdog does not fire early).
+int late_rank(gc::Communicator& c) {
+  c.set_timeout(std::chrono::milliseconds(10000));
+  gc::Stream s;
+  gc::Buffer data(16, gc::DType::float32);
+  gc::fill(data, 1.0, s);
+  s.synchronize();
+  if (c.rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto start = std::chrono::steady_clock::now();
+  c.all_reduce(data, data, gc::ReduceOp::sum, s);
+  s.synchronize();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  bool ok = !c.broken();
+  for (std::size_t i = 0; i < 16; ++i) ok = ok && data.data_as<float>()[i] == static_cast<float>(c.size());
+  if (c.rank() == 0) {
+    ok = ok && ms.count() >= 1000;  // it did wait for the late ranks
+    std::printf("rank 0: the all-reduce waited %lld ms for the late ranks\n", static_cast<long long>(ms.count()));
+  }
+  int all_ok = ok ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (c.rank() == 0) std::printf(all_ok ? "LATE RANK TEST PASSED\n" : "LATE RANK TEST FAILED\n");
+  return all_ok ? 0 : 1;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   const bool exits = argc > 1 && std::string(argv[1]) == "exits";
   gc::Communicator c = gc::Communicator::mpi_world();
+  if (argc > 1 && std::string(argv[1]) == "late") return late_rank(c);
   gc::Communicator again = gc::Communicator::mpi_world();  // for the dropped stream, below
   if (c.rank() != 0) {                                     // never joins: waits, or leaves the job at once
     if (!exits) std::this_thread::sleep_for(std::chrono::seconds(120));

@@ -14,6 +14,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -547,11 +548,20 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::build(MPI_Comm parent, const c
   GPUCLOUD_MPI_CHECK(MPI_Comm_rank(c->local, &c->local_rank));
   GPUCLOUD_MPI_CHECK(MPI_Comm_size(c->local, &c->local_size));
   GPUCLOUD_MPI_CHECK(MPI_Comm_split(c->world, c->local_rank, c->rank, &c->cross));
-  GPUCLOUD_MPI_CHECK(MPI_Comm_rank(c->cross, &c->node));
-  GPUCLOUD_MPI_CHECK(MPI_Comm_size(c->cross, &c->nodes));
   int sizes[2] = {c->local_size, -c->local_size};
   GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, c->world));
   c->uniform_nodes = sizes[0] == -sizes[1];
+  // The nodes of the job and this rank's node, the same on every rank also when nodes differ in
+  // size (where a cross-node communicator does not span every node): node k is the k-th distinct
+  // node leader (a node's lowest rank) in rank order.
+  int leader = c->rank;
+  GPUCLOUD_MPI_CHECK(MPI_Allreduce(&c->rank, &leader, 1, MPI_INT, MPI_MIN, c->local));
+  std::vector<int> leaders(static_cast<std::size_t>(c->size));
+  GPUCLOUD_MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, c->world));
+  std::sort(leaders.begin(), leaders.end());
+  leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
+  c->nodes = static_cast<int>(leaders.size());
+  c->node = static_cast<int>(std::lower_bound(leaders.begin(), leaders.end(), leader) - leaders.begin());
   return c;
 }
 
