@@ -28,7 +28,14 @@ here="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 nodes() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}[0-9]+$" || true; }
 
 down() {
-  for n in $(nodes); do ip netns del "$n" 2>/dev/null || true; done
+  # Processes still inside (a job that was cut off) would keep a namespace, and its veth, alive.
+  for n in $(nodes); do
+    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+    ip netns del "$n" 2>/dev/null || true
+  done
+  for v in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^${prefix}v[0-9]+$"); do
+    ip link del "$v" 2>/dev/null || true
+  done
   ip link del "$bridge" 2>/dev/null || true
 }
 

@@ -46,12 +46,39 @@ int late_rank(gc::Communicator& c) {
   if (c.rank() == 0) std::printf(all_ok ? "LATE RANK TEST PASSED\n" : "LATE RANK TEST FAILED\n");
   return all_ok ? 0 : 1;
 }
+// "cut": every rank all-reduces 1 MiB over and over, printing "cut: ready" after 5 rounds; the
+// test script then takes one node's link down. Every rank must get a CommunicationError naming the
+// all-reduce within its timeout (GPUCLOUD_COMM_TIMEOUT), say so and leave (the job then ends).
+int cut_link(gc::Communicator& c) {
+  gc::Stream s;
+  gc::Buffer data(1 << 18, gc::DType::float32);
+  const auto began = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return static_cast<long long>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began).count());
+  };
+  try {
+    for (int round = 0; round < 100000; ++round) {
+      c.all_reduce(data, data, gc::ReduceOp::sum, s);
+      s.synchronize();
+      if (round == 5) std::printf("cut: rank %d ready\n", c.rank());
+      std::fflush(stdout);
+    }
+  } catch (const gc::CommunicationError& e) {
+    std::printf("cut: rank %d CommunicationError at %lld ms: %s\n", c.rank(), since(), e.what());
+    std::fflush(stdout);
+    return 1;
+  }
+  std::printf("cut: rank %d FAILED: never cut\n", c.rank());
+  return 1;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool exits = argc > 1 && std::string(argv[1]) == "exits";
   gc::Communicator c = gc::Communicator::mpi_world();
   if (argc > 1 && std::string(argv[1]) == "late") return late_rank(c);
+  if (argc > 1 && std::string(argv[1]) == "cut") return cut_link(c);
   gc::Communicator again = gc::Communicator::mpi_world();  // for the dropped stream, below
   if (c.rank() != 0) {                                     // never joins: waits, or leaves the job at once
     if (!exits) std::this_thread::sleep_for(std::chrono::seconds(120));
