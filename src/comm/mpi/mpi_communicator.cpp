@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace gpucloud {
@@ -44,17 +45,32 @@ struct NarrowTypes {
 
 NarrowTypes& narrow();
 
+template <class T, class Combine>
+void combine_as(const unsigned char* in, unsigned char* inout, std::int64_t n, Combine combine) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    T x, y;
+    std::memcpy(&x, in + i * sizeof(T), sizeof(T));
+    std::memcpy(&y, inout + i * sizeof(T), sizeof(T));
+    const T r = combine(x, y);
+    std::memcpy(inout + i * sizeof(T), &r, sizeof(T));
+  }
+}
+
+template <class Combine>
+void combine_narrow(const unsigned char* in, unsigned char* inout, std::int64_t n, bool half, Combine combine) {
+  combine_as<std::uint16_t>(in, inout, n, [&](std::uint16_t a, std::uint16_t b) {
+    const float x = half ? detail::half_bits_to_float(a) : detail::bfloat16_bits_to_float(a);
+    const float y = half ? detail::half_bits_to_float(b) : detail::bfloat16_bits_to_float(b);
+    const float r = combine(x, y);
+    return half ? detail::float_to_half_bits(r) : detail::float_to_bfloat16_bits(r);
+  });
+}
+
+// MPI's user op over 2-byte fp16 / bf16 elements: widened, combined in fp32, rounded once.
 template <class Combine>
 void reduce_narrow(void* in, void* inout, int* len, MPI_Datatype* type, Combine combine) {
-  const bool half = *type == narrow().f16;
-  const auto* a = static_cast<const std::uint16_t*>(in);
-  auto* b = static_cast<std::uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    const float x = half ? detail::half_bits_to_float(a[i]) : detail::bfloat16_bits_to_float(a[i]);
-    const float y = half ? detail::half_bits_to_float(b[i]) : detail::bfloat16_bits_to_float(b[i]);
-    const float r = combine(x, y);
-    b[i] = half ? detail::float_to_half_bits(r) : detail::float_to_bfloat16_bits(r);
-  }
+  combine_narrow(static_cast<const unsigned char*>(in), static_cast<unsigned char*>(inout), *len, *type == narrow().f16,
+                 combine);
 }
 
 void narrow_sum(void* in, void* inout, int* len, MPI_Datatype* t) {
@@ -251,27 +267,6 @@ bool consistent(const Agreement& a) {
   return true;
 }
 
-template <class T, class Combine>
-void combine_as(const unsigned char* in, unsigned char* inout, std::int64_t n, Combine combine) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    T x, y;
-    std::memcpy(&x, in + i * sizeof(T), sizeof(T));
-    std::memcpy(&y, inout + i * sizeof(T), sizeof(T));
-    const T r = combine(x, y);
-    std::memcpy(inout + i * sizeof(T), &r, sizeof(T));
-  }
-}
-
-template <class Combine>
-void combine_narrow(const unsigned char* in, unsigned char* inout, std::int64_t n, bool half, Combine combine) {
-  combine_as<std::uint16_t>(in, inout, n, [&](std::uint16_t a, std::uint16_t b) {
-    const float x = half ? detail::half_bits_to_float(a) : detail::bfloat16_bits_to_float(a);
-    const float y = half ? detail::half_bits_to_float(b) : detail::bfloat16_bits_to_float(b);
-    const float r = combine(x, y);
-    return half ? detail::float_to_half_bits(r) : detail::float_to_bfloat16_bits(r);
-  });
-}
-
 template <class Combine>
 void combine_typed(DType t, const unsigned char* in, unsigned char* inout, std::int64_t n, Combine combine) {
   switch (t) {
@@ -311,7 +306,15 @@ void combine_agreements(void* in_v, void* inout_v, int* len, MPI_Datatype*) {
     switch (static_cast<ReduceOp>(in.high[1])) {
       case ReduceOp::sum:
       case ReduceOp::average:
-        combine_typed(t, in.payload, io.payload, n, [](auto x, auto y) { return x + y; });
+        combine_typed(t, in.payload, io.payload, n, [](auto x, auto y) {
+          using T = decltype(x);
+          if constexpr (std::is_integral_v<T>) {  // wraps, as MPI_SUM does (signed overflow is undefined)
+            using U = std::make_unsigned_t<T>;
+            return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
+          } else {
+            return x + y;
+          }
+        });
         break;
       case ReduceOp::max:
         combine_typed(t, in.payload, io.payload, n, [](auto x, auto y) { return x > y ? x : y; });
