@@ -67,7 +67,7 @@ configure_build_test main "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_BUILD_
 python_package python python3
 ((quick)) && exit 0
 python_package interop /usr/bin/python3 --system-site-packages
-configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_SLURM_TESTS=OFF # Slurm: main only
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF -DGPUCLOUD_BLAS=OFF

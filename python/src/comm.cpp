@@ -48,7 +48,16 @@ void bind_comm(py::module_& m) {
       .def_readonly("size", &LaunchInfo::size)
       .def_readonly("local_rank", &LaunchInfo::local_rank)
       .def_readonly("local_size", &LaunchInfo::local_size)
-      .def_readonly("launcher", &LaunchInfo::launcher);
+      .def_readonly("launcher", &LaunchInfo::launcher)
+      .def_readonly("node", &LaunchInfo::node,
+                    "Index of this process's node; -1 when the launcher does not say (mpirun).")
+      .def_readonly("nodes", &LaunchInfo::nodes, "Nodes in the job; 0 when the launcher does not say (mpirun).")
+      .def("__repr__", [](const LaunchInfo& l) {
+        return "LaunchInfo(rank=" + std::to_string(l.rank) + ", size=" + std::to_string(l.size) +
+               ", local_rank=" + std::to_string(l.local_rank) + ", local_size=" + std::to_string(l.local_size) +
+               ", node=" + std::to_string(l.node) + ", nodes=" + std::to_string(l.nodes) + ", launcher='" + l.launcher +
+               "')";
+      });
   m.def("launch_info_from_environment", &launch_info_from_environment,
         "Rank, size and node from mpirun / srun / torchrun variables (GPUCLOUD_LOCAL_SIZE overrides the node size).");
 

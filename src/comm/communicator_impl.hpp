@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpucloud {
 
@@ -51,6 +52,10 @@ std::chrono::milliseconds timeout_from_environment();
 /// GPUCLOUD_LOCAL_SIZE's value @p text as processes per simulated node of a @p world_size job.
 /// @throws InvalidArgument naming the variable unless it is an integer that divides the job.
 int local_size_from_environment(const char* text, int world_size, const char* call);
+
+/// Expands Slurm's tasks-per-node list ("4(x2)" -> 4,4; "2(x3),1" -> 2,2,2,1) read from the
+/// variable @p name. @throws InvalidArgument naming it when it is not such a list.
+std::vector<int> parse_slurm_tasks_per_node(const std::string& text, const char* name);
 
 /// Records that a collective was abandoned (a timeout): the job can then no longer finalise MPI.
 void note_broken_communicator(const std::string& why);

@@ -39,14 +39,17 @@ struct LaunchInfo {
   int size = 1;          ///< number of processes
   int local_rank = 0;    ///< rank within the node
   int local_size = 1;    ///< processes on the node
-  std::string launcher;  ///< "mpirun", "srun", "torchrun" or "none"
+  std::string launcher;  ///< "mpirun", "srun", "torchrun", "slurm-batch" (a batch script) or "none"
+  int node = 0;          ///< index of this process's node; -1 when the launcher does not say (mpirun)
+  int nodes = 1;         ///< nodes in the job; 0 when the launcher does not say (mpirun)
 };
 
-/// @brief Reads OMPI_COMM_WORLD_* (mpirun), PMI_* / SLURM_* (srun), RANK / WORLD_SIZE / LOCAL_RANK
+/// @brief Reads OMPI_COMM_WORLD_* (mpirun), SLURM_* of the step (srun: tasks per node in
+///        Slurm's "4(x2)" / "3,1" form), PMI_* (MPICH), RANK / WORLD_SIZE / LOCAL_* / GROUP_*
 ///        (torchrun); GPUCLOUD_LOCAL_SIZE overrides the node size, so several "nodes" can be
-///        simulated on one machine. A process started alone is rank 0 of 1.
-/// @throws InvalidArgument for inconsistent variables (a rank outside the size, a local size that
-///         does not divide the size).
+///        simulated on one machine. A process started alone, or as Slurm's batch script, is rank 0 of 1.
+/// @throws InvalidArgument naming the variable for inconsistent ones (a rank outside the size,
+///         tasks per node that do not add up to the step, a local size that does not divide the size).
 GPUCLOUD_API LaunchInfo launch_info_from_environment();
 
 /// @brief A group of processes and the collectives between them.

@@ -468,6 +468,11 @@ Communicator Communicator::mpi_world() {
   const LaunchInfo launch = launch_info_from_environment();
   int world = 1;
   GPUCLOUD_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  // Slurm's batch script in an allocation of several tasks: the ranks are what srun starts.
+  const char* tasks = std::getenv("SLURM_NTASKS");
+  GPUCLOUD_EXPECTS(launch.launcher != "slurm-batch" || world > 1 || tasks == nullptr || std::atoi(tasks) <= 1, call,
+                   std::string("this process is Slurm's batch script, not one of the allocation's ") + tasks +
+                       " tasks (SLURM_NTASKS): start the ranks with srun (srun --mpi=pmix ./trainer) or mpirun");
   GPUCLOUD_EXPECTS(launch.size == world, call,
                    "the launcher (" + launch.launcher + ") started " + std::to_string(launch.size) +
                        " processes but MPI's world has " + std::to_string(world) +
