@@ -5,11 +5,13 @@
 #   scripts/test.sh --quick   only the main configuration
 #
 # Configurations, each in its own build directory under build/:
-#   main   CUDA backend when the toolkit is found (every .cu compiled and linked), all tests
+#   main   CUDA backend when the toolkit is found (every .cu compiled and linked), all tests,
+#          with the Slurm cluster tests (scripts/slurm-cluster.sh; only here among the CTest runs)
 #   python `pip install .` into a virtual environment (build/venv-python), then the pytest suite
 #   interop  the same with Debian's Python and its python3-torch (CPU) and python3-mpi4py: the
 #          PyTorch tests (zero-copy tensors, optimizers against torch.optim) and mpi4py
-#          communicators run instead of skipping
+#          communicators run instead of skipping; and the Python Slurm tests (a cluster started
+#          by python/tests/test_slurm.py)
 #   host   GPUCLOUD_CUDA=OFF: the library without any CUDA, all tests
 #   asan   host tests under AddressSanitizer + UndefinedBehaviorSanitizer (not packaging, not
 #          MPI: OpenMPI's initialisation leaks by design), with GPUCLOUD_BLAS=OFF: the host GEMM's
@@ -66,7 +68,7 @@ mkdir -p build
 configure_build_test main "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_BUILD_BENCH=ON
 python_package python python3
 ((quick)) && exit 0
-python_package interop /usr/bin/python3 --system-site-packages
+GPUCLOUD_SLURM_TESTS=1 python_package interop /usr/bin/python3 --system-site-packages # + the Slurm tests
 configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_SLURM_TESTS=OFF # Slurm: main only
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \

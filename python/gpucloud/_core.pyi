@@ -1106,6 +1106,8 @@ class LaunchInfo:
     """
     Where this process sits in the job, as the launcher told it.
     """
+    def __repr__(self) -> str:
+        ...
     @property
     def launcher(self) -> str:
         ...
@@ -1115,6 +1117,16 @@ class LaunchInfo:
     @property
     def local_size(self) -> int:
         ...
+    @property
+    def node(self) -> int:
+        """
+        Index of this process's node; -1 when the launcher does not say (mpirun).
+        """
+    @property
+    def nodes(self) -> int:
+        """
+        Nodes in the job; 0 when the launcher does not say (mpirun).
+        """
     @property
     def rank(self) -> int:
         ...

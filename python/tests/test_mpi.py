@@ -98,3 +98,35 @@ except gc.InvalidArgument as e:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0 and "refused:" in r.stdout, r.stdout + r.stderr
     assert "torchrun" in r.stdout and "4 processes but MPI's world has 1" in r.stdout and "WORLD_SIZE" in r.stdout
+
+
+@pytest.mark.parametrize("per_node,task,want", [
+    ("2(x2)", dict(SLURM_PROCID="3", SLURM_LOCALID="1", SLURM_NODEID="1"), (3, 4, 1, 2, 1, 2, "srun")),
+    ("3,1", dict(SLURM_PROCID="3", SLURM_LOCALID="0", SLURM_NODEID="1"), (3, 4, 0, 1, 1, 2, "srun")),
+    ("3,1", dict(SLURM_PROCID="2", SLURM_LOCALID="2", SLURM_NODEID="0"), (2, 4, 2, 3, 0, 2, "srun")),
+    ("2(x", dict(SLURM_PROCID="3", SLURM_LOCALID="1", SLURM_NODEID="1"), "SLURM_STEP_TASKS_PER_NODE: '2(x'"),
+])
+def test_launch_info_reads_srun_step_layouts(per_node, task, want):
+    """Slurm's compressed tasks-per-node lists as srun sets them (the forms seen on the test
+    cluster): the node's size and index, or an InvalidArgument naming the variable."""
+    code = """
+import gpucloud as gc
+try:
+    l = gc.launch_info_from_environment()
+    print("info", l.rank, l.size, l.local_rank, l.local_size, l.node, l.nodes, l.launcher, repr(l))
+except gc.InvalidArgument as e:
+    print("refused:", e)
+"""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMI_", "SLURM_", "GPUCLOUD_LOCAL_SIZE"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    env.update(SLURM_STEP_ID="0", SLURM_STEP_NUM_TASKS="4", SLURM_STEP_NUM_NODES="2",
+               SLURM_STEP_TASKS_PER_NODE=per_node, **task)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if isinstance(want, str):
+        assert r.stdout.startswith("refused:") and want in r.stdout, r.stdout
+    else:
+        fields = r.stdout.split()
+        assert tuple(int(x) for x in fields[1:7]) + (fields[7],) == want, r.stdout
+        assert "LaunchInfo(rank=" in r.stdout and f"nodes={want[5]}" in r.stdout, r.stdout
