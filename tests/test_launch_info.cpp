@@ -1,9 +1,12 @@
-// Launch detection from each launcher's variables, as the launchers set them (the forms seen
+// Node layouts from host keys (what the NCCL backend all-gathers at setup), and launch detection
+// from each launcher's variables, as the launchers set them (the forms seen
 // under mpirun, srun on 2 network-namespace nodes, sbatch, torchrun): ranks, node sizes in
 // Slurm's compressed "2(x2)" / "3,1" lists, node indices, and a clear error for each
 // inconsistent variable. The real launchers run the same code in the slurm_* and netns tests.
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/runtime/error.hpp>
+
+#include "comm/node_layout.hpp"
 
 #include <gtest/gtest.h>
 
@@ -183,6 +186,39 @@ TEST_F(LaunchEnv, BadVariablesNameThemselves) {
   set(srun_task(3, 4, 1, 1, 2, "2(x2)"));
   ::setenv("SLURM_PROCID", "three", 1);
   EXPECT_NE(error_of().find("SLURM_PROCID: 'three' is not an integer"), std::string::npos) << error_of();
+}
+
+// Node layouts from every rank's host key: blocks, round-robin and uneven nodes as they are.
+void expect_layout(const std::vector<std::uint64_t>& keys, int rank, gc::detail::NodeLayout want) {
+  const gc::detail::NodeLayout l = gc::detail::node_layout(keys, rank);
+  EXPECT_EQ(l.local_rank, want.local_rank) << "rank " << rank;
+  EXPECT_EQ(l.local_size, want.local_size) << "rank " << rank;
+  EXPECT_EQ(l.node, want.node) << "rank " << rank;
+  EXPECT_EQ(l.nodes, want.nodes) << "rank " << rank;
+  EXPECT_EQ(l.uniform, want.uniform) << "rank " << rank;
+}
+
+TEST(NodeLayout, BlocksRoundRobinAndUnevenNodes) {
+  const std::uint64_t a = 11, b = 7;  // nodes are numbered by first rank, not by key
+  expect_layout({a, a, b, b}, 2, {0, 2, 1, 2, true});
+  expect_layout({a, a, b, b}, 1, {1, 2, 0, 2, true});
+  expect_layout({a, b, a, b}, 2, {1, 2, 0, 2, true});  // srun --distribution=cyclic
+  expect_layout({a, b, a, b}, 3, {1, 2, 1, 2, true});
+  expect_layout({a, a, a, b}, 3, {0, 1, 1, 2, false});  // 3 ranks on one node, 1 on the other
+  expect_layout({a, a, a, b}, 2, {2, 3, 0, 2, false});
+  expect_layout({b}, 0, {0, 1, 0, 1, true});
+  expect_layout({a, a, a, a}, 3, {3, 4, 0, 1, true});
+}
+
+TEST(NodeLayout, SimulatedBlocksAndThisHostsKey) {
+  const gc::detail::NodeLayout l = gc::detail::block_layout(5, 8, 2);
+  EXPECT_EQ(l.local_rank, 1);
+  EXPECT_EQ(l.local_size, 2);
+  EXPECT_EQ(l.node, 2);
+  EXPECT_EQ(l.nodes, 4);
+  EXPECT_TRUE(l.uniform);
+  EXPECT_EQ(gc::detail::host_key(), gc::detail::host_key());
+  EXPECT_NE(gc::detail::host_key(), 14695981039346656037ull);  // not the empty name's hash
 }
 
 }  // namespace

@@ -508,7 +508,7 @@ Communicator Communicator::nccl_from_mpi(Device device) {
     GPUCLOUD_FAIL(CommunicationError, call,
                   "rank 0 could not make a NCCL unique id: " + (why.empty() ? std::string("see rank 0") : why));
   GPUCLOUD_MPI_CHECK(MPI_Bcast(id.bytes.data(), static_cast<int>(id.bytes.size()), MPI_BYTE, 0, mpi.world));
-  return Communicator(detail::make_nccl_communicator(id, mpi.rank, mpi.size, device, mpi.local_size));
+  return Communicator(detail::make_nccl_communicator(id, mpi.rank, mpi.size, device));
 }
 
 Communicator Communicator::mpi(std::int64_t fortran_handle) {

@@ -10,6 +10,7 @@
 
 #include "comm/nccl/nccl_check.hpp"
 #include "comm/nccl/nccl_communicator.hpp"
+#include "comm/node_layout.hpp"
 #include "runtime/access.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -426,17 +428,57 @@ struct NcclCommunicator final : Communicator::Impl {
     return seconds;
   }
 
+  // Every rank's host key, all-gathered over comm (a collective of every rank, at setup).
+  std::vector<std::uint64_t> gather_host_keys() {
+    std::vector<std::uint64_t> keys(static_cast<std::size_t>(size));
+    keys[static_cast<std::size_t>(rank)] = detail::host_key();
+    void* buf = detail::cuda::allocate(MemoryKind::device, keys.size() * sizeof(std::uint64_t), device.index());
+    cudaStream_t s = nullptr;
+    try {
+      auto* slot = static_cast<std::uint64_t*>(buf) + rank;
+      GPUCLOUD_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      GPUCLOUD_CUDA_CHECK(cudaMemcpyAsync(slot, &keys[static_cast<std::size_t>(rank)], sizeof(std::uint64_t),
+                                          cudaMemcpyHostToDevice, s));
+      GPUCLOUD_NCCL_CHECK(ncclAllGather(slot, buf, 1, ncclUint64, comm, s));
+      GPUCLOUD_CUDA_CHECK(
+          cudaMemcpyAsync(keys.data(), buf, keys.size() * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, s));
+      GPUCLOUD_CUDA_CHECK(cudaStreamSynchronize(s));
+    } catch (...) {
+      if (s) cudaStreamDestroy(s);
+      detail::cuda::deallocate(MemoryKind::device, buf, device.index());
+      throw;
+    }
+    cudaStreamDestroy(s);
+    detail::cuda::deallocate(MemoryKind::device, buf, device.index());
+    return keys;
+  }
+
   // The node structure, the barrier's word, the timeout and the watchdog, once comm exists.
-  void finish_setup(int local_size_, ncclConfig_t* config) {
+  // Nodes are @p known (one process driving all its GPUs), else simulated (GPUCLOUD_LOCAL_SIZE),
+  // else found from every rank's host name: any rank order and uneven nodes are seen as they are
+  // (the hierarchical all-reduce then refuses, as on MPI), never assumed to be blocks.
+  void finish_setup(std::optional<detail::NodeLayout> known, ncclConfig_t* config) {
     detail::DeviceGuard guard(device.index());
-    local_size = local_size_;
-    local_rank = rank % local_size;
-    node = rank / local_size;
-    nodes = size / local_size;
     where = detail::where(rank) + " (" + device.str() + ")";
     timeout = detail::timeout_from_environment();
+    detail::NodeLayout layout;
+    if (known) {
+      layout = *known;
+    } else if (const char* forced = std::getenv("GPUCLOUD_LOCAL_SIZE"); forced != nullptr && *forced != '\0') {
+      layout =
+          detail::block_layout(rank, size, detail::local_size_from_environment(forced, size, "Communicator::nccl"));
+    } else {
+      layout = detail::node_layout(gather_host_keys(), rank);
+    }
+    local_rank = layout.local_rank;
+    local_size = layout.local_size;
+    node = layout.node;
+    nodes = layout.nodes;
+    uniform_nodes = layout.uniform;
     if (nodes == 1) {
       local = comm;
+    } else if (!uniform_nodes) {
+      // Nodes of different sizes: no sub-communicators (the flat ring serves every collective).
     } else if (local_size > 1) {
       GPUCLOUD_NCCL_CHECK(ncclCommSplit(comm, node, rank, &local, config));
       GPUCLOUD_NCCL_CHECK(ncclCommSplit(comm, local_rank, rank, &cross, config));
@@ -456,13 +498,11 @@ struct NcclCommunicator final : Communicator::Impl {
 
 namespace detail {
 
-std::unique_ptr<Communicator::Impl> make_nccl_communicator(const NcclUniqueId& id, int rank, int size, Device device,
-                                                           int local_size) {
+std::unique_ptr<Communicator::Impl> make_nccl_communicator(const NcclUniqueId& id, int rank, int size, Device device) {
   constexpr const char* call = "Communicator::nccl";
   GPUCLOUD_EXPECTS(size >= 1 && rank >= 0 && rank < size, call,
                    "rank: " + std::to_string(rank) + " is not a rank of " + std::to_string(size));
   GPUCLOUD_EXPECTS(device.is_cuda(), call, "device: NCCL communicators live on a GPU, not " + device.str());
-  if (local_size < 1 || size % local_size != 0) local_size = size;  // no usable node information: one node
   auto c = std::make_unique<NcclCommunicator>();
   c->backend = CommBackend::nccl;
   c->device = device;
@@ -474,7 +514,7 @@ std::unique_ptr<Communicator::Impl> make_nccl_communicator(const NcclUniqueId& i
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 1;
   GPUCLOUD_NCCL_CHECK(ncclCommInitRankConfig(&c->comm, size, uid, rank, &config));
-  c->finish_setup(local_size, &config);
+  c->finish_setup(std::nullopt, &config);
   return c;
 }
 
@@ -489,9 +529,7 @@ NcclUniqueId Communicator::nccl_unique_id() {
 }
 
 Communicator Communicator::nccl(const NcclUniqueId& id, int rank, int size, Device device) {
-  const LaunchInfo info = launch_info_from_environment();
-  const int local_size = info.size == size && info.rank == rank ? info.local_size : size;
-  return Communicator(detail::make_nccl_communicator(id, rank, size, device, local_size));
+  return Communicator(detail::make_nccl_communicator(id, rank, size, device));
 }
 
 std::vector<Communicator> Communicator::nccl_single_process(const std::vector<Device>& devices) {
@@ -513,7 +551,7 @@ std::vector<Communicator> Communicator::nccl_single_process(const std::vector<De
     c->rank = static_cast<int>(i);
     c->size = static_cast<int>(list.size());
     c->comm = comms[i];
-    c->finish_setup(c->size, nullptr);
+    c->finish_setup(detail::NodeLayout{c->rank, c->size, 0, 1, true}, nullptr);  // one process: one node
     out.push_back(Communicator(std::move(c)));
   }
   return out;

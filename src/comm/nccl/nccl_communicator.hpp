@@ -8,9 +8,8 @@
 
 namespace gpucloud::detail {
 
-/// Rank @p rank of @p size on @p device joined through @p id; ranks [k L, (k+1) L) form node k
-/// for @p local_size L (which divides @p size). A collective over the @p size ranks.
-std::unique_ptr<Communicator::Impl> make_nccl_communicator(const NcclUniqueId& id, int rank, int size, Device device,
-                                                           int local_size);
+/// Rank @p rank of @p size on @p device joined through @p id; nodes from the ranks' host names
+/// (or GPUCLOUD_LOCAL_SIZE's blocks). A collective over the @p size ranks.
+std::unique_ptr<Communicator::Impl> make_nccl_communicator(const NcclUniqueId& id, int rank, int size, Device device);
 
 }  // namespace gpucloud::detail

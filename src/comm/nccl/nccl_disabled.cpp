@@ -15,7 +15,7 @@ namespace {
 }  // namespace
 
 namespace detail {
-std::unique_ptr<Communicator::Impl> make_nccl_communicator(const NcclUniqueId&, int, int, Device, int) {
+std::unique_ptr<Communicator::Impl> make_nccl_communicator(const NcclUniqueId&, int, int, Device) {
   no_nccl("Communicator::nccl");
 }
 }  // namespace detail
