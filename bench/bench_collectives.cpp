@@ -15,6 +15,8 @@
 //                                            rank; the raw baseline is ncclAllReduce)
 //   ... bench_collectives --auto              (measure_cost_model() first, then also
 //                                            all_reduce_auto, with the model's predictions)
+//   ... bench_collectives --max-mib=256       (sizes up to 256 MiB instead of 16: 8 B x 8^k, then
+//                                            the powers of two above 16 MiB)
 #include <gpucloud/gpucloud.hpp>
 
 #include "cuda_baselines.hpp"
@@ -24,6 +26,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -52,8 +56,9 @@ gc::bench::RawNccl* raw() {
 
 enum Kind { kFlat = 0, kHierarchical = 1, kReduceScatter = 2, kAllGather = 3, kBroadcast = 4, kAuto = 5 };
 
-bool with_auto = false;                       // --auto: measure the cost model first and add all_reduce_auto (kind 5)
-std::optional<gc::AllReduceCostModel> model;  // measured on this job with --auto
+bool with_auto = false;  // --auto: measure the cost model first and add all_reduce_auto (kind 5)
+std::int64_t max_bytes = std::int64_t{64} << 20;  // --max-mib=N
+std::optional<gc::AllReduceCostModel> model;      // measured on this job with --auto
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -174,11 +179,16 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
 // own choice would differ between ranks, and the ranks would then run different collectives.
 void register_all() {
   for (int kind = 0; kind < (with_auto ? 6 : 5); ++kind) {
-    for (std::int64_t bytes = 8; bytes <= (std::int64_t{64} << 20); bytes *= 8) {
+    std::vector<std::int64_t> sizes;
+    for (std::int64_t bytes = 8; bytes <= std::min<std::int64_t>(max_bytes, std::int64_t{16} << 20); bytes *= 8)
+      sizes.push_back(bytes);
+    for (std::int64_t bytes = std::int64_t{32} << 20; bytes <= max_bytes; bytes *= 2) sizes.push_back(bytes);
+    for (const std::int64_t bytes : sizes) {
       const std::int64_t iterations = bytes <= (32 << 10)    ? 500
                                       : bytes <= (256 << 10) ? 200
                                       : bytes <= (2 << 20)   ? 50
-                                                             : 20;
+                                      : bytes <= (16 << 20)  ? 20
+                                                             : 5;
       benchmark::RegisterBenchmark(
           ("BM_Collective/kind:" + std::to_string(kind) + "/bytes:" + std::to_string(bytes)).c_str(),
           [kind, bytes](benchmark::State& st) { BM_Collective(st, static_cast<Kind>(kind), bytes); })
@@ -201,7 +211,16 @@ class Quiet : public benchmark::BenchmarkReporter {
 int main(int argc, char** argv) {
   for (int i = 1; i < argc;) {
     const bool nccl = std::strcmp(argv[i], "--nccl") == 0, automatic = std::strcmp(argv[i], "--auto") == 0;
-    if (!nccl && !automatic) {
+    const bool max = std::strncmp(argv[i], "--max-mib=", 10) == 0;
+    if (max) {
+      const long mib = std::strtol(argv[i] + 10, nullptr, 10);
+      if (mib < 1 || mib > 4096) {
+        std::fprintf(stderr, "bench_collectives: --max-mib: '%s' is not a size in [1, 4096] MiB\n", argv[i] + 10);
+        return 2;
+      }
+      max_bytes = static_cast<std::int64_t>(mib) << 20;
+    }
+    if (!nccl && !automatic && !max) {
       ++i;
       continue;
     }

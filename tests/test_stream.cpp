@@ -12,9 +12,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <future>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -294,6 +296,37 @@ TEST_P(StreamTest, DestructorFinishesEnqueuedWork) {
 TEST_P(StreamTest, RejectsEmptyHostFunction) {
   gc::Stream s(device());
   EXPECT_THROW(gc::launch_host_func(s, nullptr), gc::InvalidArgument);
+  EXPECT_THROW(gc::add_callback(s, nullptr), gc::InvalidArgument);
+}
+
+// add_callback: runs after earlier work, also after a failure, and gets (takes over) its error,
+// as cudaStreamAddCallback hands a status; its own exception is the stream's next error.
+TEST_P(StreamTest, CallbacksGetTheErrorOfEarlierWorkAndTakeItOver) {
+  gc::Stream s(device());
+  std::vector<std::string> seen;  // written by the stream's host functions, in order
+  gc::launch_host_func(s, [&] { seen.push_back("work"); });
+  gc::add_callback(s, [&](std::exception_ptr e) { seen.push_back(e ? "error" : "ok"); });
+  s.synchronize();
+  gc::launch_host_func(s, [] { throw gc::CommunicationError("all_reduce", "peer gone", __FILE__, __LINE__); });
+  gc::launch_host_func(s, [&] { seen.push_back("skipped"); });
+  gc::add_callback(s, [&](std::exception_ptr e) {
+    try {
+      if (e) std::rethrow_exception(e);
+      seen.push_back("no error");
+    } catch (const gc::CommunicationError& err) {
+      seen.push_back(std::string("error: ") + err.what());
+    }
+  });
+  gc::launch_host_func(s, [&] { seen.push_back("after"); });  // runs: the callback took the error
+  s.synchronize();                                            // and nothing is raised here
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[0], "work");
+  EXPECT_EQ(seen[1], "ok");
+  EXPECT_NE(seen[2].find("error: "), std::string::npos);
+  EXPECT_NE(seen[2].find("peer gone"), std::string::npos) << seen[2];
+  EXPECT_EQ(seen[3], "after");
+  gc::add_callback(s, [](std::exception_ptr) { throw std::runtime_error("callback failed"); });
+  EXPECT_THROW(s.synchronize(), std::runtime_error);
 }
 
 GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(StreamTest);

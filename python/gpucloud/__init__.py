@@ -84,6 +84,7 @@ from ._core import (  # noqa: F401
     global_norm,
     gpu_specs,
     launch_info_from_environment,
+    add_callback,
     launch_host_func,
     memory_info,
     mse_loss,

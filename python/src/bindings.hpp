@@ -16,6 +16,9 @@ namespace py = pybind11;
 namespace gpucloud::python {
 
 void register_errors(py::module_& m);
+/// The Python exception object for @p p (GIL held): a gpucloud error as its Python type, a
+/// Python exception as itself, anything else a RuntimeError; None for null.
+py::object exception_object(std::exception_ptr p);
 void bind_runtime(py::module_& m);
 void bind_memory(py::module_& m);
 void bind_movement(py::module_& m);

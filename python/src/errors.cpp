@@ -22,6 +22,50 @@ void set_error(PyObject* type, const char* what) {
   Py_DECREF(message);
 }
 
+// The exception types, made once by register_errors (the module owns them).
+struct Types {
+  PyObject *error = nullptr, *invalid_argument = nullptr, *out_of_memory = nullptr, *device_error = nullptr,
+           *communication_error = nullptr, *unsupported = nullptr, *checkpoint_error = nullptr,
+           *checkpoint_mismatch = nullptr;
+} types;
+
+// The Python type of a gpucloud exception, with its message; nullptr when @p p is not one.
+PyObject* python_type(const std::exception_ptr& p, std::string& what) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const InvalidArgument& e) {
+    what = e.what();
+    return types.invalid_argument;
+  } catch (const OutOfMemory& e) {
+    what = e.what();
+    return types.out_of_memory;
+  } catch (const DeviceError& e) {
+    what = e.what();
+    return types.device_error;
+  } catch (const CommunicationError& e) {
+    what = e.what();
+    return types.communication_error;
+  } catch (const Unsupported& e) {
+    what = e.what();
+    return types.unsupported;
+  } catch (const CheckpointMismatch& e) {
+    what = e.what();
+    return types.checkpoint_mismatch;
+  } catch (const CheckpointError& e) {
+    what = e.what();
+    return types.checkpoint_error;
+  } catch (const Error& e) {
+    what = e.what();
+    return types.error;
+  } catch (const py::cast_error& e) {
+    // A conversion no parameter check caught: still a TypeError, never a bare RuntimeError.
+    what = std::string("gpucloud: wrong argument type: ") + e.what();
+    return PyExc_TypeError;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 PyObject* make(py::module_& m, const char* name, PyObject* bases, const char* doc) {
   const std::string qualified = std::string("gpucloud.") + name;
   PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
@@ -32,48 +76,62 @@ PyObject* make(py::module_& m, const char* name, PyObject* bases, const char* do
 }  // namespace
 
 void register_errors(py::module_& m) {
-  static PyObject* error = make(m, "Error", PyExc_RuntimeError, "Base of every gpucloud error.");
+  types.error = make(m, "Error", PyExc_RuntimeError, "Base of every gpucloud error.");
   auto two = [](PyObject* a, PyObject* b) { return py::make_tuple(py::handle(a), py::handle(b)).release().ptr(); };
-  static PyObject* invalid_argument =
-      make(m, "InvalidArgument", two(error, PyExc_ValueError), "A bad argument; nothing was changed.");
-  static PyObject* out_of_memory =
-      make(m, "OutOfMemory", two(error, PyExc_MemoryError), "An allocation failed; recoverable.");
-  static PyObject* device_error = make(m, "DeviceError", error, "A device or runtime failure.");
-  static PyObject* communication_error =
-      make(m, "CommunicationError", error, "A collective failed, timed out or a peer died.");
-  static PyObject* unsupported =
-      make(m, "Unsupported", two(error, PyExc_NotImplementedError), "Not available in this build or on this device.");
-  static PyObject* checkpoint_error =
-      make(m, "CheckpointError", error, "A checkpoint cannot be written or read (I/O, truncation, checksum).");
-  static PyObject* checkpoint_mismatch =
-      make(m, "CheckpointMismatch", two(checkpoint_error, PyExc_ValueError),
-           "A sound checkpoint that does not fit what it is loaded into; nothing was written.");
+  types.invalid_argument =
+      make(m, "InvalidArgument", two(types.error, PyExc_ValueError), "A bad argument; nothing was changed.");
+  types.out_of_memory =
+      make(m, "OutOfMemory", two(types.error, PyExc_MemoryError), "An allocation failed; recoverable.");
+  types.device_error = make(m, "DeviceError", types.error, "A device or runtime failure.");
+  types.communication_error =
+      make(m, "CommunicationError", types.error, "A collective failed, timed out or a peer died.");
+  types.unsupported = make(m, "Unsupported", two(types.error, PyExc_NotImplementedError),
+                           "Not available in this build or on this device.");
+  types.checkpoint_error =
+      make(m, "CheckpointError", types.error, "A checkpoint cannot be written or read (I/O, truncation, checksum).");
+  types.checkpoint_mismatch = make(m, "CheckpointMismatch", two(types.checkpoint_error, PyExc_ValueError),
+                                   "A sound checkpoint that does not fit what it is loaded into; nothing was written.");
 
   py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const InvalidArgument& e) {
-      set_error(invalid_argument, e.what());
-    } catch (const OutOfMemory& e) {
-      set_error(out_of_memory, e.what());
-    } catch (const DeviceError& e) {
-      set_error(device_error, e.what());
-    } catch (const CommunicationError& e) {
-      set_error(communication_error, e.what());
-    } catch (const Unsupported& e) {
-      set_error(unsupported, e.what());
-    } catch (const CheckpointMismatch& e) {
-      set_error(checkpoint_mismatch, e.what());
-    } catch (const CheckpointError& e) {
-      set_error(checkpoint_error, e.what());
-    } catch (const Error& e) {
-      set_error(error, e.what());
-    } catch (const py::cast_error& e) {
-      // A conversion no parameter check caught: still a TypeError, never a bare RuntimeError.
-      set_error(PyExc_TypeError, (std::string("gpucloud: wrong argument type: ") + e.what()).c_str());
+    if (!p) return;
+    std::string what;
+    if (PyObject* type = python_type(p, what)) {
+      set_error(type, what.c_str());
+    } else {
+      std::rethrow_exception(p);  // not ours: pybind11's own translators
     }
   });
 }
+
+py::object exception_object(std::exception_ptr p) {
+  if (!p) return py::none();
+  try {
+    std::rethrow_exception(p);
+  } catch (py::error_already_set& e) {  // a Python exception raised by Python work on a stream
+    return e.value();
+  } catch (...) {
+  }
+  std::string what;
+  PyObject* type = python_type(p, what);
+  if (type == nullptr) {
+    type = PyExc_RuntimeError;
+    try {
+      std::rethrow_exception(p);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+      what = "unknown C++ exception";
+    }
+  }
+  set_error(type, what.c_str());
+  PyObject *t = nullptr, *value = nullptr, *trace = nullptr;
+  PyErr_Fetch(&t, &value, &trace);
+  PyErr_NormalizeException(&t, &value, &trace);
+  Py_XDECREF(t);
+  Py_XDECREF(trace);
+  return py::reinterpret_steal<py::object>(value);
+}
+
 
 std::string type_name(py::handle h) { return py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>(); }
 

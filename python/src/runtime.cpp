@@ -397,6 +397,24 @@ void bind_runtime(py::module_& m) {
       },
       py::arg("stream"), py::arg("fn"),
       "Run `fn()` on the stream once earlier work finished; its exception surfaces at synchronize().");
+  m.def(
+      "add_callback",
+      [](PyStream& s, py::function fn) {
+        auto held = gil_safe(std::move(fn));
+        add_callback(view_of(s), [held](std::exception_ptr error) {
+          if (interpreter_finalizing()) return;  // Python can no longer run
+          py::gil_scoped_acquire acquire;
+          try {
+            (*held)(exception_object(error));
+          } catch (py::error_already_set& e) {
+            e.discard_as_unraisable("gpucloud.add_callback");  // fn's own error: reported, not the stream's
+          }
+        });
+      },
+      py::arg("stream"), py::arg("fn"),
+      "Run `fn(error)` on the stream once earlier work finished, also after a failure: `error` is the "
+      "exception that work raised (taken over: synchronize() will not raise it again), or None. For "
+      "completing futures from a stream; an exception from `fn` is reported as unraisable.");
 }
 
 }  // namespace gpucloud::python

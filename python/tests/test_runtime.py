@@ -55,6 +55,30 @@ def test_exception_from_enqueued_work_surfaces_at_synchronize(stream):
     assert ran == [1, 3]
 
 
+def test_add_callback_runs_after_earlier_work_and_takes_over_its_error(stream, monkeypatch):
+    """Like cudaStreamAddCallback's status: the callback runs also after a failure and gets the
+    error as an exception object of its type (a gpucloud error too); synchronize() then does not
+    raise it again. An exception from the callback itself is reported, not raised."""
+    seen = []
+    gc.launch_host_func(stream, lambda: seen.append("work"))
+    gc.add_callback(stream, lambda error: seen.append(("ok", error)))
+    stream.synchronize()
+    assert seen == ["work", ("ok", None)]
+    gc.launch_host_func(stream, lambda: (_ for _ in ()).throw(KeyError("batch 7")))
+    gc.launch_host_func(stream, lambda: seen.append("skipped"))  # discarded: it follows the failure
+    gc.add_callback(stream, lambda error: seen.append(("failed", type(error), str(error))))
+    gc.launch_host_func(stream, lambda: seen.append("after"))  # runs: the callback took the error
+    stream.synchronize()
+    assert seen[2:] == [("failed", KeyError, "'batch 7'"), "after"]
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: unraisable.append(u.exc_type))
+    gc.add_callback(stream, lambda error: 1 / 0)
+    stream.synchronize()  # the callback's ZeroDivisionError is unraisable, not the stream's
+    assert unraisable == [ZeroDivisionError]
+    with pytest.raises(TypeError):
+        gc.add_callback(stream, "not callable")
+
+
 def test_events_order_and_time_work_across_streams(device):
     producer, consumer = gc.Stream(device), gc.Stream(device)
     ready, start, end = gc.Event(device), gc.Event(device), gc.Event(device)

@@ -380,6 +380,55 @@ def test_hook_state_is_checked():
         gt.ddp.HookState("comm")
 
 
+class _Bucket:
+    """What DDP hands a hook: a flat buffer of gradients."""
+
+    def __init__(self, tensor):
+        self._tensor = tensor
+
+    def buffer(self):
+        return self._tensor
+
+
+def test_the_hook_returns_before_its_all_reduce_and_completes_when_it_finishes():
+    """The hook does not wait: work ahead of it on the stream (here a host function that sleeps)
+    delays the future, not the hook's return; the future then holds the averaged bucket."""
+    import threading
+    import time
+
+    from gpucloud.torch._streams import stream_for
+
+    comm = gc.Communicator.mpi_world()
+    stream = stream_for(torch.device("cpu"))
+    gate = threading.Event()
+    gc.launch_host_func(stream, lambda: gate.wait(30))
+    bucket = torch.arange(8, dtype=torch.float32)
+    start = time.monotonic()
+    future = gt.ddp.allreduce_hook(gt.ddp.HookState(comm, wire_dtype=torch.bfloat16), _Bucket(bucket))
+    assert time.monotonic() - start < 5 and not future.done()
+    gate.set()
+    assert future.wait() is bucket and bucket.tolist() == list(range(8))  # one rank: the average is itself
+    stream.synchronize()
+
+
+def test_a_failure_ahead_of_the_hook_completes_its_future_with_the_error():
+    """An error the stream's earlier work raised reaches DDP through the future (raised from
+    backward()), instead of being lost or hanging the reducer."""
+    from gpucloud.torch._streams import stream_for
+
+    comm = gc.Communicator.mpi_world()
+    stream = stream_for(torch.device("cpu"))
+
+    def fail():
+        raise gc.CommunicationError("all_reduce: peer gone (simulated)")
+
+    gc.launch_host_func(stream, fail)
+    future = gt.ddp.allreduce_hook(gt.ddp.HookState(comm), _Bucket(torch.ones(4)))
+    with pytest.raises(gc.CommunicationError, match="peer gone"):
+        future.wait()
+    stream.synchronize()  # taken over by the future: the stream is clean again
+
+
 def test_distributed_optimizer_on_one_rank_and_its_errors():
     """One rank (mpi_world without mpirun): the average is the gradient itself, so it trains as the
     plain optimizer; misuse is a typed error."""

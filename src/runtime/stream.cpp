@@ -70,6 +70,12 @@ void launch_cleanup(StreamView stream, std::function<void()> fn) {
   stream.impl()->launch_host_func(std::move(fn), /*always_run=*/true);
 }
 
+void add_callback(StreamView stream, std::function<void(std::exception_ptr)> fn) {
+  GPUCLOUD_EXPECTS(static_cast<bool>(fn), "add_callback", "fn: empty function");
+  detail::StreamImpl* impl = stream.impl();  // outlives its queued work (its destructor drains it)
+  impl->launch_host_func([impl, fn = std::move(fn)] { fn(impl->take_error()); }, /*always_run=*/true);
+}
+
 // ---- Event ----------------------------------------------------------------------------------
 
 Event::Event(Device device, bool timing)

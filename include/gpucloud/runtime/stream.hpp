@@ -12,6 +12,7 @@
 #include <gpucloud/export.hpp>
 #include <gpucloud/runtime/device.hpp>
 
+#include <exception>
 #include <functional>
 #include <memory>
 
@@ -100,5 +101,13 @@ GPUCLOUD_API void launch_host_func(StreamView stream, std::function<void()> fn);
 /// For releasing what in-flight work uses (a borrowed array, a staging buffer): unlike
 /// launch_host_func it is not discarded after an error. @p fn must not throw.
 GPUCLOUD_API void launch_cleanup(StreamView stream, std::function<void()> fn);
+
+/// @brief Enqueues @p fn(error) that runs once earlier work finished, also after a failure, as
+///        cudaStreamAddCallback hands its callback a status.
+///
+/// @p error is the first exception earlier work raised since the stream was last synchronised
+/// (taken over by @p fn: synchronize() will not raise it again), or null. For completing futures
+/// and promises from a stream. An exception from @p fn is reported by the next synchronize().
+GPUCLOUD_API void add_callback(StreamView stream, std::function<void(std::exception_ptr)> fn);
 
 }  // namespace gpucloud

@@ -12,9 +12,12 @@ sent as bf16/fp16 (``HookState(comm, wire_dtype=torch.bfloat16)``, as DDP's comp
 returned ``torch.futures.Future`` completes with the averaged bucket; a failed collective (a peer
 that died, a timeout) completes it with the exception, which DDP raises from ``backward()``.
 
-On the CPU the all-reduce runs when the hook is called (DDP calls hooks as buckets fill during
-backward); on a GPU it is queued on the current stream and the future completes when it is queued,
-as NCCL hooks do.
+The hook returns at once: DDP calls it as each bucket fills during backward, and the all-reduce
+runs on gpucloud's stream while backward goes on computing the next buckets' gradients. On the
+CPU the future completes when the all-reduce has finished (a stream callback,
+``gpucloud.add_callback``, hands it the result or the collective's error); on a GPU the
+all-reduce is queued on the current stream and the future completes when it is queued, as NCCL
+hooks do (later work on that stream is ordered after it).
 """
 import torch
 
@@ -55,13 +58,26 @@ def _hook(state, bucket, hierarchical):
         else:
             comm.all_reduce(wire, wire, stream)
         if buffer.device.type == "cpu":
-            stream.synchronize()  # raises the collective's error, if any
+            _gc.add_callback(stream, lambda error: _complete(future, buffer, wire, error))
+            return future
+        if wire is not buffer:
+            buffer.copy_(wire)  # queued on the same (current) stream, after the all-reduce
+        future.set_result(buffer)
+    except Exception as e:  # noqa: BLE001 - handed to DDP, which raises it from backward()
+        future.set_exception(e)
+    return future
+
+
+def _complete(future, buffer, wire, error):
+    """On the stream, once the bucket's all-reduce finished: the averaged bucket, or the error."""
+    try:
+        if error is not None:
+            raise error
         if wire is not buffer:
             buffer.copy_(wire)
         future.set_result(buffer)
     except Exception as e:  # noqa: BLE001 - handed to DDP, which raises it from backward()
         future.set_exception(e)
-    return future
 
 
 def allreduce_hook(state: HookState, bucket):
