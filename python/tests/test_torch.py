@@ -229,8 +229,8 @@ def _free_port():
 
 @pytest.mark.parametrize("agent_store", [False, True])
 def test_torchrun_store_exchanges_the_id_the_way_init_process_group_does(agent_store):
-    """Two processes with torchrun's environment (Debian's torch 1.13 torchrun itself does not start
-    under Python 3.11): rank 0 hosts the store (c10d rendezvous), or the launcher does (static)."""
+    """Two processes with torchrun's environment, both store hosts torchrun uses: rank 0 (c10d
+    rendezvous) or the launcher (static); the real torchrun: test_launch_info_under_torchrun_with_two_agents."""
     import datetime
     import subprocess
     import sys
@@ -262,3 +262,52 @@ def test_torchrun_store_exchanges_the_id_the_way_init_process_group_does(agent_s
     assert [line[:2] for line in lines] == [["0", "2"], ["1", "2"]]
     assert lines[0][2] == lines[1][2] and len(bytes.fromhex(lines[0][2])) == 128
     del agent
+
+
+TORCHRUN_SCRIPT = r"""
+import gpucloud as gc
+l = gc.launch_info_from_environment()
+store, rank, size = gc.distributed.torchrun_store(60)
+store.set(f"node{rank}", str(l.node))
+nodes = sorted({int(store.get(f"node{r}")) for r in range(size)})
+print("INFO", l.rank, l.size, l.local_rank, l.local_size, l.node, l.nodes, l.launcher, rank, size, nodes, flush=True)
+store.set(f"done{rank}", b"1")
+[store.get(f"done{r}") for r in range(size)]  # the store's host lives until everyone has read
+"""
+
+
+def test_launch_info_under_torchrun_with_two_agents(tmp_path):
+    """The real torchrun (torch.distributed.run), two agents of 2 workers each as two "nodes"
+    (static rendezvous on loopback): every worker reads its rank, local rank and node from
+    torchrun's variables (GROUP_RANK / GROUP_WORLD_SIZE), and the store torchrun's agent or rank 0
+    hosts reaches all 4. Debian's torch 1.13 under Python 3.11 needs -r/-t as per-rank maps (its
+    Std enum loses the value 0 there); the maps work on every torch."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    port = _free_port()
+    agents = []
+    for node in range(2):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
+               "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
+               "-r", "0:1,1:1", "-t", "0:1,1:1", "--log_dir", str(tmp_path / f"logs{node}"), str(script)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_", "SLURM_"))}
+        agents.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
+    outs = []
+    for a in agents:
+        try:
+            outs.append(a.communicate(timeout=180)[0])
+        except subprocess.TimeoutExpired:
+            a.kill()
+            outs.append(a.communicate()[0])
+    assert all(a.returncode == 0 for a in agents), "\n".join(outs)
+    infos = sorted(line.split("INFO ", 1)[1].split(" ", 8) for out in outs for line in out.splitlines()
+                   if "INFO " in line)
+    assert len(infos) == 4, "\n".join(outs)
+    for info in infos:
+        rank, size, local_rank, local_size, node, nodes, launcher, store_rank = map(str, info[:8])
+        assert (size, local_size, nodes, launcher) == ("4", "2", "2", "torchrun"), info
+        assert rank == store_rank and int(node) == int(rank) // 2 and int(local_rank) == int(rank) % 2, info
+        assert info[8].strip() == "4 [0, 1]", info
