@@ -74,7 +74,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF -DGPUCLOUD_BLAS=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  configure_build_test tsan "-L stream|memory|kernels|movement|amp|gemm|monitor|checkpoint -LE mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
+  configure_build_test tsan "-L stream|memory|kernels|movement|amp|gemm|monitor|checkpoint|transport -LE mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF
 # The bindings under AddressSanitizer: host-only (CUDA's runtime and ASan do not mix well), the
 # built-in GEMM (OpenBLAS is not instrumented), leaks off (CPython keeps objects until exit).

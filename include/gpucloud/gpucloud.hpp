@@ -33,6 +33,7 @@
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/comm/cost_model.hpp>
 #include <gpucloud/comm/grad_buckets.hpp>
+#include <gpucloud/comm/transport.hpp>
 // monitor: device metrics
 #include <gpucloud/monitor/monitor.hpp>
 // checkpoint: named state, asynchronous sharded checkpoints in safetensors files

@@ -1191,10 +1191,13 @@ class CommBackend:
       mpi
     
       nccl
+    
+      transport
     """
     __members__: typing.ClassVar[dict[str, CommBackend]]
     mpi: typing.ClassVar[CommBackend]
     nccl: typing.ClassVar[CommBackend]
+    transport: typing.ClassVar[CommBackend]
     @typing.overload
     def __eq__(self, other: CommBackend) -> bool:
         ...
@@ -1233,6 +1236,11 @@ class Communicator:
     """
     A group of processes and stream-ordered collectives between them.
     """
+    @staticmethod
+    def from_transport(transport: typing.Any) -> Communicator:
+        """
+        The ranks of a transport's blocking host collectives: an object with rank(), size(), all_reduce(data, dtype, op), all_gather(send, recv, dtype), broadcast(data, dtype, root) and split(color, key), where data/send/recv are writable memoryviews of the bytes, dtype and op names (gloo through torch.distributed: gpucloud.torch.process_group_communicator). A collective: all ranks call.
+        """
     @staticmethod
     def mpi(comm: typing.Any) -> Communicator:
         """

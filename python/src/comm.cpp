@@ -1,6 +1,8 @@
 // Communicators, collectives and gradient buckets.
 #include "interop.hpp"
 
+#include <gpucloud/comm/transport.hpp>
+
 #include <cstring>
 
 #include <pybind11/chrono.h>
@@ -10,6 +12,62 @@
 namespace gpucloud::python {
 
 namespace {
+
+// A Python object as a HostTransport: its methods run with the GIL, on gpucloud's stream worker,
+// with memoryviews of the buffers (no export, which would wait for the very collective running),
+// the dtype's and the op's names.
+class PythonTransport final : public HostTransport {
+ public:
+  explicit PythonTransport(py::object object) : object_(gil_safe(std::move(object))) {
+    for (const char* name : {"rank", "size", "all_reduce", "all_gather", "broadcast", "split"}) {
+      if (!py::hasattr(*object_, name)) {
+        GPUCLOUD_FAIL(InvalidArgument, "Communicator.from_transport",
+                      std::string("transport: ") + type_name(*object_) + " has no method " + name + "()");
+      }
+    }
+    rank_ = static_cast<int>(arg_int(object_->attr("rank")(), "transport.rank()"));
+    size_ = static_cast<int>(arg_int(object_->attr("size")(), "transport.size()"));
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce(BufferView data, ReduceOp op) override {
+    const char* name = op == ReduceOp::max ? "max" : op == ReduceOp::min ? "min" : "sum";
+    with_gil([&] { object_->attr("all_reduce")(bytes_of(data), dtype_name(data.dtype()), name); });
+  }
+  void all_gather(BufferView send, BufferView recv) override {
+    with_gil([&] { object_->attr("all_gather")(bytes_of(send), bytes_of(recv), dtype_name(send.dtype())); });
+  }
+  void broadcast(BufferView data, int root) override {
+    with_gil([&] { object_->attr("broadcast")(bytes_of(data), dtype_name(data.dtype()), root); });
+  }
+  std::shared_ptr<HostTransport> split(int color, int key) override {
+    std::shared_ptr<HostTransport> part;
+    with_gil([&] { part = std::make_shared<PythonTransport>(object_->attr("split")(color, key)); });
+    return part;
+  }
+
+ private:
+  // Runs @p f holding the GIL; a Python exception becomes a C++ one with its text (gpucloud then
+  // raises CommunicationError naming the collective).
+  template <class F>
+  static void with_gil(F f) {
+    if (interpreter_finalizing()) throw std::runtime_error("the Python interpreter is exiting");
+    py::gil_scoped_acquire acquire;
+    try {
+      f();
+    } catch (py::error_already_set& e) {
+      throw std::runtime_error(e.what());
+    }
+  }
+  static py::object bytes_of(BufferView v) {
+    PyObject* view =
+        PyMemoryView_FromMemory(static_cast<char*>(v.data()), static_cast<Py_ssize_t>(v.size_bytes()), PyBUF_WRITE);
+    if (view == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(view);
+  }
+  std::shared_ptr<py::object> object_;
+  int rank_ = 0, size_ = 1;
+};
 
 ReduceOp to_op(const std::string& name) {
   if (name == "sum") return ReduceOp::sum;
@@ -85,8 +143,22 @@ void bind_comm(py::module_& m) {
 
   py::enum_<CommBackend>(m, "CommBackend", "Which library moves a communicator's data.")
       .value("mpi", CommBackend::mpi)
-      .value("nccl", CommBackend::nccl);
+      .value("nccl", CommBackend::nccl)
+      .value("transport", CommBackend::transport);
   py::class_<Communicator>(m, "Communicator", "A group of processes and stream-ordered collectives between them.")
+      .def_static(
+          "from_transport",
+          [](py::object transport) {
+            auto t = std::make_shared<PythonTransport>(std::move(transport));
+            py::gil_scoped_release release;  // its collectives block; the transport takes the GIL to run
+            return Communicator::from_transport(std::move(t));
+          },
+          py::arg("transport"),
+          "The ranks of a transport's blocking host collectives: an object with rank(), size(), "
+          "all_reduce(data, dtype, op), all_gather(send, recv, dtype), broadcast(data, dtype, root) and "
+          "split(color, key), where data/send/recv are writable memoryviews of the bytes, dtype and op "
+          "names (gloo through torch.distributed: gpucloud.torch.process_group_communicator). A "
+          "collective: all ranks call.")
       .def_static(
           "mpi_world",
           [] {

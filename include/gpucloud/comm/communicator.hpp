@@ -23,9 +23,12 @@ enum class ReduceOp { sum, average, max, min };
 
 /// @brief Which library moves a communicator's data.
 enum class CommBackend : std::uint8_t {
-  mpi,   ///< OpenMPI: host buffers on host streams
-  nccl,  ///< NCCL: device buffers on CUDA streams of the communicator's GPU
+  mpi,        ///< OpenMPI: host buffers on host streams
+  nccl,       ///< NCCL: device buffers on CUDA streams of the communicator's GPU
+  transport,  ///< a HostTransport's host collectives (gloo through torch.distributed, your own)
 };
+
+class HostTransport;
 
 /// @brief NCCL's unique id (ncclUniqueId): made by one rank, handed to all by the caller (a
 ///        store, MPI, mpi4py, torch.distributed), then every rank joins with it.
@@ -78,13 +81,19 @@ class GPUCLOUD_API Communicator {
   /// @throws InvalidArgument when MPI is not initialised or the handle is not a live
   ///         intra-communicator; Unsupported when built without MPI or without MPI_THREAD_MULTIPLE.
   static Communicator mpi(std::int64_t fortran_handle);
+  /// @brief The ranks of a @p transport's blocking host collectives (gloo through
+  ///        torch.distributed, your own; gpucloud/comm/transport.hpp): gpucloud's checks,
+  ///        agreement, timeout, hierarchical all-reduce and buckets over them, on host streams.
+  ///        Nodes from the ranks' host names (or GPUCLOUD_LOCAL_SIZE). A collective: all ranks call.
+  /// @throws InvalidArgument for a null transport or a rank outside its size.
+  static Communicator from_transport(std::shared_ptr<HostTransport> transport);
 
   /// @brief A fresh NCCL unique id (ncclGetUniqueId), for rank 0 to hand to the others.
   /// @throws Unsupported when built without CUDA/NCCL.
   static NcclUniqueId nccl_unique_id();
   /// @brief Rank @p rank of @p size processes, one GPU each (@p device), joined through @p id
-  ///        (ncclCommInitRank; a collective: every rank calls it). Nodes come from the launcher's
-  ///        environment (GPUCLOUD_LOCAL_SIZE overrides) when its size matches, else one node.
+  ///        (ncclCommInitRank; a collective: every rank calls it). Nodes come from the ranks'
+  ///        host names, all-gathered at setup (GPUCLOUD_LOCAL_SIZE overrides).
   /// @throws InvalidArgument for a rank outside the size or a non-CUDA device, Unsupported
   ///         without NCCL, CommunicationError when NCCL fails.
   static Communicator nccl(const NcclUniqueId& id, int rank, int size, Device device);

@@ -6,6 +6,8 @@
   fused multi-tensor kernels, state dicts interchangeable with torch's own.
 - ``gpucloud.torch.ddp``: communication hooks for ``DistributedDataParallel.register_comm_hook``.
 - ``DistributedOptimizer``, ``broadcast_parameters``, ``broadcast_optimizer_state``: Horovod's API.
+- ``process_group_communicator()``: a gpucloud communicator over the job's ``torch.distributed``
+  (gloo) process group, for jobs without MPI (torchrun on CPUs).
 
 Each is a one-line change in a torch script::
 
@@ -17,6 +19,7 @@ import torch as _torch  # noqa: F401  (a clear ImportError here when torch is mi
 from . import ddp, optim  # noqa: F401
 from .amp import GradScaler  # noqa: F401
 from .horovod import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters  # noqa: F401
+from .process_group import ProcessGroupTransport, process_group_communicator  # noqa: F401
 
-__all__ = ["DistributedOptimizer", "GradScaler", "broadcast_optimizer_state", "broadcast_parameters", "ddp",
-           "optim"]
+__all__ = ["DistributedOptimizer", "GradScaler", "ProcessGroupTransport", "broadcast_optimizer_state",
+           "broadcast_parameters", "ddp", "optim", "process_group_communicator"]

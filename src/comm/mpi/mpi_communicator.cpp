@@ -3,6 +3,7 @@
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include "comm/agreement.hpp"
 #include "comm/communicator_impl.hpp"
 #include "comm/mpi/mpi_check.hpp"
 #include "comm/nccl/nccl_communicator.hpp"
@@ -26,6 +27,9 @@
 #include <vector>
 
 namespace gpucloud {
+
+using detail::Collective;
+using detail::Signature;
 
 // The agreement's reduction (defined with the agreement, below).
 void combine_agreements(void* in, void* inout, int* len, MPI_Datatype* type);
@@ -161,86 +165,7 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
   return MPI_SUM;
 }
 
-// recv /= size for average (floats only; checked before).
-void divide(BufferView v, int size) {
-  const double inv = 1.0 / size;
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    switch (v.dtype()) {
-      case DType::float32:
-        static_cast<float*>(v.data())[i] = static_cast<float>(static_cast<float*>(v.data())[i] * inv);
-        break;
-      case DType::float64:
-        static_cast<double*>(v.data())[i] *= inv;
-        break;
-      case DType::float16: {
-        auto* p = static_cast<std::uint16_t*>(v.data()) + i;
-        *p = detail::float_to_half_bits(static_cast<float>(detail::half_bits_to_float(*p) * inv));
-        break;
-      }
-      case DType::bfloat16: {
-        auto* p = static_cast<std::uint16_t*>(v.data()) + i;
-        *p = detail::float_to_bfloat16_bits(static_cast<float>(detail::bfloat16_bits_to_float(*p) * inv));
-        break;
-      }
-      default:
-        break;
-    }
-  }
-}
-
 }  // namespace
-
-// Every rank states what it is about to run; a difference in any field is an error on every rank
-// (the agreement is itself a collective, so all ranks see the same verdict and the communicator
-// stays usable).
-enum class Collective : std::int64_t {
-  all_reduce = 1,
-  hierarchical_all_reduce,
-  reduce_scatter,
-  all_gather,
-  broadcast,
-  barrier
-};
-
-const char* collective_name(std::int64_t c) {
-  switch (static_cast<Collective>(c)) {
-    case Collective::all_reduce:
-      return "all_reduce";
-    case Collective::hierarchical_all_reduce:
-      return "hierarchical_all_reduce";
-    case Collective::reduce_scatter:
-      return "reduce_scatter";
-    case Collective::all_gather:
-      return "all_gather";
-    case Collective::broadcast:
-      return "broadcast";
-    case Collective::barrier:
-      return "barrier";
-  }
-  return "?";
-}
-
-const char* reduce_op_name(std::int64_t op) {
-  switch (static_cast<ReduceOp>(op)) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::average:
-      return "average";
-    case ReduceOp::max:
-      return "max";
-    case ReduceOp::min:
-      return "min";
-  }
-  return "none";
-}
-
-struct Signature {
-  Collective kind;
-  std::int64_t op = -1;     // ReduceOp, -1 for none
-  std::int64_t root = -1;   // broadcast's root, -1 for none
-  std::int64_t count = 0;   // elements this rank contributes
-  std::int64_t dtype = -1;  // DType, -1 for none
-};
 
 // The agreement is one MPI_Allreduce of one Agreement (a derived type, so MPI never splits it)
 // under a commutative user op: the header fields combine as max and -min, so every rank learns
@@ -249,7 +174,7 @@ struct Signature {
 // dtype, fp16/bf16 through fp32; all-gather and broadcast as bitwise OR of zero-filled slots). Small
 // collectives so cost one small-message latency, like the raw call, with the checks on.
 constexpr std::size_t kInlineBytes = 1024;
-constexpr int kFields = 6;  // kind, op, root, count, dtype, inline
+constexpr int kFields = detail::kAgreementFields;  // kind, op, root, count, dtype, inline
 struct Agreement {
   std::int64_t high[kFields];  // max over ranks
   std::int64_t low[kFields];   // max of the negation: -min over ranks
@@ -365,34 +290,14 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // CommunicationError on every rank instead of corrupted data, a hang or an MPI abort. @p a
   // carries this rank's inline payload in, and the combined one out.
   void agree(const char* call, const Signature& sig, Agreement& a) {
-    const std::int64_t fields[kFields] = {
-        static_cast<std::int64_t>(sig.kind), sig.op, sig.root, sig.count, sig.dtype, a.high[5]};
+    std::int64_t fields[kFields];
+    detail::agreement_fields(sig, a.high[5], fields);
     for (int i = 0; i < kFields; ++i) {
       a.high[i] = fields[i];
       a.low[i] = -fields[i];
     }
     GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &a, 1, agreement_type(), agreement_op(), world));
-    std::string why;
-    auto differs = [&](int i) { return a.high[i] != -a.low[i]; };
-    auto range = [&](int i, auto name) {
-      return std::string(name(-a.low[i])) + " on some ranks, " + name(a.high[i]) + " on others";
-    };
-    auto number = [](std::int64_t v) { return std::to_string(v); };
-    auto dtype = [](std::int64_t v) {
-      return v < 0 ? std::string("none") : std::string(dtype_name(static_cast<DType>(v)));
-    };
-    if (differs(0)) why += "; operation: " + range(0, collective_name);
-    if (differs(1)) why += "; reduce op: " + range(1, reduce_op_name);
-    if (differs(2)) why += "; root: " + range(2, number);
-    if (differs(3)) why += "; count: " + range(3, number);
-    if (differs(4)) why += "; dtype: " + range(4, dtype);
-    if (differs(5) && why.empty()) why += "; inline payload";
-    if (!why.empty()) {
-      throw CommunicationError(call,
-                               where + ": the ranks disagree on the collective" + why +
-                                   ". Nothing was exchanged; the communicator stays usable",
-                               __FILE__, __LINE__);
-    }
+    detail::check_agreement(call, where, a.high, a.low);
   }
 
   // The one way a collective is enqueued: on the stream's worker, holding this communicator, in
@@ -617,7 +522,7 @@ auto pack_whole(BufferView send) {
 auto unpack_reduced(BufferView recv, ReduceOp op) {
   return [recv, op](MpiCommunicator& c, const unsigned char* payload) {
     copy_bytes(recv.data(), payload, recv.size_bytes());
-    if (op == ReduceOp::average) divide(recv, c.size);
+    if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
   };
 }
 
@@ -647,7 +552,7 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
           const void* in = in_place ? MPI_IN_PLACE : static_cast<const unsigned char*>(send.data()) + at * elem;
           GPUCLOUD_MPI_CHECK(MPI_Allreduce(in, out, static_cast<int>(count), type, mpi_op(op, recv.dtype()), c.world));
         });
-        if (op == ReduceOp::average) divide(recv, c.size);
+        if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       });
 }
 
@@ -690,7 +595,7 @@ void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, 
               GPUCLOUD_MPI_CHECK(
                   MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, counts.data(), displs.data(), type, c.local));
             });
-            if (op == ReduceOp::average) divide(recv, c.size);
+            if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
           });
 }
 
@@ -709,12 +614,12 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
       [recv, op, n](MpiCommunicator& c, const unsigned char* payload) {
         const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(recv.dtype());
         copy_bytes(recv.data(), payload + static_cast<std::size_t>(c.rank) * bytes, bytes);
-        if (op == ReduceOp::average) divide(recv, c.size);
+        if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
       [send, recv, op, n](MpiCommunicator& c) {
         GPUCLOUD_MPI_CHECK(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
                                                     mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()), c.world));
-        if (op == ReduceOp::average) divide(recv, c.size);
+        if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       });
 }
 
