@@ -74,3 +74,28 @@ def test_what_is_not_a_transport_is_refused():
 
     with pytest.raises(gc.InvalidArgument, match="outside its size"):
         gc.Communicator.from_transport(BadRank())
+
+
+def test_exiting_with_a_transport_collective_queued_neither_crashes_nor_hangs():
+    """The interpreter ends while a collective over a Python transport still waits on its stream
+    (behind a slow host function), with the transport and the communicator dropped: the process
+    exits cleanly (the worker does not call into a finalising interpreter)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import time, numpy as np, gpucloud as gc
+        from test_transport import OneRank
+        comm = gc.Communicator.from_transport(OneRank())
+        s = gc.Stream()
+        gc.launch_host_func(s, lambda: time.sleep(0.5))
+        x = np.ones(1000, np.float32)
+        comm.all_reduce(x, x, s)
+        del comm
+        print("exiting", flush=True)
+    """)
+    import os
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and "exiting" in r.stdout, r.stdout + r.stderr
