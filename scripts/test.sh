@@ -16,8 +16,8 @@
 #   asan   host tests under AddressSanitizer + UndefinedBehaviorSanitizer (not packaging, not
 #          MPI: OpenMPI's initialisation leaks by design), with GPUCLOUD_BLAS=OFF: the host GEMM's
 #          built-in loop nest (what builds without OpenBLAS run) under the same tests
-#   tsan   stream, memory, kernel, monitor and checkpoint tests (everything threaded, not MPI) under
-#          ThreadSanitizer
+#   tsan   stream, memory, kernel, monitor, checkpoint, transport-communicator and telemetry tests
+#          (everything threaded, not MPI) under ThreadSanitizer
 #   python-asan  the Python package built host-only with AddressSanitizer + UBSan, and the whole
 #          pytest suite run against it with the sanitizer runtime preloaded (the interpreter is
 #          not instrumented): a use-after-free in the bindings is a report, not luck
@@ -74,7 +74,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF -DGPUCLOUD_BLAS=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  configure_build_test tsan "-L stream|memory|kernels|movement|amp|gemm|monitor|checkpoint|transport -LE mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
+  configure_build_test tsan "-L stream|memory|kernels|movement|amp|gemm|monitor|checkpoint|transport|telemetry -LE mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF
 # The bindings under AddressSanitizer: host-only (CUDA's runtime and ASan do not mix well), the
 # built-in GEMM (OpenBLAS is not instrumented), leaks off (CPython keeps objects until exit).
