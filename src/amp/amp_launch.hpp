@@ -1,6 +1,6 @@
 // Internal: launches of the mixed-precision kernels on either backend (not API). Each function
 // packs its tensors with multi_tensor_apply and runs the shared bodies of kernels/amp/amp_ops.hpp:
-// host loops on a host stream's worker, CUDA kernels (kernels/amp/amp.cu) on a GPU stream.
+// host loops on a host stream's worker, CUDA kernels (src/amp/cuda/amp.cu) on a GPU stream.
 #pragma once
 
 #include <gpucloud/runtime/stream.hpp>
@@ -31,7 +31,7 @@ int adam(const Rows6& rows, const kernels::AdamOp& op, StreamView s);
 }  // namespace gpucloud::detail::amp
 
 namespace gpucloud::detail::cuda {
-// The CUDA side of the launches above (kernels/amp/amp.cu, or stand-ins without CUDA).
+// The CUDA side of the launches above (src/amp/cuda/amp.cu, or stand-ins without CUDA).
 void amp_unscale(const kernels::TensorListMeta<1>& meta, kernels::ScalerState* state, StreamImpl& s);
 void amp_scale_by(const kernels::TensorListMeta<1>& meta, const float* factor, StreamImpl& s);
 void amp_update_scale(kernels::ScalerState* state, kernels::ScalerRule rule, StreamImpl& s);

@@ -1,4 +1,4 @@
-// Internal: CUDA launchers of the training-step ops (kernels/compute/nn_ops.cu, or stand-ins).
+// Internal: CUDA launchers of the training-step ops (src/compute/cuda/nn_ops.cu, or stand-ins).
 #pragma once
 
 #include "kernels/compute/nn_ops.hpp"

@@ -1,7 +1,7 @@
 // CUDA launchers for the mixed-precision kernels: the bodies of amp_ops.hpp, the block reduction
 // of the norm through CUB.
 #include "kernels/amp/amp_ops.hpp"
-#include "kernels/launch/launch.cuh"
+#include "runtime/cuda/launch.cuh"
 
 #include "amp/amp_launch.hpp"
 #include "runtime/cuda/cuda_check.hpp"

@@ -1,7 +1,7 @@
 // CUDA launchers for cast and fill: the same bodies the host backend runs (src/compute/cast.cpp).
 #include "kernels/compute/cast_body.hpp"
 #include "kernels/launch/dispatch.hpp"
-#include "kernels/launch/launch.cuh"
+#include "runtime/cuda/launch.cuh"
 
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"

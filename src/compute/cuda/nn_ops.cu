@@ -1,6 +1,6 @@
 // CUDA launchers of the training-step ops: the bodies of nn_ops.hpp.
 #include "kernels/compute/nn_ops.hpp"
-#include "kernels/launch/launch.cuh"
+#include "runtime/cuda/launch.cuh"
 
 #include "compute/nn_ops_launch.hpp"
 #include "runtime/cuda/cuda_check.hpp"

@@ -78,7 +78,7 @@ void read_metrics(int device, DeviceMetrics& m);
 /// Why NVML is unusable, or empty.
 std::string nvml_unavailable_reason();
 
-/// Kernels (kernels/compute/cast.cu).
+/// Kernels (src/compute/cuda/cast.cu).
 void cast(BufferView dst, BufferView src, StreamImpl& stream);
 void fill(BufferView dst, double value, StreamImpl& stream);
 void fill(BufferView dst, std::int64_t value, StreamImpl& stream);
