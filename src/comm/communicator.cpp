@@ -78,6 +78,20 @@ std::string where(int rank) {
 
 }  // namespace detail
 
+std::exception_ptr Communicator::Impl::timed_out(const char* op, std::chrono::steady_clock::time_point began,
+                                                 const char* ends) {
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
+  broken = true;
+  detail::note_broken_communicator(where + ": " + op + " timed out after " + std::to_string(waited.count()) + " ms");
+  return std::make_exception_ptr(CommunicationError(
+      op,
+      where + " waited " + std::to_string(waited.count()) +
+          " ms for the other ranks (GPUCLOUD_COMM_TIMEOUT); a rank is missing, slow or dead. The communicator is "
+          "broken: later collectives on it fail, and " +
+          ends,
+      __FILE__, __LINE__));
+}
+
 void Communicator::Impl::check_usable(const char* op) const {
   if (broken) {
     throw CommunicationError(op, where + ": the communicator is broken by an earlier timeout or failure", __FILE__,

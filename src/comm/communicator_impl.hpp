@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -31,6 +32,10 @@ struct Communicator::Impl {
 
   /// Throws CommunicationError when an earlier timeout or failure broke the communicator.
   void check_usable(const char* op) const;
+  /// The error of collective @p op that did not complete within the timeout (waited since
+  /// @p began); breaks the communicator and records why for the exit handler. @p ends says how
+  /// the job ends.
+  std::exception_ptr timed_out(const char* op, std::chrono::steady_clock::time_point began, const char* ends);
 
   virtual void all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) = 0;
   virtual void hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) = 0;

@@ -28,6 +28,11 @@
 
 namespace gpucloud {
 
+namespace {
+// How the job ends after a collective timed out (CommunicationError's message).
+constexpr const char* kEnds = "the job ends at exit (MPI_Abort) since MPI cannot finalise with the collective pending";
+}  // namespace
+
 using detail::Collective;
 using detail::Signature;
 
@@ -272,20 +277,6 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     }
   }
 
-  // The error of a collective that did not complete within the timeout; breaks the communicator.
-  std::exception_ptr timed_out(const char* op, std::chrono::steady_clock::time_point began) {
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
-    broken = true;
-    detail::note_broken_communicator(where + ": " + op + " timed out after " + std::to_string(waited.count()) + " ms");
-    return std::make_exception_ptr(CommunicationError(
-        op,
-        where + " waited " + std::to_string(waited.count()) +
-            " ms for the other ranks (GPUCLOUD_COMM_TIMEOUT); a rank is missing, slow or dead. The communicator is "
-            "broken: later collectives on it fail, and the job ends at exit (MPI_Abort) since MPI cannot finalise "
-            "with the collective pending",
-        __FILE__, __LINE__));
-  }
-
   // Every rank must agree on the operation, reduce op, root, count and dtype; a mismatch is a
   // CommunicationError on every rank instead of corrupted data, a hang or an MPI abort. @p a
   // carries this rank's inline payload in, and the combined one out.
@@ -331,7 +322,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
               body(*self);
             }
           },
-          [&] { return self->timed_out(call, began); });
+          [&] { return self->timed_out(call, began, kEnds); });
       self->busy_ns.fetch_add(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count(),
           std::memory_order_relaxed);

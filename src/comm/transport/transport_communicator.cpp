@@ -31,6 +31,11 @@
 namespace gpucloud {
 
 namespace {
+// How the job ends after a collective timed out (CommunicationError's message).
+constexpr const char* kEnds = "the process ends at exit, since the transport's call is still pending";
+}  // namespace
+
+namespace {
 
 using detail::Collective;
 using detail::Signature;
@@ -79,19 +84,6 @@ class TransportCommunicator final : public Communicator::Impl,
     detail::check_agreement(call, where, both, both + detail::kAgreementFields);
   }
 
-  std::exception_ptr timed_out(const char* op, std::chrono::steady_clock::time_point began) {
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
-    broken = true;
-    detail::note_broken_communicator(where + ": " + op + " timed out after " + std::to_string(waited.count()) + " ms");
-    return std::make_exception_ptr(CommunicationError(
-        op,
-        where + " waited " + std::to_string(waited.count()) +
-            " ms for the other ranks (GPUCLOUD_COMM_TIMEOUT); a rank is missing, slow or dead. The communicator is "
-            "broken: later collectives on it fail, and the process ends at exit, since the transport's call is "
-            "still pending",
-        __FILE__, __LINE__));
-  }
-
   // The one way a collective is enqueued: on the stream's worker, in one order per communicator,
   // after the agreement, under the timeout; a transport's failure becomes a CommunicationError.
   template <class Body>
@@ -115,7 +107,7 @@ class TransportCommunicator final : public Communicator::Impl,
               throw CommunicationError(call, self->where + ": the transport failed: " + e.what(), __FILE__, __LINE__);
             }
           },
-          [&] { return self->timed_out(call, began); });
+          [&] { return self->timed_out(call, began, kEnds); });
       self->busy_ns.fetch_add(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count(),
           std::memory_order_relaxed);
