@@ -197,7 +197,7 @@ void on_ranks(int n, const std::function<void(int, std::shared_ptr<ThreadTranspo
   if (failure) std::rethrow_exception(failure);
 }
 
-void every_collective(int rank, std::shared_ptr<ThreadTransport> t, int want_nodes) {
+void every_collective(int rank, std::shared_ptr<ThreadTransport> t, int want_nodes, bool checks = true) {
   gc::Communicator c = gc::Communicator::from_transport(t);
   const int n = c.size();
   EXPECT_EQ(c.backend(), gc::CommBackend::transport);
@@ -236,6 +236,7 @@ void every_collective(int rank, std::shared_ptr<ThreadTransport> t, int want_nod
   EXPECT_EQ(shard.data_as<float>()[1], static_cast<float>((2 * rank + 1) * n));
   EXPECT_EQ(root.data_as<std::int64_t>()[0], n - 1);
 
+  if (!checks) return;  // without the agreement a mismatch is the transport's to notice
   // A mismatched count: an error on every rank, nothing exchanged, the communicator still usable.
   gc::Buffer bad(4 + static_cast<std::size_t>(rank), gc::DType::float32);
   c.all_reduce(bad, bad, gc::ReduceOp::sum, s);
@@ -260,6 +261,15 @@ TEST(TransportCommunicator, HierarchicalOnTwoSimulatedNodesOfTwo) {
   ::setenv("GPUCLOUD_LOCAL_SIZE", "2", 1);
   on_ranks(4, [](int r, auto t) { every_collective(r, t, 2); });
   ::unsetenv("GPUCLOUD_LOCAL_SIZE");
+}
+
+TEST(TransportCommunicator, WithoutTheAgreementEveryCollectiveStillHolds) {
+  ::unsetenv("GPUCLOUD_LOCAL_SIZE");
+  ::setenv("GPUCLOUD_COMM_CHECKS", "0", 1);
+  on_ranks(4, [](int r, auto t) { every_collective(r, t, 1, /*checks=*/false); });
+  ::setenv("GPUCLOUD_COMM_CHECKS", "yes", 1);
+  EXPECT_THROW(on_ranks(1, [](int, auto t) { (void)gc::Communicator::from_transport(t); }), gc::InvalidArgument);
+  ::unsetenv("GPUCLOUD_COMM_CHECKS");
 }
 
 TEST(TransportCommunicator, ATransportFailureIsACommunicationErrorNamingTheOperation) {

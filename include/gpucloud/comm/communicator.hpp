@@ -84,8 +84,10 @@ class GPUCLOUD_API Communicator {
   /// @brief The ranks of a @p transport's blocking host collectives (gloo through
   ///        torch.distributed, your own; gpucloud/comm/transport.hpp): gpucloud's checks,
   ///        agreement, timeout, hierarchical all-reduce and buckets over them, on host streams.
-  ///        Nodes from the ranks' host names (or GPUCLOUD_LOCAL_SIZE). A collective: all ranks call.
-  /// @throws InvalidArgument for a null transport or a rank outside its size.
+  ///        Nodes from the ranks' host names (or GPUCLOUD_LOCAL_SIZE). GPUCLOUD_COMM_CHECKS=0 skips
+  ///        the agreement before each collective. A collective: all ranks call.
+  /// @throws InvalidArgument for a null transport, a rank outside its size, or a bad
+  ///         GPUCLOUD_COMM_CHECKS (not 0 or 1).
   static Communicator from_transport(std::shared_ptr<HostTransport> transport);
 
   /// @brief A fresh NCCL unique id (ncclGetUniqueId), for rank 0 to hand to the others.
