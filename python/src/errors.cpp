@@ -132,7 +132,6 @@ py::object exception_object(std::exception_ptr p) {
   return py::reinterpret_steal<py::object>(value);
 }
 
-
 std::string type_name(py::handle h) { return py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>(); }
 
 std::int64_t arg_int(py::handle h, const char* arg) {

@@ -79,6 +79,30 @@ def test_add_callback_runs_after_earlier_work_and_takes_over_its_error(stream, m
         gc.add_callback(stream, "not callable")
 
 
+def test_a_callback_dropped_by_its_caller_still_runs_when_the_stream_reaches_it():
+    """The stream keeps the callback (and what it closes over) alive: dropped by the caller while
+    earlier work blocks the stream, it still runs, once, after that work."""
+    import gc as pygc
+
+    stream = gc.Stream()
+    gate = threading.Event()
+    seen = []
+
+    class Sink:
+        def __call__(self, error):
+            seen.append(("ran", error))
+
+    gc.launch_host_func(stream, lambda: gate.wait(30))
+    sink = Sink()
+    gc.add_callback(stream, sink)
+    del sink
+    pygc.collect()
+    assert seen == []
+    gate.set()
+    stream.synchronize()
+    assert seen == [("ran", None)]
+
+
 def test_events_order_and_time_work_across_streams(device):
     producer, consumer = gc.Stream(device), gc.Stream(device)
     ready, start, end = gc.Event(device), gc.Event(device), gc.Event(device)
