@@ -5,6 +5,7 @@
 
 #include "comm/agreement.hpp"
 #include "comm/communicator_impl.hpp"
+#include "comm/host_checks.hpp"
 #include "comm/mpi/mpi_check.hpp"
 #include "comm/nccl/nccl_communicator.hpp"
 #include "runtime/access.hpp"
@@ -472,17 +473,12 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::build(MPI_Comm parent, const c
 namespace {
 
 void check_host(BufferView v, StreamView s, const char* call, const char* arg) {
-  GPUCLOUD_EXPECTS(s.device().is_host(), call, "stream: the MPI backend runs on host streams, not " + s.device().str());
-  GPUCLOUD_EXPECTS(v.device().is_host(), call,
-                   std::string(arg) + ": the MPI backend takes host memory, not memory of " + v.device().str());
-  detail::check_access(v, s, detail::Access::copy, call, arg);
+  detail::check_host_buffer(v, s, call, arg, "the MPI backend");
 }
 
 void check_reduction(ReduceOp op, DType t, const char* call) {
   (void)mpi_type(t, call);
-  GPUCLOUD_EXPECTS(op != ReduceOp::average || is_floating(t), call,
-                   std::string("op: average needs a floating dtype, not ") + dtype_name(t));
-  GPUCLOUD_EXPECTS(t != DType::uint8, call, "dtype: uint8 is not reducible");
+  detail::check_reducible(op, t, call);
 }
 
 // The checks all_reduce and hierarchical_all_reduce share.

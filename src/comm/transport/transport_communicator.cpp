@@ -14,8 +14,8 @@
 
 #include "comm/agreement.hpp"
 #include "comm/communicator_impl.hpp"
+#include "comm/host_checks.hpp"
 #include "comm/node_layout.hpp"
-#include "runtime/access.hpp"
 #include "runtime/host/deadline.hpp"
 #include "runtime/nvtx.hpp"
 
@@ -45,18 +45,7 @@ BufferView host_view(void* data, std::size_t count, DType dtype) {
 }
 
 void check_host(BufferView v, StreamView s, const char* call, const char* arg) {
-  GPUCLOUD_EXPECTS(s.device().is_host(), call,
-                   "stream: a transport communicator runs on host streams, not " + s.device().str());
-  GPUCLOUD_EXPECTS(
-      v.device().is_host(), call,
-      std::string(arg) + ": a transport communicator takes host memory, not memory of " + v.device().str());
-  detail::check_access(v, s, detail::Access::copy, call, arg);
-}
-
-void check_reduction(ReduceOp op, DType t, const char* call) {
-  GPUCLOUD_EXPECTS(op != ReduceOp::average || is_floating(t), call,
-                   std::string("op: average needs a floating dtype, not ") + dtype_name(t));
-  GPUCLOUD_EXPECTS(t != DType::uint8, call, "dtype: uint8 is not reducible");
+  detail::check_host_buffer(v, s, call, arg, "a transport communicator");
 }
 
 // What the transport is asked for: average is a sum, divided afterwards.
@@ -162,7 +151,7 @@ class TransportCommunicator final : public Communicator::Impl,
     constexpr const char* call = "Communicator::reduce_scatter";
     check_host(send, stream, call, "send");
     check_host(recv, stream, call, "recv");
-    check_reduction(op, send.dtype(), call);
+    detail::check_reducible(op, send.dtype(), call);
     enqueue(stream, call, signature(Collective::reduce_scatter, op, recv), [send, recv, op](TransportCommunicator& c) {
       std::vector<unsigned char> all(send.size_bytes());
       BufferView copy = host_view(all.data(), send.size(), send.dtype());
@@ -230,7 +219,7 @@ class TransportCommunicator final : public Communicator::Impl,
     check_host(recv, stream, call, "recv");
     GPUCLOUD_EXPECTS(send.dtype() == recv.dtype() && send.size() == recv.size(), call,
                      "recv: must match send's dtype and size");
-    check_reduction(op, send.dtype(), call);
+    detail::check_reducible(op, send.dtype(), call);
   }
 };
 
