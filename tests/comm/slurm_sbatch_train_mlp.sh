@@ -4,7 +4,7 @@
 # 4 ranks on the nodes Slurm gave and the run's end, and the checkpoint directory step 300. The
 # same job resubmitted for 400 steps must resume from step 300 (what a requeued job does).
 #
-#   tests/slurm_sbatch_train_mlp.sh TRAINER WORKDIR NODES
+#   tests/comm/slurm_sbatch_train_mlp.sh TRAINER WORKDIR NODES
 set -euo pipefail
 trainer=$1 work=$2 nodes=${3:-2}
 root="$(cd "$(dirname "$0")/.." && pwd)"

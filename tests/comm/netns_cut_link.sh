@@ -6,7 +6,7 @@
 # output travelled over the cut link). mpirun itself, whose control channel to node 2 is that link,
 # waits for node 2's daemon: the script ends both, and restores the link.
 #
-#   tests/netns_cut_link.sh TEST_COMM_TIMEOUT_BINARY      (needs the netns_nodes fixture: 2 nodes)
+#   tests/comm/netns_cut_link.sh TEST_COMM_TIMEOUT_BINARY      (needs the netns_nodes fixture: 2 nodes)
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 bin=${1:?usage: netns_cut_link.sh test_comm_timeout}
