@@ -18,7 +18,7 @@ namespace gpucloud::bench {
 /// Milliseconds the stream spent on @p work (which enqueues on @p s), after one warm-up run.
 template <class Work>
 double time_ms(Stream& s, Work&& work) {
-  Event a(s.device()), b(s.device());
+  TimedEvent a(s.device()), b(s.device());
   work();  // warm-up: first touch, pool growth, plan caches
   s.synchronize();
   a.record(s);
@@ -34,7 +34,7 @@ double time_ms(Stream& s, Work&& work) {
 /// a second, so short cases read approximately) as the counters "watts" and "util_pct".
 template <class Work>
 double run_timed(benchmark::State& state, Stream& s, Work&& work) {
-  Event a(s.device()), b(s.device());
+  TimedEvent a(s.device()), b(s.device());
   work();
   s.synchronize();
   std::optional<MetricsMonitor> monitor;

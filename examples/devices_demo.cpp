@@ -37,7 +37,8 @@ void exercise(gc::Device device) {
 
   // Upload on a copy stream, compute (a cast) on a compute stream once the upload's event fires.
   gc::Stream copy_stream(device), compute_stream(device);
-  gc::Event uploaded(device), start(device), done(device);
+  gc::Event uploaded(device);
+  gc::TimedEvent start(device), done(device);
   constexpr std::size_t n = 1 << 22;
   gc::TypedBuffer<float> host_in(n, gc::Device::host(), gc::MemoryKind::pinned);
   std::iota(host_in.begin(), host_in.end(), 0.0f);
@@ -45,8 +46,8 @@ void exercise(gc::Device device) {
   gc::PlainResource plain(gc::MemoryKind::device, device);
   gc::StatisticsAdaptor stats(plain);
   gc::PoolResource pool(stats);
-  gc::TypedBuffer<float> on_device(n, device, gc::MemoryKind::device, copy_stream, &pool);
-  gc::TypedBuffer<gc::Half> halves(n, device, gc::MemoryKind::device, compute_stream, &pool);
+  gc::TypedBuffer<float> on_device(n, device, gc::MemoryKind::device, copy_stream, pool);
+  gc::TypedBuffer<gc::Half> halves(n, device, gc::MemoryKind::device, compute_stream, pool);
   gc::TypedBuffer<gc::Half> host_out(n, gc::Device::host(), gc::MemoryKind::pinned);
 
   start.record(copy_stream);

@@ -59,6 +59,7 @@ from ._core import (  # noqa: F401
     Prefetcher,
     StatisticsAdaptor,
     Stream,
+    TimedEvent,
     Unsupported,
     BufferView,
     advise,

@@ -81,11 +81,8 @@ void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
          "step",
          [](py::object self, PyStream& stream, PyScaler* scaler) {
            auto& o = self.cast<Py&>();
-           int launches = 0;
-           {
-             py::gil_scoped_release release;
-             launches = o.optimizer->step(stream.view, scaler != nullptr ? scaler->scaler.get() : nullptr);
-           }
+           const int launches = without_gil(
+               [&] { return o.optimizer->step(stream.view, scaler != nullptr ? scaler->scaler.get() : nullptr); });
            // The step writes the parameters (held by self), reads these gradients (which a later
            // set_grads may drop from self) and the scaler's found-inf.
            hold(self, stream, scaler != nullptr ? py::cast(scaler, py::return_value_policy::reference) : py::none());
@@ -111,19 +108,13 @@ void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
       .def_property_readonly("lr", [](Py& o) { return o.optimizer->options().lr; })
       .def(
           "step_count",
-          [](Py& o, PyStream& stream) {
-            py::gil_scoped_release release;
-            return o.optimizer->step_count(stream.view);
-          },
+          [](Py& o, PyStream& stream) { return without_gil([&] { return o.optimizer->step_count(stream.view); }); },
           py::arg("stream"), "Completed (not skipped) steps; synchronises the stream.")
       .def(
           "load_step_count",
           [](py::object self, std::size_t steps, PyStream& stream) {
-            {
-              py::gil_scoped_release release;
-              self.cast<Py&>().optimizer->load_step_count(steps, stream.view);
-            }
-            hold(self, stream);
+            enqueue_holding(stream.view, {self},
+                            [&] { self.cast<Py&>().optimizer->load_step_count(steps, stream.view); });
           },
           py::arg("steps"), py::arg("stream"), "Set the step count (restoring a checkpoint), in stream order.")
       .def(
@@ -145,12 +136,9 @@ void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
           [](py::object self, py::handle state, PyStream& stream) {
             std::vector<py::object> owners;
             const StateDict sd = state_from_python(state, owners);
-            {
-              py::gil_scoped_release release;
-              self.cast<Py&>().optimizer->load_state_dict(sd, stream.view);
-            }
             owners.push_back(self);
-            keep_alive_until_done(stream.view, std::move(owners));
+            enqueue_holding(stream.view, std::move(owners),
+                            [&] { self.cast<Py&>().optimizer->load_state_dict(sd, stream.view); });
           },
           py::arg("state"), py::arg("stream"),
           "Restore {name: array} named as state_dict() (its own views, filled by checkpoint.load, or any arrays); "
@@ -202,11 +190,7 @@ void bind_amp(py::module_& m) {
           [](py::object self, py::handle values, PyStream& stream) {
             auto& s = self.cast<PyScaler&>();
             Borrowed b = borrow_writable(values, "values");
-            {
-              py::gil_scoped_release release;
-              s.scaler->scale(b.view, stream.view);
-            }
-            keep_alive_until_done(stream.view, {b.owner, self});
+            enqueue_holding(stream.view, {b.owner, self}, [&] { s.scaler->scale(b.view, stream.view); });
           },
           py::arg("values"), py::arg("stream"), "values *= scale in place (the loss before backward).")
       .def(
@@ -215,42 +199,27 @@ void bind_amp(py::module_& m) {
             auto& s = self.cast<PyScaler&>();
             std::vector<py::object> owners;
             auto views = borrow_list(grads, "grads", owners);
-            int launches = 0;
-            {
-              py::gil_scoped_release release;
-              launches = s.scaler->unscale(views, stream.view);
-            }
             owners.push_back(self);
-            keep_alive_until_done(stream.view, std::move(owners));
-            return launches;
+            return enqueue_holding(stream.view, std::move(owners),
+                                   [&] { return s.scaler->unscale(views, stream.view); });
           },
           py::arg("grads"), py::arg("stream"),
           "One fused pass: g /= scale in place, found_inf set on inf/NaN. Returns the number of launches.")
       .def(
           "update",
           [](py::object self, PyStream& stream) {
-            {
-              py::gil_scoped_release release;
-              self.cast<PyScaler&>().scaler->update(stream.view);
-            }
-            hold(self, stream);
+            enqueue_holding(stream.view, {self}, [&] { self.cast<PyScaler&>().scaler->update(stream.view); });
           },
           py::arg("stream"), "Apply the update rule and clear found_inf (end of every step).")
       .def(
           "state",
-          [](PyScaler& s, PyStream& stream) {
-            py::gil_scoped_release release;
-            return s.scaler->state(stream.view);
-          },
+          [](PyScaler& s, PyStream& stream) { return without_gil([&] { return s.scaler->state(stream.view); }); },
           py::arg("stream"), "Read the state (synchronises the stream).")
       .def(
           "load_state",
           [](py::object self, const LossScalerState& state, PyStream& stream) {
-            {
-              py::gil_scoped_release release;
-              self.cast<PyScaler&>().scaler->load_state(state, stream.view);
-            }
-            hold(self, stream);
+            enqueue_holding(stream.view, {self},
+                            [&] { self.cast<PyScaler&>().scaler->load_state(state, stream.view); });
           },
           py::arg("state"), py::arg("stream"), "Restore a state (a checkpoint's) in stream order.")
       .def(
@@ -265,12 +234,9 @@ void bind_amp(py::module_& m) {
           [](py::object self, py::handle state, PyStream& stream) {
             std::vector<py::object> owners;
             const StateDict sd = state_from_python(state, owners);
-            {
-              py::gil_scoped_release release;
-              self.cast<PyScaler&>().scaler->load_state_dict(sd, stream.view);
-            }
             owners.push_back(self);
-            keep_alive_until_done(stream.view, std::move(owners));
+            enqueue_holding(stream.view, std::move(owners),
+                            [&] { self.cast<PyScaler&>().scaler->load_state_dict(sd, stream.view); });
           },
           py::arg("state"), py::arg("stream"),
           "Restore {name: array} named as state_dict() (validated as load_state); synchronises the stream.")
@@ -387,14 +353,10 @@ void bind_amp(py::module_& m) {
       [](py::iterable grads, float max_norm, PyStream& stream) {
         std::vector<py::object> owners;
         auto views = borrow_list(grads, "grads", owners);
-        std::optional<Buffer> norm;
-        {
-          py::gil_scoped_release release;
-          norm = clip_grad_norm(views, max_norm, stream.view);
-        }
-        keep_alive_until_done(stream.view, std::move(owners));
+        Buffer norm = enqueue_holding(stream.view, std::move(owners),
+                                      [&] { return clip_grad_norm(views, max_norm, stream.view); });
         // The norm is freed in the stream's order: it holds the stream.
-        return std::make_unique<PyBuffer>(std::move(*norm), std::vector<std::int64_t>{1}, py::none(),
+        return std::make_unique<PyBuffer>(std::move(norm), std::vector<std::int64_t>{1}, py::none(),
                                           py::cast(&stream, py::return_value_policy::reference));
       },
       py::arg("grads"), py::arg("max_norm"), py::arg("stream"),
@@ -405,13 +367,8 @@ void bind_amp(py::module_& m) {
       [](py::iterable tensors, PyStream& stream) {
         std::vector<py::object> owners;
         auto views = borrow_list(tensors, "tensors", owners);
-        std::optional<Buffer> norm;
-        {
-          py::gil_scoped_release release;
-          norm = global_norm(views, stream.view);
-        }
-        keep_alive_until_done(stream.view, std::move(owners));
-        return std::make_unique<PyBuffer>(std::move(*norm), std::vector<std::int64_t>{1}, py::none(),
+        Buffer norm = enqueue_holding(stream.view, std::move(owners), [&] { return global_norm(views, stream.view); });
+        return std::make_unique<PyBuffer>(std::move(norm), std::vector<std::int64_t>{1}, py::none(),
                                           py::cast(&stream, py::return_value_policy::reference));
       },
       py::arg("tensors"), py::arg("stream"), "The global L2 norm (a 1-element Buffer on the device).");

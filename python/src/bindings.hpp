@@ -9,6 +9,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace py = pybind11;
@@ -92,6 +94,27 @@ struct PyScaler {
 /// stream thread ever waits for the GIL. The memory of Buffers and Views among them is recorded
 /// as in use, so exports of it wait (wait_for_work_on).
 void keep_alive_until_done(StreamView stream, std::vector<py::object> objects);
+/// Runs @p fn with the GIL released (it may block: a wait, a free, a collective, enqueueing on a
+/// full queue) and returns its result. Every binding that calls into C++ work goes through it.
+template <class F>
+decltype(auto) without_gil(F&& fn) {
+  py::gil_scoped_release release;
+  return std::forward<F>(fn)();
+}
+/// Runs @p enqueue (C++ calls that enqueue work on @p stream) with the GIL released, then keeps
+/// @p owners (the arrays and objects that work touches) alive until it has finished; returns
+/// what @p enqueue returns. Nothing is held when @p enqueue throws: it enqueued nothing.
+template <class F>
+auto enqueue_holding(StreamView stream, std::vector<py::object> owners, F&& enqueue) {
+  if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
+    without_gil(enqueue);
+    keep_alive_until_done(stream, std::move(owners));
+  } else {
+    auto result = without_gil(enqueue);
+    keep_alive_until_done(stream, std::move(owners));
+    return result;
+  }
+}
 /// Waits (GIL released) until the gpucloud work enqueued so far that touches @p view's memory, or
 /// that holds @p self, has run: what every export does first.
 void wait_for_work_on(py::handle self, BufferView view);

@@ -95,11 +95,7 @@ void bind_checkpoint(py::module_& m) {
 
   py::class_<ck::PendingSave>(m, "PendingSave", "A save in flight: wait() for its commit.")
       .def(
-          "wait",
-          [](ck::PendingSave& p) {
-            py::gil_scoped_release release;
-            p.wait();
-          },
+          "wait", [](ck::PendingSave& p) { without_gil([&] { p.wait(); }); },
           "Block until committed (on every rank); raise CheckpointError with the I/O error, once.")
       .def("done", &ck::PendingSave::done, "True once committed or failed; never blocks.")
       .def_property_readonly("directory", &ck::PendingSave::directory)
@@ -122,10 +118,8 @@ void bind_checkpoint(py::module_& m) {
              auto p = std::make_unique<PyCheckpointer>();
              p->comm = comm;
              p->staging = staging;
-             {
-               py::gil_scoped_release release;  // a collective with a communicator
-               p->checkpointer = std::make_unique<ck::Checkpointer>(root, o);
-             }
+             // a collective with a communicator
+             without_gil([&] { p->checkpointer = std::make_unique<ck::Checkpointer>(root, o); });
              ck::Checkpointer* raw = p->checkpointer.get();
              register_background(p.get(), [raw] {
                try {
@@ -146,14 +140,9 @@ void bind_checkpoint(py::module_& m) {
             std::vector<py::object> owners;
             const StateDict state = borrow_state(tensors, "tensors", false, owners);
             const ck::Metadata meta = to_metadata(metadata);
-            ck::PendingSave pending;
-            {
-              py::gil_scoped_release release;
-              pending = self.checkpointer->save_async(s, state, stream.view, meta);
-            }
             // The snapshot reads the arrays; the stream waits for it, so they live until then.
-            keep_alive_until_done(stream.view, std::move(owners));
-            return pending;
+            return enqueue_holding(stream.view, std::move(owners),
+                                   [&] { return self.checkpointer->save_async(s, state, stream.view, meta); });
           },
           py::arg("step"), py::arg("tensors"), py::arg("stream"), py::arg("metadata") = py::none(),
           "Snapshot {name: array} after the stream's work (the stream waits for the snapshot), write it in the "
@@ -165,17 +154,12 @@ void bind_checkpoint(py::module_& m) {
             std::vector<py::object> owners;
             const StateDict state = borrow_state(tensors, "tensors", false, owners);
             const ck::Metadata meta = to_metadata(metadata);
-            py::gil_scoped_release release;
-            self.checkpointer->save(s, state, stream.view, meta);
+            without_gil([&] { self.checkpointer->save(s, state, stream.view, meta); });
           },
           py::arg("step"), py::arg("tensors"), py::arg("stream"), py::arg("metadata") = py::none(),
           "save_async(...).wait(): returns once committed.")
       .def(
-          "wait",
-          [](PyCheckpointer& self) {
-            py::gil_scoped_release release;
-            self.checkpointer->wait();
-          },
+          "wait", [](PyCheckpointer& self) { without_gil([&] { self.checkpointer->wait(); }); },
           "Wait for the save in flight, if any; raise its error.")
       .def_property_readonly("root", [](PyCheckpointer& self) { return self.checkpointer->root(); })
       .def("__enter__", [](py::object self) { return self; })
@@ -195,26 +179,19 @@ void bind_checkpoint(py::module_& m) {
           "Waits for the save in flight (raising its error unless another is already raised).");
 
   m.def(
-      "checkpoint_latest",
-      [](const std::string& root) {
-        py::gil_scoped_release release;
-        return ck::latest(root);
-      },
+      "checkpoint_latest", [](const std::string& root) { return without_gil([&] { return ck::latest(root); }); },
       py::arg("root"), "The newest committed checkpoint's directory under root, or None.");
   m.def(
       "checkpoint_read_manifest",
-      [](const std::string& directory) {
-        py::gil_scoped_release release;
-        return ck::read_manifest(directory);
-      },
+      [](const std::string& directory) { return without_gil([&] { return ck::read_manifest(directory); }); },
       py::arg("directory"), "Read and verify a checkpoint's manifest.");
   m.def(
       "checkpoint_load",
       [](const std::string& directory, py::handle into, PyStream& stream, bool strict) {
         std::vector<py::object> owners;
         const StateDict state = borrow_state(into, "into", true, owners);
-        py::gil_scoped_release release;
-        return ck::load(directory, state, stream.view, strict);  // synchronises the stream
+        // synchronises the stream
+        return without_gil([&] { return ck::load(directory, state, stream.view, strict); });
       },
       py::arg("directory"), py::arg("into"), py::arg("stream"), py::arg("strict") = true,
       "Load into {name: array} (each found by name): everything verified (manifest, headers, checksums, dtypes, "

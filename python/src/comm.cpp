@@ -91,11 +91,7 @@ template <class F>
 void collective(PyStream& stream, std::vector<Borrowed> arrays, F f) {
   std::vector<py::object> owners;
   for (auto& b : arrays) owners.push_back(b.owner);
-  {
-    py::gil_scoped_release release;
-    f();
-  }
-  keep_alive_until_done(stream.view, std::move(owners));
+  enqueue_holding(stream.view, std::move(owners), [&] { f(); });
 }
 
 }  // namespace
@@ -150,8 +146,8 @@ void bind_comm(py::module_& m) {
           "from_transport",
           [](py::object transport) {
             auto t = std::make_shared<PythonTransport>(std::move(transport));
-            py::gil_scoped_release release;  // its collectives block; the transport takes the GIL to run
-            return Communicator::from_transport(std::move(t));
+            // its collectives block; the transport takes the GIL to run
+            return without_gil([&] { return Communicator::from_transport(std::move(t)); });
           },
           py::arg("transport"),
           "The ranks of a transport's blocking host collectives: an object with rank(), size(), "
@@ -160,11 +156,7 @@ void bind_comm(py::module_& m) {
           "names (gloo through torch.distributed: gpucloud.torch.process_group_communicator). A "
           "collective: all ranks call.")
       .def_static(
-          "mpi_world",
-          [] {
-            py::gil_scoped_release release;
-            return Communicator::mpi_world();
-          },
+          "mpi_world", [] { return without_gil([&] { return Communicator::mpi_world(); }); },
           "All processes of the MPI job (mpirun); nodes from shared memory or GPUCLOUD_LOCAL_SIZE.")
       .def_static(
           "mpi",
@@ -188,8 +180,7 @@ void bind_comm(py::module_& m) {
                             "comm: expected an mpi4py communicator or an MPI Fortran handle (int), got " +
                                 std::string(py::str(py::type::of(comm))));
             }
-            py::gil_scoped_release release;
-            return Communicator::mpi(handle);
+            return without_gil([&] { return Communicator::mpi(handle); });
           },
           py::arg("comm"), "The processes of an existing MPI communicator (mpi4py's, or a Fortran handle), duplicated.")
       .def_static(
@@ -208,8 +199,7 @@ void bind_comm(py::module_& m) {
                              "id: " + std::to_string(raw.size()) + " bytes, a NCCL unique id has 128");
             std::memcpy(uid.bytes.data(), raw.data(), raw.size());
             const Device d = to_device(device);
-            py::gil_scoped_release release;
-            return Communicator::nccl(uid, rank, size, d);
+            return without_gil([&] { return Communicator::nccl(uid, rank, size, d); });
           },
           py::arg("id"), py::arg("rank"), py::arg("size"), py::arg("device"),
           "Rank `rank` of `size` processes, one GPU each, joined through `id` (every rank calls it).")
@@ -217,8 +207,7 @@ void bind_comm(py::module_& m) {
           "nccl_from_mpi",
           [](py::object device) {
             const Device d = device.is_none() ? Device::host() : to_device(device);
-            py::gil_scoped_release release;
-            return Communicator::nccl_from_mpi(d);
+            return without_gil([&] { return Communicator::nccl_from_mpi(d); });
           },
           py::arg("device") = py::none(),
           "The MPI job's processes over NCCL (the id broadcast through MPI); the GPU is `device`, or the "
@@ -228,8 +217,7 @@ void bind_comm(py::module_& m) {
           [](const std::vector<py::handle>& devices) {
             std::vector<Device> ds;
             for (auto d : devices) ds.push_back(to_device(d));
-            py::gil_scoped_release release;
-            return Communicator::nccl_single_process(ds);
+            return without_gil([&] { return Communicator::nccl_single_process(ds); });
           },
           py::arg("devices"), "One process driving several GPUs: a communicator per device (use comm_group).")
       .def_property_readonly("backend", &Communicator::backend)
@@ -301,8 +289,7 @@ void bind_comm(py::module_& m) {
       .def(
           "measure_cost_model",
           [](Communicator& c, PyStream& stream) {
-            py::gil_scoped_release release;
-            return c.measure_cost_model(stream.view);
+            return without_gil([&] { return c.measure_cost_model(stream.view); });
           },
           py::arg("stream"), "Fit the cost model's alpha and beta on this job (every rank calls it).")
       .def("set_cost_model", &Communicator::set_cost_model, py::arg("model"))
@@ -315,11 +302,7 @@ void bind_comm(py::module_& m) {
           py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum",
           "All-reduce, flat or hierarchical as the cost model predicts faster.")
       .def(
-          "barrier",
-          [](Communicator& c, PyStream& stream) {
-            py::gil_scoped_release release;
-            c.barrier(stream.view);
-          },
+          "barrier", [](Communicator& c, PyStream& stream) { without_gil([&] { c.barrier(stream.view); }); },
           py::arg("stream"));
 
   m.def(
@@ -354,16 +337,11 @@ void bind_comm(py::module_& m) {
       .def(
           "mark_ready",
           [](PyBucketer& b, std::size_t index, PyStream& stream) {
-            py::gil_scoped_release release;
-            b.bucketer->mark_ready(index, stream.view);
+            without_gil([&] { b.bucketer->mark_ready(index, stream.view); });
           },
           py::arg("index"), py::arg("stream"))
       .def(
-          "wait",
-          [](PyBucketer& b, PyStream& stream) {
-            py::gil_scoped_release release;
-            b.bucketer->wait(stream.view);
-          },
+          "wait", [](PyBucketer& b, PyStream& stream) { without_gil([&] { b.bucketer->wait(stream.view); }); },
           py::arg("stream"))
       .def_property_readonly("bucket_count", [](PyBucketer& b) { return b.bucketer->bucket_count(); })
       .def(

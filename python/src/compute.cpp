@@ -113,11 +113,8 @@ void bind_conv(py::module_& m) {
           a.bias = bb.view;
           owners.push_back(bb.owner);
         }
-        {
-          py::gil_scoped_release release;
-          conv2d_forward(by.view, bx.view, bf.view, a, stream.view);
-        }
-        keep_alive_until_done(stream.view, std::move(owners));
+        enqueue_holding(stream.view, std::move(owners),
+                        [&] { conv2d_forward(by.view, bx.view, bf.view, a, stream.view); });
       },
       py::arg("y"), py::arg("x"), py::arg("filter"), py::arg("stream"), py::kw_only(), py::arg("stride") = 1,
       py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1, py::arg("layout") = "nchw",
@@ -131,11 +128,8 @@ void bind_conv(py::module_& m) {
         Borrowed bdx = borrow_writable(dx, "dx"), bdy = borrow(dy, "dy"), bf = borrow(filter, "filter");
         const ConvArgs a = conv_args(bdx.shape, bf.shape, stride, padding, dilation, groups, layout, alpha, beta);
         expect_shape(bdy, y_shape(a), "dy");
-        {
-          py::gil_scoped_release release;
-          conv2d_backward_data(bdx.view, bdy.view, bf.view, a, stream.view);
-        }
-        keep_alive_until_done(stream.view, {bdx.owner, bdy.owner, bf.owner});
+        enqueue_holding(stream.view, {bdx.owner, bdy.owner, bf.owner},
+                        [&] { conv2d_backward_data(bdx.view, bdy.view, bf.view, a, stream.view); });
       },
       py::arg("dx"), py::arg("dy"), py::arg("filter"), py::arg("stream"), py::kw_only(), py::arg("stride") = 1,
       py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1, py::arg("layout") = "nchw",
@@ -148,11 +142,8 @@ void bind_conv(py::module_& m) {
         Borrowed bdf = borrow_writable(dfilter, "dfilter"), bx = borrow(x, "x"), bdy = borrow(dy, "dy");
         const ConvArgs a = conv_args(bx.shape, bdf.shape, stride, padding, dilation, groups, layout, alpha, beta);
         expect_shape(bdy, y_shape(a), "dy");
-        {
-          py::gil_scoped_release release;
-          conv2d_backward_filter(bdf.view, bx.view, bdy.view, a, stream.view);
-        }
-        keep_alive_until_done(stream.view, {bdf.owner, bx.owner, bdy.owner});
+        enqueue_holding(stream.view, {bdf.owner, bx.owner, bdy.owner},
+                        [&] { conv2d_backward_filter(bdf.view, bx.view, bdy.view, a, stream.view); });
       },
       py::arg("dfilter"), py::arg("x"), py::arg("dy"), py::arg("stream"), py::kw_only(), py::arg("stride") = 1,
       py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1, py::arg("layout") = "nchw",
@@ -204,11 +195,8 @@ void bind_compute(py::module_& m) {
           sc = arg_as<PyScaler>(scaler, "scaler", "a gpucloud.LossScaler or None").scaler.get();
           owners.push_back(scaler);
         }
-        {
-          py::gil_scoped_release release;
-          mse_loss(p.view, t.view, l.view, g.view, stream.view, sc);
-        }
-        keep_alive_until_done(stream.view, std::move(owners));
+        enqueue_holding(stream.view, std::move(owners),
+                        [&] { mse_loss(p.view, t.view, l.view, g.view, stream.view, sc); });
       },
       py::arg("pred"), py::arg("target"), py::arg("loss"), py::arg("grad"), py::arg("stream"),
       py::arg("scaler") = py::none(),
@@ -217,11 +205,7 @@ void bind_compute(py::module_& m) {
       "relu_backward",
       [](py::handle grad, py::handle activation, PyStream& stream) {
         Borrowed g = borrow_writable(grad, "grad"), a = borrow(activation, "activation");
-        {
-          py::gil_scoped_release release;
-          relu_backward(g.view, a.view, stream.view);
-        }
-        keep_alive_until_done(stream.view, {g.owner, a.owner});
+        enqueue_holding(stream.view, {g.owner, a.owner}, [&] { relu_backward(g.view, a.view, stream.view); });
       },
       py::arg("grad"), py::arg("activation"), py::arg("stream"), "grad *= (activation > 0), in place.");
   m.def(
@@ -232,11 +216,7 @@ void bind_compute(py::module_& m) {
         GPUCLOUD_EXPECTS(cols > 0 && g.view.size() % static_cast<std::size_t>(cols) == 0, "bias_grad",
                          "grad: its size is not a multiple of bias_grad's");
         const std::int64_t rows = static_cast<std::int64_t>(g.view.size()) / cols;
-        {
-          py::gil_scoped_release release;
-          bias_grad(g.view, rows, cols, o.view, stream.view);
-        }
-        keep_alive_until_done(stream.view, {g.owner, o.owner});
+        enqueue_holding(stream.view, {g.owner, o.owner}, [&] { bias_grad(g.view, rows, cols, o.view, stream.view); });
       },
       py::arg("grad"), py::arg("bias_grad"), py::arg("stream"),
       "bias_grad[j] = sum over rows of grad[:, j] (grad is rows x len(bias_grad)).");
@@ -278,11 +258,7 @@ void bind_compute(py::module_& m) {
           g.bias = bb2.view;
           owners.push_back(bb2.owner);
         }
-        {
-          py::gil_scoped_release release;
-          gemm(bc.view, ba.view, bb.view, g, stream.view);
-        }
-        keep_alive_until_done(stream.view, std::move(owners));
+        enqueue_holding(stream.view, std::move(owners), [&] { gemm(bc.view, ba.view, bb.view, g, stream.view); });
       },
       py::arg("c"), py::arg("a"), py::arg("b"), py::arg("stream"), py::kw_only(), py::arg("trans_a") = false,
       py::arg("trans_b") = false, py::arg("alpha") = 1.0f, py::arg("beta") = 0.0f, py::arg("epilogue") = "none",

@@ -72,8 +72,7 @@ void check_same_shape(const Borrowed& dst, const Borrowed& src, const char* call
 // stream, and any gpucloud work enqueued on it (on any stream) that has not run yet.
 void ready_for_export(py::handle self, BufferView v, const std::optional<StreamView>& own_stream) {
   if (own_stream) {
-    py::gil_scoped_release release;
-    own_stream->synchronize();
+    without_gil([&] { own_stream->synchronize(); });
   }
   wait_for_work_on(self, v);
 }
@@ -171,8 +170,7 @@ void add_array_protocols(py::class_<T>& cls, Get get) {
 struct DeleteWithoutGil {
   template <class T>
   void operator()(T* p) const {
-    py::gil_scoped_release release;
-    delete p;
+    without_gil([&] { delete p; });
   }
 };
 template <class T>
@@ -262,10 +260,13 @@ void bind_memory(py::module_& m) {
              const Device d = to_device(device);
              const MemoryKind k = to_kind(kind);
              MemoryResource* raw = to_resource(mr);
-             Buffer b = [&] {
-               py::gil_scoped_release release;
-               return stream != nullptr ? Buffer(n, t, d, k, view_of(*stream), raw) : Buffer(n, t, d, k, raw);
-             }();
+             Buffer b = without_gil([&] {
+               if (stream != nullptr) {
+                 return raw != nullptr ? Buffer(n, t, d, k, view_of(*stream), *raw)
+                                       : Buffer(n, t, d, k, view_of(*stream));
+               }
+               return raw != nullptr ? Buffer(n, t, d, k, *raw) : Buffer(n, t, d, k);
+             });
              return std::make_unique<PyBuffer>(
                  std::move(b), std::move(s), mr,
                  stream != nullptr ? py::cast(stream, py::return_value_policy::reference) : py::object(py::none()));
@@ -300,11 +301,7 @@ void bind_memory(py::module_& m) {
       Borrowed d = borrow_writable(dst, "dst");
       Borrowed s = borrow(src, "src");
       check_same_shape(d, s, call);
-      {
-        py::gil_scoped_release release;
-        op(d.view, s.view, view_of(stream));
-      }
-      keep_alive_until_done(view_of(stream), {d.owner, s.owner});
+      enqueue_holding(view_of(stream), {d.owner, s.owner}, [&] { op(d.view, s.view, view_of(stream)); });
     };
   };
   m.def("copy", dst_src("copy", &copy), py::arg("dst"), py::arg("src"), py::arg("stream"),
@@ -334,15 +331,13 @@ void bind_memory(py::module_& m) {
           throw py::type_error("fill: value: expected an int or a float, got " +
                                py::str(py::type::handle_of(value)).cast<std::string>());
         }
-        {
-          py::gil_scoped_release release;
+        enqueue_holding(view_of(stream), {d.owner}, [&] {
           if (integer) {
             fill_integer(d.view, as_int, view_of(stream));
           } else {
             fill(d.view, as_double, view_of(stream));
           }
-        }
-        keep_alive_until_done(view_of(stream), {d.owner});
+        });
       },
       py::arg("dst"), py::arg("value"), py::arg("stream"),
       "Set every element of dst to value, in stream order: an int exactly (int64 beyond 2^53 too), a float "
@@ -360,8 +355,7 @@ void bind_memory(py::module_& m) {
       [](py::handle buffer, py::handle target, PyStream& stream) {
         Borrowed b = borrow(buffer, "buffer");
         const Device t = to_device(target);
-        py::gil_scoped_release release;
-        prefetch(b.view, t, view_of(stream));
+        without_gil([&] { prefetch(b.view, t, view_of(stream)); });
       },
       py::arg("buffer"), py::arg("target"), py::arg("stream"), "Migrate managed memory to `target` in stream order.");
   m.def(

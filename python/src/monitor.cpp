@@ -96,8 +96,8 @@ void bind_monitor(py::module_& m) {
       "read_metrics",
       [](py::handle device) {
         const Device d = to_device(device);
-        py::gil_scoped_release release;  // the host's first reading measures over 100 ms
-        return read_metrics(d);
+        // the host's first reading measures over 100 ms
+        return without_gil([&] { return read_metrics(d); });
       },
       py::arg("device"), "Reads a device's utilisation, memory, temperature, power and clock now.");
   m.def("nvml_unavailable_reason", &nvml_unavailable_reason,
@@ -111,8 +111,7 @@ void bind_monitor(py::module_& m) {
              GPUCLOUD_EXPECTS(interval > 0 && interval < 1e6, "MetricsMonitor",
                               "interval: " + std::to_string(interval) + " is not a positive number of seconds");
              const auto ms = std::chrono::milliseconds(static_cast<std::int64_t>(interval * 1000.0));
-             py::gil_scoped_release release;
-             return std::make_unique<MetricsMonitor>(d, ms);
+             return without_gil([&] { return std::make_unique<MetricsMonitor>(d, ms); });
            }),
            py::arg("device"), py::arg("interval") = 0.5)
       .def("latest", &MetricsMonitor::latest, "The most recent reading.")
@@ -122,10 +121,7 @@ void bind_monitor(py::module_& m) {
       .def("stop", &MetricsMonitor::stop, py::call_guard<py::gil_scoped_release>(),
            "Stops sampling; the statistics stay readable.")
       .def("__enter__", [](MetricsMonitor& self) -> MetricsMonitor& { return self; })
-      .def("__exit__", [](MetricsMonitor& self, const py::args&) {
-        py::gil_scoped_release release;
-        self.stop();
-      });
+      .def("__exit__", [](MetricsMonitor& self, const py::args&) { without_gil([&] { self.stop(); }); });
 }
 
 }  // namespace gpucloud::python

@@ -20,8 +20,8 @@ struct PyChunk {
 struct PyBatch {
   PyBatch(Batch b, py::object consumer_stream) : stream(std::move(consumer_stream)), batch(std::move(b)) {}
   ~PyBatch() {
-    py::gil_scoped_release release;  // freeing may wait for the last pool returns
-    Batch gone = std::move(batch);
+    // freeing may wait for the last pool returns
+    without_gil([&] { Batch gone = std::move(batch); });
   }
   py::object stream;  // declared first: outlives the batch
   Batch batch;
@@ -58,13 +58,11 @@ void run_pipeline(py::object self, py::handle dst, py::handle src, PyStream& str
       step(py::cast(PyChunk{c.index, c.offset, view, borrowed}));
     };
   }
-  {
-    py::gil_scoped_release release;
+  enqueue_holding(stream.view, {d.owner, s.owner, self}, [&] {
     if (which == 0) pipeline.upload(d.view, s.view, stream.view, chunk_step);
     if (which == 1) pipeline.download(d.view, s.view, stream.view);
     if (which == 2) pipeline.transform(d.view, s.view, stream.view, chunk_step);
-  }
-  keep_alive_until_done(stream.view, {d.owner, s.owner, self});
+  });
 }
 
 BatchSource python_source(py::object iterable) {
@@ -142,11 +140,7 @@ void bind_movement(py::module_& m) {
           py::arg("dst"), py::arg("src"), py::arg("stream"), py::arg("step"),
           "Stream host `src` through device chunks: copy in, `step(chunk)`, copy back into host `dst`.")
       .def(
-          "timeline",
-          [](CopyPipeline& p) {
-            py::gil_scoped_release release;
-            return p.timeline();
-          },
+          "timeline", [](CopyPipeline& p) { return without_gil([&] { return p.timeline(); }); },
           "Stage times of every chunk of the last call (record_timeline=True).")
       .def_property_readonly("device", &CopyPipeline::device)
       .def_property_readonly("chunk_bytes", [](CopyPipeline& p) { return p.options().chunk_bytes; })
@@ -183,11 +177,7 @@ void bind_movement(py::module_& m) {
       .def(
           "next",
           [](PyPrefetcher& p, PyStream& stream) -> py::object {
-            std::optional<Batch> b;
-            {
-              py::gil_scoped_release release;
-              b = p.prefetcher->next(stream.view);
-            }
+            std::optional<Batch> b = without_gil([&] { return p.prefetcher->next(stream.view); });
             if (!b) return py::none();
             return py::cast(
                 std::make_unique<PyBatch>(std::move(*b), py::cast(&stream, py::return_value_policy::reference)));
@@ -196,11 +186,7 @@ void bind_movement(py::module_& m) {
           "The next Batch with `stream` already waiting for its copies, or None at the end; re-raises "
           "the source's exception.")
       .def(
-          "stop",
-          [](PyPrefetcher& p) {
-            py::gil_scoped_release release;
-            p.prefetcher->stop();
-          },
+          "stop", [](PyPrefetcher& p) { without_gil([&] { p.prefetcher->stop(); }); },
           "End early: drop the batches not handed out and join the producer thread.")
       .def_property_readonly("device", [](PyPrefetcher& p) { return p.prefetcher->device(); });
 }

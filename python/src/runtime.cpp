@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -216,8 +217,8 @@ void stop_background_threads_at_exit() {
   background().clear();
   for (auto& [key, stop] : stops) {
     (void)key;
-    py::gil_scoped_release release;  // the thread may be waiting for the GIL to finish its call
-    stop();
+    // the thread may be waiting for the GIL to finish its call
+    without_gil([&] { stop(); });
   }
   // Work still queued on Python's streams runs now, while it may still call Python; its errors
   // have nobody left to hear them.
@@ -322,7 +323,7 @@ void bind_runtime(py::module_& m) {
 
   // Both classes first, so each one's signatures can name the other.
   py::class_<PyStream> stream_class(m, "Stream", "An in-order asynchronous work queue on one device.");
-  py::class_<Event> event_class(m, "Event", "A marker recorded on a stream, to order and time work across streams.");
+  py::class_<Event> event_class(m, "Event", "A marker recorded on a stream, to order work across streams (a TimedEvent also times it).");
   stream_class.def(py::init<Device>(), py::arg_v("device", Device::host(), "Device.host()"))
       .def(py::init([](py::object stream_like) { return adopt(stream_like, py::none()); }), py::arg("stream"),
            "Adopts a framework's CUDA stream (an object with __cuda_stream__, a torch.cuda.Stream, a "
@@ -345,10 +346,7 @@ void bind_runtime(py::module_& m) {
       .def(
           "synchronize",
           [](PyStream& s) {
-            {
-              py::gil_scoped_release release;
-              s.view.synchronize();
-            }
+            without_gil([&] { s.view.synchronize(); });
             release_finished_borrows();
           },
           "Wait for the work enqueued so far; raises the first error that work raised.")
@@ -366,8 +364,21 @@ void bind_runtime(py::module_& m) {
   py::implicitly_convertible<py::object, PyStream>();
 
   event_class
-      .def(py::init<Device, bool>(), py::arg_v("device", Device::host(), "Device.host()"), py::arg("timing") = true)
+      .def(py::init([](Device device, std::optional<bool> timing) {
+             if (!timing) return std::make_unique<Event>(device);
+             if (PyErr_WarnEx(PyExc_DeprecationWarning,
+                              "Event(timing=...) is deprecated: use gpucloud.TimedEvent to measure time, "
+                              "gpucloud.Event to order work",
+                              1) != 0) {
+               throw py::error_already_set();
+             }
+             return *timing ? std::unique_ptr<Event>(std::make_unique<TimedEvent>(device))
+                                        : std::make_unique<Event>(device);
+           }),
+           py::arg_v("device", Device::host(), "Device.host()"), py::arg("timing") = py::none(),
+           "An untimed event (the cheaper kind); `timing` is deprecated (TimedEvent measures time).")
       .def_property_readonly("device", &Event::device)
+      .def_property_readonly("timed", &Event::timed, "True for a TimedEvent.")
       .def(
           "record", [](Event& e, PyStream& s) { e.record(view_of(s)); }, py::arg("stream"),
           "Capture the work enqueued on `stream` so far.")
@@ -375,15 +386,21 @@ void bind_runtime(py::module_& m) {
       .def(
           "synchronize",
           [](Event& e) {
-            {
-              py::gil_scoped_release release;
-              e.synchronize();
-            }
+            without_gil([&] { e.synchronize(); });
             release_finished_borrows();
           },
           "Block until the latest record has completed.");
-  m.def("elapsed_ms", &elapsed_ms, py::arg("start"), py::arg("end"),
-        "Milliseconds between two completed records of timing events.");
+  py::class_<TimedEvent, Event>(m, "TimedEvent", "An event that also keeps time: what elapsed_ms() measures between.")
+      .def(py::init<Device>(), py::arg_v("device", Device::host(), "Device.host()"));
+  m.def(
+      "elapsed_ms",
+      [](const Event& start, const Event& end) {
+        GPUCLOUD_EXPECTS(start.timed(), "elapsed_ms", "start: an untimed event (create a TimedEvent to measure time)");
+        GPUCLOUD_EXPECTS(end.timed(), "elapsed_ms", "end: an untimed event (create a TimedEvent to measure time)");
+        // From Python, every timed event is a TimedEvent (the only kind constructed with timing).
+        return elapsed_ms(static_cast<const TimedEvent&>(start), static_cast<const TimedEvent&>(end));
+      },
+      py::arg("start"), py::arg("end"), "Milliseconds between two completed records of TimedEvents.");
 
   m.def(
       "launch_host_func",

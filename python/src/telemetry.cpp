@@ -58,8 +58,8 @@ void bind_telemetry(py::module_& m) {
             r.comm_seconds = arg_seconds(comm_seconds, "comm_seconds");
             r.loss_scale = arg_seconds(loss_scale, "loss_scale");
             r.skipped = arg_size(skipped, "skipped");
-            py::gil_scoped_release release;  // a straggler exchange may wait for the previous one
-            s.record(r);
+            // a straggler exchange may wait for the previous one
+            without_gil([&] { s.record(r); });
           },
           py::arg("seconds"), py::arg("samples") = 0, py::arg("data_wait_seconds") = 0.0, py::arg("comm_seconds") = 0.0,
           py::arg("loss_scale") = 0.0, py::arg("skipped") = 0,
@@ -129,10 +129,7 @@ void bind_telemetry(py::module_& m) {
             tel::StragglerOptions o;
             o.every = static_cast<int>(arg_int(every, "every"));
             o.threshold = threshold;
-            {
-              py::gil_scoped_release release;
-              e.exporter->detect_stragglers(c, s.view, o);
-            }
+            without_gil([&] { e.exporter->detect_stragglers(c, s.view, o); });
             e.comm = comm;
             e.stream = stream;
           },
@@ -141,18 +138,10 @@ void bind_telemetry(py::module_& m) {
           "gpucloud_rank_step_seconds and gpucloud_straggler. Every rank calls it and records the same steps.")
       .def("straggler_report", [](PyExporter& e) { return e.exporter->straggler_report(); })
       .def(
-          "exposition",
-          [](PyExporter& e) {
-            py::gil_scoped_release release;
-            return e.exporter->exposition();
-          },
+          "exposition", [](PyExporter& e) { return without_gil([&] { return e.exporter->exposition(); }); },
           "The text a scrape of /metrics returns now.")
       .def(
-          "write_textfile",
-          [](PyExporter& e) {
-            py::gil_scoped_release release;
-            e.exporter->write_textfile();
-          },
+          "write_textfile", [](PyExporter& e) { without_gil([&] { e.exporter->write_textfile(); }); },
           "Write the exposition to the textfile, atomically.");
 
   m.def(

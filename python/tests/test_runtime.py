@@ -105,7 +105,8 @@ def test_a_callback_dropped_by_its_caller_still_runs_when_the_stream_reaches_it(
 
 def test_events_order_and_time_work_across_streams(device):
     producer, consumer = gc.Stream(device), gc.Stream(device)
-    ready, start, end = gc.Event(device), gc.Event(device), gc.Event(device)
+    ready, start, end = gc.Event(device), gc.TimedEvent(device), gc.TimedEvent(device)
+    assert not ready.timed and start.timed and isinstance(start, gc.Event)
     state = {"produced": False, "seen": None}
 
     def produce():
@@ -122,11 +123,26 @@ def test_events_order_and_time_work_across_streams(device):
     assert state["seen"] is True
     end.synchronize()
     assert gc.elapsed_ms(start, end) >= 25.0
-    untimed = gc.Event(device, timing=False)
-    untimed.record(producer)
+    ready.record(producer)
     producer.synchronize()
-    with pytest.raises(gc.InvalidArgument):
-        gc.elapsed_ms(untimed, end)
+    with pytest.raises(gc.InvalidArgument, match="start: an untimed event"):
+        gc.elapsed_ms(ready, end)
+
+
+def test_event_timing_flag_is_deprecated_but_still_works(device):
+    stream = gc.Stream(device)
+    with pytest.warns(DeprecationWarning, match="TimedEvent"):
+        start = gc.Event(device, timing=True)
+    with pytest.warns(DeprecationWarning):
+        untimed = gc.Event(device, False)
+    assert start.timed and not untimed.timed
+    end = gc.TimedEvent(device)
+    for e in (start, untimed, end):
+        e.record(stream)
+    stream.synchronize()
+    assert gc.elapsed_ms(start, end) >= 0.0
+    with pytest.raises(gc.InvalidArgument, match="end: an untimed event"):
+        gc.elapsed_ms(start, untimed)
 
 
 def test_query_sees_pending_work(stream):

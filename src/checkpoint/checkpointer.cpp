@@ -374,8 +374,10 @@ std::shared_ptr<Event> Checkpointer::Impl::take_snapshot(std::vector<Item>& mine
   const Device dev = stream.device();
   if (im.staging.size_bytes() < total) {
     im.staging = Buffer();
-    const MemoryKind kind = im.options.staging != nullptr ? im.options.staging->kind() : MemoryKind::pinned;
-    im.staging = Buffer(static_cast<std::size_t>(total), DType::uint8, Device::host(), kind, im.options.staging);
+    const auto bytes = static_cast<std::size_t>(total);
+    im.staging = im.options.staging != nullptr
+                     ? Buffer(bytes, DType::uint8, Device::host(), im.options.staging->kind(), *im.options.staging)
+                     : Buffer(bytes, DType::uint8, Device::host(), MemoryKind::pinned);
   }
   // The snapshot: on a GPU, on the copy stream (the copy engine) after the caller's work, the
   // caller's later work after it. On the host a copy stream is one more thread to hand off to
@@ -383,7 +385,7 @@ std::shared_ptr<Event> Checkpointer::Impl::take_snapshot(std::vector<Item>& mine
   StreamView copier = stream;
   if (dev.is_cuda()) {
     if (!im.copy_stream || im.copy_stream->device() != dev) im.copy_stream.emplace(dev);
-    Event ready(dev, false);
+    Event ready(dev);
     ready.record(stream);
     im.copy_stream->wait(ready);
     copier = *im.copy_stream;

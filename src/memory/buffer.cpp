@@ -1,4 +1,5 @@
 #include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
 #include <gpucloud/runtime/error.hpp>
 
 #include "runtime/access.hpp"
@@ -7,6 +8,7 @@
 #include <cstdint>
 
 #include <limits>
+#include <string>
 #include <utility>
 
 namespace gpucloud {
@@ -56,16 +58,47 @@ MemoryResource& pick_resource(std::size_t size, DType dtype, Device device, Memo
 }
 }  // namespace
 
-Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, MemoryResource* mr)
-    : mr_(&pick_resource(size, dtype, device, kind, mr)) {
-  void* p = mr_->allocate(size * dtype_size(dtype));
+Buffer::Buffer(Allocate, std::size_t size, DType dtype, Device device, MemoryKind kind,
+               std::optional<StreamView> stream, MemoryResource* mr)
+    : mr_(&pick_resource(size, dtype, device, kind, mr)), stream_(stream) {
+  void* p = stream ? mr_->allocate(size * dtype_size(dtype), *stream) : mr_->allocate(size * dtype_size(dtype));
   view_ = BufferView(p, size, dtype, kind, device);
 }
 
+Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind)
+    : Buffer(Allocate{}, size, dtype, device, kind, std::nullopt, nullptr) {}
+
+Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, MemoryResource& mr)
+    : Buffer(Allocate{}, size, dtype, device, kind, std::nullopt, &mr) {}
+
+Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream)
+    : Buffer(Allocate{}, size, dtype, device, kind, std::optional<StreamView>(stream), nullptr) {}
+
+Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream, MemoryResource& mr)
+    : Buffer(Allocate{}, size, dtype, device, kind, std::optional<StreamView>(stream), &mr) {}
+
+Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, MemoryResource* mr)
+    : Buffer(Allocate{}, size, dtype, device, kind, std::nullopt, mr) {}
+
 Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream, MemoryResource* mr)
-    : mr_(&pick_resource(size, dtype, device, kind, mr)), stream_(stream) {
-  void* p = mr_->allocate(size * dtype_size(dtype), stream);
-  view_ = BufferView(p, size, dtype, kind, device);
+    : Buffer(Allocate{}, size, dtype, device, kind, std::optional<StreamView>(stream), mr) {}
+
+void Buffer::read_element(std::size_t i, void* out, StreamView stream) const {
+  GPUCLOUD_EXPECTS(i < size(), "Buffer::element",
+                   "i: " + std::to_string(i) + " is out of range for " + std::to_string(size()) + " elements");
+  GPUCLOUD_EXPECTS(out != nullptr, "Buffer::element", "out: null");
+  const BufferView host(out, 1, dtype(), MemoryKind::host, Device::host());
+  copy(host, view_.slice(i, 1), stream);
+  stream.synchronize();
+}
+
+void Buffer::write_element(std::size_t i, const void* value, StreamView stream) {
+  GPUCLOUD_EXPECTS(i < size(), "Buffer::set_element",
+                   "i: " + std::to_string(i) + " is out of range for " + std::to_string(size()) + " elements");
+  GPUCLOUD_EXPECTS(value != nullptr, "Buffer::set_element", "value: null");
+  const BufferView host(const_cast<void*>(value), 1, dtype(), MemoryKind::host, Device::host());
+  copy(view_.slice(i, 1), host, stream);
+  stream.synchronize();  // the value lives on the caller's stack
 }
 
 Buffer::~Buffer() { release(); }

@@ -36,7 +36,7 @@ BufferView as(BufferView bytes, std::size_t count, DType dtype) {
 }
 
 struct ChunkEvents {
-  Event copy_in_begin, copy_in_end, compute_end, copy_out_end;
+  TimedEvent copy_in_begin, copy_in_end, compute_end, copy_out_end;
   int stream;
   explicit ChunkEvents(Device d, int s)
       : copy_in_begin(d), copy_in_end(d), compute_end(d), copy_out_end(d), stream(s) {}
@@ -49,7 +49,7 @@ struct CopyPipeline::State {
   // Buffers first, streams last: streams are destroyed (drained) before the memory they use.
   std::vector<Buffer> staging_in, staging_out, device_chunks;
   std::size_t capacity = 0;  // bytes of each of the buffers above
-  std::optional<Event> entry;
+  std::optional<TimedEvent> entry;
   std::vector<Event> done;
   std::vector<ChunkEvents> timeline;
   std::vector<Stream> streams;
@@ -57,9 +57,9 @@ struct CopyPipeline::State {
   State(Device d, PipelineOptions o) : device(d), options(o) {
     for (int i = 0; i < o.depth; ++i) {
       streams.emplace_back(d);
-      done.emplace_back(d, /*timing=*/false);
+      done.emplace_back(d);
     }
-    entry.emplace(d, /*timing=*/true);
+    entry.emplace(d);
   }
 
   void ensure_buffers(std::size_t bytes) {
@@ -222,7 +222,7 @@ std::vector<ChunkTimes> CopyPipeline::timeline() const {
   std::vector<ChunkTimes> out;
   if (state_->timeline.empty()) return out;
   for (auto& s : state_->streams) s.synchronize();
-  const Event& start = *state_->entry;
+  const TimedEvent& start = *state_->entry;
   start.synchronize();
   for (std::size_t i = 0; i < state_->timeline.size(); ++i) {
     const ChunkEvents& e = state_->timeline[i];

@@ -80,7 +80,7 @@ Batch PrefetchShared::make_batch(HostBatch host, std::shared_ptr<PrefetchShared>
     }
   }
   if (host.keep_alive) launch_cleanup(copy_stream, [keep = std::move(host.keep_alive)]() mutable { keep.reset(); });
-  b.ready_ = std::make_unique<Event>(device, /*timing=*/false);
+  b.ready_ = std::make_unique<Event>(device);
   b.ready_->record(copy_stream);
   return b;
 }

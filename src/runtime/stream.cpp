@@ -78,9 +78,15 @@ void add_callback(StreamView stream, std::function<void(std::exception_ptr)> fn)
 
 // ---- Event ----------------------------------------------------------------------------------
 
-Event::Event(Device device, bool timing)
+Event::Event(Device device, bool timing, std::nullptr_t)
     : impl_(device.is_host() ? std::unique_ptr<detail::EventImpl>(std::make_unique<detail::HostEvent>(timing))
                              : detail::cuda::make_event(device.index(), timing)) {}
+
+Event::Event(Device device) : Event(device, false, nullptr) {}
+
+Event::Event(Device device, bool timing) : Event(device, timing, nullptr) {}
+
+TimedEvent::TimedEvent(Device device) : Event(device, true, nullptr) {}
 
 Event::~Event() = default;
 Event::Event(Event&&) noexcept = default;
@@ -100,14 +106,29 @@ bool Event::query() const { return impl_->query(); }
 
 void Event::synchronize() const { impl_->synchronize(); }
 
-float elapsed_ms(const Event& start, const Event& end) {
+bool Event::timed() const {
+  GPUCLOUD_EXPECTS(impl_ != nullptr, "Event::timed", "this event was moved from");
+  return impl_->timing();
+}
+
+namespace {
+
+float elapsed_between(const Event& start, const Event& end) {
+  GPUCLOUD_EXPECTS(start.impl() != nullptr, "elapsed_ms", "start: this event was moved from");
+  GPUCLOUD_EXPECTS(end.impl() != nullptr, "elapsed_ms", "end: this event was moved from");
   GPUCLOUD_EXPECTS(start.device() == end.device(), "elapsed_ms",
                    "end: events are on different devices (" + start.device().str() + ", " + end.device().str() + ")");
-  GPUCLOUD_EXPECTS(start.impl()->timing(), "elapsed_ms", "start: created with timing disabled");
-  GPUCLOUD_EXPECTS(end.impl()->timing(), "elapsed_ms", "end: created with timing disabled");
+  GPUCLOUD_EXPECTS(start.timed(), "elapsed_ms", "start: an untimed event (create a TimedEvent to measure time)");
+  GPUCLOUD_EXPECTS(end.timed(), "elapsed_ms", "end: an untimed event (create a TimedEvent to measure time)");
   GPUCLOUD_EXPECTS(start.impl()->recorded(), "elapsed_ms", "start: never recorded");
   GPUCLOUD_EXPECTS(end.impl()->recorded(), "elapsed_ms", "end: never recorded");
   return end.impl()->elapsed_ms_since(*start.impl());
 }
+
+}  // namespace
+
+float elapsed_ms(const TimedEvent& start, const TimedEvent& end) { return elapsed_between(start, end); }
+
+float elapsed_ms(const Event& start, const Event& end) { return elapsed_between(start, end); }
 
 }  // namespace gpucloud

@@ -1,5 +1,6 @@
 // Buffers and memory resources on every device: kinds, alignment, zero size, bad sizes, out of
 // memory (recoverable), pools with stream-ordered reuse, statistics, limits, defaults, managed.
+#include <gpucloud/compute/cast.hpp>
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/memory/managed_memory.hpp>
 #include <gpucloud/memory/plain_resource.hpp>
@@ -123,7 +124,7 @@ TEST_P(MemoryTest, OverflowingAndAbsurdSizesAreTypedErrors) {
 TEST_P(MemoryTest, ResourceMustMatchKindAndDevice) {
   gc::PlainResource host_mr(gc::MemoryKind::host, gc::Device::host());
   try {
-    gc::Buffer b(4, gc::DType::uint8, device(), gc::MemoryKind::device, &host_mr);
+    gc::Buffer b(4, gc::DType::uint8, device(), gc::MemoryKind::device, host_mr);
     FAIL() << "a host resource cannot serve device memory";
   } catch (const gc::InvalidArgument& e) {
     EXPECT_TRUE(contains(e.what(), "mr:")) << e.what();
@@ -136,12 +137,60 @@ TEST_P(MemoryTest, ResourceMustMatchKindAndDevice) {
   }
 }
 
+TEST_P(MemoryTest, ElementReadsAndWritesAnyMemoryInStreamOrder) {
+  gc::Stream s(device());
+  gc::TypedBuffer<std::int32_t> b(8, device(), gc::MemoryKind::device, s);
+  gc::fill_integer(b, 7, s);
+  b.set_element(3, -5, s);  // after the fill, in the stream's order
+  EXPECT_EQ(b.element(3, s), -5);
+  EXPECT_EQ(b.element(7, s), 7);
+  EXPECT_THROW((void)b.element(8, s), gc::InvalidArgument);
+  EXPECT_THROW(b.set_element(8, 1, s), gc::InvalidArgument);
+  EXPECT_EQ(b.element(0, s), 7);  // the refused calls changed nothing
+  if (device().is_cuda()) {
+    // Device memory of a GPU: operator[] would dereference a device pointer on the host.
+    try {
+      (void)b[0];
+      FAIL() << "operator[] on a GPU's device memory was accepted";
+    } catch (const gc::InvalidArgument& e) {
+      EXPECT_TRUE(contains(e.what(), "element(i, stream)")) << e.what();
+    }
+    EXPECT_THROW((void)b.begin(), gc::InvalidArgument);
+    EXPECT_FALSE(b.view().host_accessible());
+  } else {
+    EXPECT_EQ(b[3], -5);
+    EXPECT_TRUE(b.view().host_accessible());
+  }
+  gc::TypedBuffer<float> pinned(4, gc::Device::host(), gc::MemoryKind::pinned);
+  EXPECT_TRUE(pinned.view().host_accessible());
+}
+
+// The pre-0.2 pointer spellings still allocate (nullptr: the default resource) for one release.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_P(MemoryTest, DeprecatedResourcePointersStillWork) {
+  gc::Stream s(device());
+  gc::PlainResource plain(gc::MemoryKind::device, device());
+  gc::StatisticsAdaptor stats(plain);
+  {
+    gc::Buffer a(16, gc::DType::float32, device(), gc::MemoryKind::device, &stats);
+    gc::Buffer b(16, gc::DType::float32, device(), gc::MemoryKind::device, s, &stats);
+    gc::TypedBuffer<float> c(16, device(), gc::MemoryKind::device, &stats);
+    gc::TypedBuffer<float> d(16, device(), gc::MemoryKind::device, s, nullptr);  // the default resource
+    EXPECT_EQ(stats.statistics().current_allocations, 3U);
+    s.synchronize();
+  }
+  s.synchronize();
+  EXPECT_EQ(stats.statistics().current_allocations, 0U);
+}
+#pragma GCC diagnostic pop
+
 TEST_P(MemoryTest, LimitingAdaptorFailsCleanlyAndStaysUsable) {
   gc::PlainResource plain(gc::MemoryKind::device, device());
   gc::LimitingAdaptor limited(plain, 1 << 20);
-  gc::Buffer a(600 << 10, gc::DType::uint8, device(), gc::MemoryKind::device, &limited);
+  gc::Buffer a(600 << 10, gc::DType::uint8, device(), gc::MemoryKind::device, limited);
   try {
-    gc::Buffer b(600 << 10, gc::DType::uint8, device(), gc::MemoryKind::device, &limited);
+    gc::Buffer b(600 << 10, gc::DType::uint8, device(), gc::MemoryKind::device, limited);
     FAIL() << "over the limit";
   } catch (const gc::OutOfMemory& e) {
     EXPECT_EQ(e.requested_bytes(), 600u << 10);
@@ -149,7 +198,7 @@ TEST_P(MemoryTest, LimitingAdaptorFailsCleanlyAndStaysUsable) {
     EXPECT_TRUE(contains(e.what(), device().str())) << e.what();
   }
   EXPECT_EQ(limited.allocated_bytes(), 600u << 10);
-  gc::Buffer c(400 << 10, gc::DType::uint8, device(), gc::MemoryKind::device, &limited);
+  gc::Buffer c(400 << 10, gc::DType::uint8, device(), gc::MemoryKind::device, limited);
   EXPECT_EQ(limited.allocated_bytes(), 1000u << 10);
 }
 
@@ -157,8 +206,8 @@ TEST_P(MemoryTest, StatisticsCountBytesAndAllocations) {
   gc::PlainResource plain(gc::MemoryKind::device, device());
   gc::StatisticsAdaptor stats(plain);
   {
-    gc::Buffer a(1000, gc::DType::float32, device(), gc::MemoryKind::device, &stats);
-    gc::Buffer b(24, gc::DType::float64, device(), gc::MemoryKind::device, &stats);
+    gc::Buffer a(1000, gc::DType::float32, device(), gc::MemoryKind::device, stats);
+    gc::Buffer b(24, gc::DType::float64, device(), gc::MemoryKind::device, stats);
     const auto s = stats.statistics();
     EXPECT_EQ(s.current_bytes, 4192u);
     EXPECT_EQ(s.current_allocations, 2u);
@@ -178,18 +227,18 @@ TEST_P(MemoryTest, PoolReusesBlocksBySizeClass) {
   gc::PoolResource pool(upstream, 1 << 20);
   void* first = nullptr;
   {
-    gc::Buffer a(1000, gc::DType::uint8, device(), gc::MemoryKind::device, &pool);
+    gc::Buffer a(1000, gc::DType::uint8, device(), gc::MemoryKind::device, pool);
     first = a.data();
     EXPECT_EQ(pool.pool_bytes(), 1024u);
   }
   EXPECT_EQ(pool.cached_bytes(), 1024u);
-  gc::Buffer b(900, gc::DType::uint8, device(), gc::MemoryKind::device, &pool);  // same class: reused
+  gc::Buffer b(900, gc::DType::uint8, device(), gc::MemoryKind::device, pool);  // same class: reused
   EXPECT_EQ(b.data(), first);
   EXPECT_EQ(upstream.statistics().total_allocations, 1u);
-  gc::Buffer c(3000, gc::DType::uint8, device(), gc::MemoryKind::device, &pool);  // new class
+  gc::Buffer c(3000, gc::DType::uint8, device(), gc::MemoryKind::device, pool);  // new class
   EXPECT_NE(c.data(), first);
   EXPECT_EQ(upstream.statistics().total_allocations, 2u);
-  gc::Buffer big(2 << 20, gc::DType::uint8, device(), gc::MemoryKind::device, &pool);  // above max: upstream
+  gc::Buffer big(2 << 20, gc::DType::uint8, device(), gc::MemoryKind::device, pool);  // above max: upstream
   EXPECT_EQ(upstream.statistics().current_bytes, 1024u + 4096u + (2u << 20));
   pool.release();  // nothing cached right now
   EXPECT_EQ(pool.cached_bytes(), 0u);
@@ -206,7 +255,7 @@ TEST_P(MemoryTest, PoolReturnsStreamOrderedFreesOnlyAfterEarlierWork) {
   gc::Buffer src(5000, gc::DType::uint8, gc::Device::host(), gc::MemoryKind::pinned);
   std::copy(data.begin(), data.end(), static_cast<std::uint8_t*>(src.data()));
   {
-    gc::Buffer scratch(5000, gc::DType::uint8, device(), gc::MemoryKind::device, s, &pool);
+    gc::Buffer scratch(5000, gc::DType::uint8, device(), gc::MemoryKind::device, s, pool);
     gc::copy(scratch, src, s);  // still queued behind the gate when scratch goes away
   }
   EXPECT_EQ(pool.cached_bytes(), 0u);  // not reusable yet: the queued copy still writes it
@@ -219,12 +268,12 @@ TEST_P(MemoryTest, PoolReleasesCacheAndRetriesWhenUpstreamIsExhausted) {
   gc::PlainResource plain(gc::MemoryKind::device, device());
   gc::LimitingAdaptor limited(plain, 8192);
   gc::PoolResource pool(limited);
-  { gc::Buffer a(4096, gc::DType::uint8, device(), gc::MemoryKind::device, &pool); }
+  { gc::Buffer a(4096, gc::DType::uint8, device(), gc::MemoryKind::device, pool); }
   EXPECT_EQ(pool.cached_bytes(), 4096u);
-  gc::Buffer b(8192, gc::DType::uint8, device(), gc::MemoryKind::device, &pool);  // needs the cache back
+  gc::Buffer b(8192, gc::DType::uint8, device(), gc::MemoryKind::device, pool);  // needs the cache back
   EXPECT_EQ(pool.cached_bytes(), 0u);
   EXPECT_EQ(limited.allocated_bytes(), 8192u);
-  EXPECT_THROW(gc::Buffer(4096, gc::DType::uint8, device(), gc::MemoryKind::device, &pool), gc::OutOfMemory);
+  EXPECT_THROW(gc::Buffer(4096, gc::DType::uint8, device(), gc::MemoryKind::device, pool), gc::OutOfMemory);
 }
 
 TEST_P(MemoryTest, DefaultResourceCanBeReplacedAndRestored) {

@@ -215,7 +215,7 @@ TEST_P(StreamTest, EventWaitCapturesTheRecordAtWaitTime) {
 
 TEST_P(StreamTest, EventsTimeWork) {
   gc::Stream s(device());
-  gc::Event start(device()), end(device());
+  gc::TimedEvent start(device()), end(device());
   start.record(s);
   gc::launch_host_func(s, [] { std::this_thread::sleep_for(25ms); });
   end.record(s);
@@ -227,13 +227,15 @@ TEST_P(StreamTest, EventsTimeWork) {
 
 TEST_P(StreamTest, ElapsedTimeRejectsBadEvents) {
   gc::Stream s(device());
-  gc::Event recorded(device()), never(device()), untimed(device(), /*timing=*/false);
+  gc::TimedEvent recorded(device()), never(device());
+  gc::Event untimed(device());
+  EXPECT_TRUE(recorded.timed());
+  EXPECT_FALSE(untimed.timed());  // events are untimed unless asked (the cheaper kind)
   recorded.record(s);
   untimed.record(s);
   s.synchronize();
   EXPECT_THROW((void)gc::elapsed_ms(recorded, never), gc::InvalidArgument);
-  EXPECT_THROW((void)gc::elapsed_ms(untimed, recorded), gc::InvalidArgument);
-  gc::Event pending(device());
+  gc::TimedEvent pending(device());
   Gate gate;
   gate.enqueue_on(s);
   pending.record(s);
@@ -242,6 +244,32 @@ TEST_P(StreamTest, ElapsedTimeRejectsBadEvents) {
   s.synchronize();
   EXPECT_GE(gc::elapsed_ms(recorded, pending), 0.0f);
 }
+
+// The pre-0.2 spellings still work for one release, and an untimed event is a clear error.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_P(StreamTest, DeprecatedTimingFlagStillTimesAndUntimedEventsAreRefused) {
+  gc::Stream s(device());
+  gc::Event timed(device(), /*timing=*/true), also_timed(device(), true), untimed(device(), false);
+  EXPECT_TRUE(timed.timed());
+  EXPECT_FALSE(untimed.timed());
+  timed.record(s);
+  untimed.record(s);
+  also_timed.record(s);
+  s.synchronize();
+  EXPECT_GE(gc::elapsed_ms(timed, also_timed), 0.0f);
+  try {
+    (void)gc::elapsed_ms(untimed, timed);
+    FAIL() << "an untimed start was accepted";
+  } catch (const gc::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("start: an untimed event"), std::string::npos) << e.what();
+  }
+  gc::TimedEvent t(device());
+  t.record(s);
+  s.synchronize();
+  EXPECT_THROW((void)gc::elapsed_ms(t, untimed), gc::InvalidArgument);  // Event overload, checked at run time
+}
+#pragma GCC diagnostic pop
 
 TEST_P(StreamTest, ManyStreamsChainedByEvents) {
   constexpr int kStreams = 32;

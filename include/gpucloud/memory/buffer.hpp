@@ -40,6 +40,9 @@ class GPUCLOUD_API BufferView {
   MemoryKind kind() const noexcept { return kind_; }
   /// @brief Device the memory belongs to.
   Device device() const noexcept { return device_; }
+  /// @brief True when a host thread may read and write the memory directly (all but a GPU's
+  ///        device memory).
+  bool host_accessible() const noexcept { return !(kind_ == MemoryKind::device && device_.is_cuda()); }
   /// @brief Elements [offset, offset + count). @throws InvalidArgument when out of range.
   BufferView slice(std::size_t offset, std::size_t count) const;
   /// @brief Typed pointer. @throws InvalidArgument if T does not match dtype().
@@ -65,15 +68,27 @@ class GPUCLOUD_API Buffer {
  public:
   /// @brief An empty buffer.
   Buffer() noexcept = default;
-  /// @brief Allocates @p size elements of @p dtype of @p kind on @p device, from @p mr
-  ///        (default: default_resource(kind, device)).
-  /// @throws InvalidArgument (overflowing size, host/pinned memory on a GPU, mr of another
-  ///         kind/device), OutOfMemory, Unsupported/DeviceError for an unavailable device.
-  Buffer(std::size_t size, DType dtype, Device device = Device::host(), MemoryKind kind = MemoryKind::device,
-         MemoryResource* mr = nullptr);
-  /// @brief As above, allocated and freed in the order of @p stream.
-  Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream,
-         MemoryResource* mr = nullptr);
+  /// @brief Allocates @p size elements of @p dtype of @p kind on @p device from
+  ///        default_resource(kind, device).
+  /// @throws InvalidArgument (overflowing size, host/pinned memory on a GPU), OutOfMemory,
+  ///         Unsupported/DeviceError for an unavailable device.
+  Buffer(std::size_t size, DType dtype, Device device = Device::host(), MemoryKind kind = MemoryKind::device);
+  /// @brief As above, from @p mr (a non-null reference, as rmm's resource_ref).
+  /// @throws InvalidArgument also when @p mr serves another kind or device.
+  Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, MemoryResource& mr);
+  /// @brief As above (default resource), allocated and freed in the order of @p stream.
+  Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream);
+  /// @brief As above, from @p mr, allocated and freed in the order of @p stream.
+  Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream, MemoryResource& mr);
+  /// @brief Deprecated: @p mr null meant the default resource; pass a MemoryResource& or nothing.
+  [[deprecated("pass the resource by reference, or omit it for the default")]] Buffer(std::size_t size, DType dtype,
+                                                                                      Device device, MemoryKind kind,
+                                                                                      MemoryResource* mr);
+  /// @brief Deprecated: as above, stream-ordered.
+  [[deprecated("pass the resource by reference, or omit it for the default")]] Buffer(std::size_t size, DType dtype,
+                                                                                      Device device, MemoryKind kind,
+                                                                                      StreamView stream,
+                                                                                      MemoryResource* mr);
   /// @brief Frees the memory (stream-ordered when allocated so); never throws.
   ~Buffer();
   Buffer(Buffer&& other) noexcept;             ///< Moves ownership; other becomes empty.
@@ -106,8 +121,17 @@ class GPUCLOUD_API Buffer {
   T* data_as() const {
     return view_.data_as<T>();
   }
+  /// @brief Copies element @p i into @p out (dtype_size() bytes) after @p stream's earlier work,
+  ///        from any memory; synchronises @p stream. @throws InvalidArgument when out of range.
+  void read_element(std::size_t i, void* out, StreamView stream) const;
+  /// @brief Copies @p value (dtype_size() bytes) into element @p i after @p stream's earlier
+  ///        work, into any memory; synchronises @p stream. @throws InvalidArgument when out of range.
+  void write_element(std::size_t i, const void* value, StreamView stream);
 
  private:
+  struct Allocate {};
+  Buffer(Allocate, std::size_t size, DType dtype, Device device, MemoryKind kind, std::optional<StreamView> stream,
+         MemoryResource* mr);
   void release() noexcept;
   BufferView view_;
   MemoryResource* mr_ = nullptr;
@@ -120,24 +144,51 @@ class TypedBuffer {
  public:
   /// @brief An empty buffer.
   TypedBuffer() = default;
-  /// @brief Allocates @p size elements of T (see Buffer).
-  explicit TypedBuffer(std::size_t size, Device device = Device::host(), MemoryKind kind = MemoryKind::device,
-                       MemoryResource* mr = nullptr)
+  /// @brief Allocates @p size elements of T from the default resource (see Buffer).
+  explicit TypedBuffer(std::size_t size, Device device = Device::host(), MemoryKind kind = MemoryKind::device)
+      : buffer_(size, dtype_of<T>(), device, kind) {}
+  /// @brief Allocates @p size elements of T from @p mr (see Buffer).
+  TypedBuffer(std::size_t size, Device device, MemoryKind kind, MemoryResource& mr)
       : buffer_(size, dtype_of<T>(), device, kind, mr) {}
   /// @brief Allocates @p size elements of T ordered on @p stream (see Buffer).
-  TypedBuffer(std::size_t size, Device device, MemoryKind kind, StreamView stream, MemoryResource* mr = nullptr)
+  TypedBuffer(std::size_t size, Device device, MemoryKind kind, StreamView stream)
+      : buffer_(size, dtype_of<T>(), device, kind, stream) {}
+  /// @brief Allocates @p size elements of T from @p mr, ordered on @p stream (see Buffer).
+  TypedBuffer(std::size_t size, Device device, MemoryKind kind, StreamView stream, MemoryResource& mr)
       : buffer_(size, dtype_of<T>(), device, kind, stream, mr) {}
+  /// @brief Deprecated: pass the resource by reference, or omit it for the default.
+  [[deprecated("pass the resource by reference, or omit it for the default")]] TypedBuffer(std::size_t size,
+                                                                                           Device device,
+                                                                                           MemoryKind kind,
+                                                                                           MemoryResource* mr)
+      : TypedBuffer(size, device, kind, resolve(mr, kind, device)) {}
+  /// @brief Deprecated: as above, stream-ordered.
+  [[deprecated("pass the resource by reference, or omit it for the default")]] TypedBuffer(
+      std::size_t size, Device device, MemoryKind kind, StreamView stream, MemoryResource* mr)
+      : TypedBuffer(size, device, kind, stream, resolve(mr, kind, device)) {}
 
   /// @brief Typed start of the memory.
   T* data() const noexcept { return static_cast<T*>(buffer_.data()); }
   /// @brief Number of elements.
   std::size_t size() const noexcept { return buffer_.size(); }
-  /// @brief Element @p i; only for memory the host can read (host, pinned, managed, host device).
-  T& operator[](std::size_t i) const noexcept { return data()[i]; }
-  /// @brief First element, for range-for over host-accessible memory.
-  T* begin() const noexcept { return data(); }
-  /// @brief One past the last element.
-  T* end() const noexcept { return data() + size(); }
+  /// @brief Element @p i of memory the host can access (host, pinned, managed, host device);
+  ///        the caller orders it with the streams that write the memory.
+  /// @throws InvalidArgument for a GPU's device memory: use element() / set_element().
+  T& operator[](std::size_t i) const { return host_data("TypedBuffer::operator[]")[i]; }
+  /// @brief First element, for range-for over host-accessible memory. @throws as operator[].
+  T* begin() const { return host_data("TypedBuffer::begin"); }
+  /// @brief One past the last element. @throws as operator[].
+  T* end() const { return host_data("TypedBuffer::end") + size(); }
+  /// @brief Element @p i of any memory, read after @p stream's earlier work (synchronises it;
+  ///        as rmm::device_uvector::element). @throws InvalidArgument when out of range.
+  T element(std::size_t i, StreamView stream) const {
+    T value{};
+    buffer_.read_element(i, &value, stream);
+    return value;
+  }
+  /// @brief Writes element @p i of any memory after @p stream's earlier work (synchronises it).
+  /// @throws InvalidArgument when out of range.
+  void set_element(std::size_t i, const T& value, StreamView stream) { buffer_.write_element(i, &value, stream); }
   /// @brief The untyped buffer.
   const Buffer& buffer() const noexcept { return buffer_; }
   /// @brief A view of the whole buffer.
@@ -146,6 +197,15 @@ class TypedBuffer {
   operator BufferView() const noexcept { return buffer_.view(); }  // NOLINT(google-explicit-constructor)
 
  private:
+  static MemoryResource& resolve(MemoryResource* mr, MemoryKind kind, Device device) {
+    return mr != nullptr ? *mr : default_resource(kind, device);
+  }
+  T* host_data(const char* call) const {
+    GPUCLOUD_EXPECTS(buffer_.view().host_accessible(), call,
+                     "the buffer is device memory of " + buffer_.device().str() +
+                         ", which the host cannot read: use element(i, stream) or copy() it to the host");
+    return data();
+  }
   Buffer buffer_;
 };
 
