@@ -7,7 +7,8 @@ means gpucloud is faster).
 
 On the CPU both run fp32 NCHW with every core (torch: oneDNN or its native kernels; gpucloud:
 im2col + OpenBLAS). On a GPU (--device cuda, torch with CUDA) both call cuDNN, fp16 in NHWC
-(channels_last). Timings are the best of --repeats, after a warm-up, synchronised.
+(channels_last). Timings are the best of --repeats, the two sides alternating run by run after a warm-up each,
+synchronised.
 """
 import argparse
 import json
@@ -32,16 +33,20 @@ LAYERS = [("conv1", 3, 224, 64, 7, 2, 3), ("res2_1x1_reduce", 256, 56, 64, 1, 1,
           ("res5_1x1_expand", 512, 7, 2048, 1, 1, 0)]
 
 
-def best(repeats, fn, sync):
-    fn()
-    sync()
-    t = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def best_interleaved(repeats, ours, theirs, sync):
+    """Best time of each side, the two alternating run by run (after one warm-up each), so a
+    change in the machine's load reaches both."""
+    times = [float("inf"), float("inf")]
+    for fn in (ours, theirs):
         fn()
         sync()
-        t = min(t, time.perf_counter() - t0)
-    return t
+    for _ in range(repeats):
+        for i, fn in enumerate((ours, theirs)):
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times[i] = min(times[i], time.perf_counter() - t0)
+    return times
 
 
 def main():
@@ -97,8 +102,7 @@ def main():
         }
         cells = []
         for pname, (ours, theirs) in passes.items():
-            t_ours = best(args.repeats, ours, sync)
-            t_theirs = best(args.repeats, theirs, sync)
+            t_ours, t_theirs = best_interleaved(args.repeats, ours, theirs, sync)
             ratio = t_theirs / t_ours
             cells.append(f"{pname} {1e3 * t_ours:7.2f} / {1e3 * t_theirs:7.2f} = {ratio:4.2f}")
             runs.append({"name": f"BM_ConvVsTorch/{name}/{pname}/batch:{args.batch}", "label": f"{args.device} {dtype}",

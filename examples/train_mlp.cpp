@@ -310,11 +310,20 @@ int main(int argc, char** argv) try {
   double comm_before = comm ? comm->busy_seconds() : 0.0;
   auto t0 = std::chrono::steady_clock::now();
   int since_log = 0;
+  // Where the run's time went: waiting for data (the prefetcher), the collectives' own time
+  // (the communicator's busy_seconds, from its stream work, not wall clocks around calls), and
+  // the rest (compute, and the host enqueueing it).
+  const auto run_began = std::chrono::steady_clock::now();
+  const double comm_at_start = comm ? comm->busy_seconds() : 0.0;
+  double data_wait_total = 0;
+  int steps_run = 0;
   for (int step = start; step < o.steps; ++step) {
     const auto wait_began = std::chrono::steady_clock::now();
     auto batch = prefetcher.next(s);
     const double data_wait = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_began).count();
     if (!batch) break;
+    data_wait_total += data_wait;
+    ++steps_run;
     if (rank == o.slow_rank) std::this_thread::sleep_for(std::chrono::milliseconds(o.slow_ms));
     const gc::BufferView x = batch->arrays()[0], y = batch->arrays()[1];
     // Forward.
@@ -434,6 +443,16 @@ int main(int argc, char** argv) try {
   }
   if (checkpointer) checkpointer->wait();
   s.synchronize();
+  const double run_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_began).count();
+  const double comm_seconds = comm ? comm->busy_seconds() - comm_at_start : 0.0;
+  if (steps_run > 0 && run_seconds > 0) {
+    const auto pct = [&](double v) { return 100.0 * v / run_seconds; };
+    const double rest = std::max(0.0, run_seconds - data_wait_total - comm_seconds);
+    say("time: %.2f s for %d steps, %.0f samples/s (%d rank%s); data wait %.2f s (%.1f %%), communication %.2f s "
+        "(%.1f %%), compute and the rest %.2f s (%.1f %%)\n",
+        run_seconds, steps_run, static_cast<double>(steps_run) * o.batch / run_seconds, size, size == 1 ? "" : "s",
+        data_wait_total, pct(data_wait_total), comm_seconds, pct(comm_seconds), rest, pct(rest));
+  }
   if (!o.dump.empty() && rank == 0) {
     std::ofstream f(o.dump, std::ios::binary);
     for (std::size_t p = 0; p < params.size(); ++p) {

@@ -155,8 +155,22 @@ class ConvTest : public gc::testing::OnEveryDevice {};
 TEST_P(ConvTest, ThreePassesMatchAFloat64DirectConvolution) {
   std::mt19937 rng(2024);
   gc::Stream s(device());
-  for (int trial = 0; trial < 40; ++trial) {
-    const gc::ConvArgs a = random_args(rng);
+  std::vector<gc::ConvArgs> cases;
+  for (int trial = 0; trial < 40; ++trial) cases.push_back(random_args(rng));
+  // The host model's shortcuts, each in both layouts: a 1x1 stride-1 unpadded convolution reads
+  // the input as its col matrix (grouped, a batch of 3: NHWC makes the batch one product), and a
+  // strided, padded, dilated one large enough that im2col and col2im split across the cores.
+  for (auto layout : {gc::ConvLayout::nchw, gc::ConvLayout::nhwc}) {
+    gc::ConvArgs direct;
+    direct.n = 3, direct.c = 6, direct.h = 5, direct.w = 7, direct.k = 4, direct.r = 1, direct.s = 1;
+    direct.groups = 2, direct.layout = layout;
+    cases.push_back(direct);
+    gc::ConvArgs big;
+    big.n = 2, big.c = 8, big.h = 29, big.w = 31, big.k = 6, big.r = 3, big.s = 3, big.stride_h = 1;
+    big.stride_w = 2, big.pad_h = 1, big.pad_w = 2, big.dilation_w = 2, big.layout = layout;
+    cases.push_back(big);
+  }
+  for (const gc::ConvArgs& a : cases) {
     for (const DTypeCase& t : kDTypes) {
       SCOPED_TRACE(describe(a, t.dtype));
       const auto g = geometry_of(a);
