@@ -6,7 +6,7 @@
 #include "amp/amp_checks.hpp"
 #include "amp/amp_launch.hpp"
 #include "checkpoint/state_checks.hpp"
-#include "memory/stream_scratch.hpp"
+#include "memory/workspace.hpp"
 #include "runtime/access.hpp"
 #include "runtime/stream_impl.hpp"
 
@@ -368,26 +368,26 @@ detail::amp::Rows1 checked_rows(const std::vector<BufferView>& tensors, StreamVi
 // the device.
 Buffer norm_into(const detail::amp::Rows1& rows, float max_norm, StreamView s, float* coef) {
   const std::size_t count = detail::amp::partial_count(rows);
-  const detail::StreamScratch partials(count, s);
+  const auto partials = detail::Workspace::floats(count, s);
   Buffer norm(1, DType::float32, s.device(), MemoryKind::device, s);
-  detail::amp::sum_squares(rows, partials.get(), s);
-  detail::amp::finish_norm(partials.get(), count, max_norm, norm.data_as<float>(), coef, s);
+  detail::amp::sum_squares(rows, partials.as_floats(), s);
+  detail::amp::finish_norm(partials.as_floats(), count, max_norm, norm.data_as<float>(), coef, s);
   return norm;
 }
 }  // namespace
 
 Buffer global_norm(const std::vector<BufferView>& tensors, StreamView stream) {
   const detail::amp::Rows1 rows = checked_rows(tensors, stream, "global_norm");
-  const detail::StreamScratch coef(1, stream);
-  return norm_into(rows, 1.0f, stream, coef.get());
+  const auto coef = detail::Workspace::floats(1, stream);
+  return norm_into(rows, 1.0f, stream, coef.as_floats());
 }
 
 Buffer clip_grad_norm(const std::vector<BufferView>& grads, float max_norm, StreamView stream) {
   detail::check_range(max_norm, 0.0, kFloatMax, true, "clip_grad_norm", "max_norm");
   const detail::amp::Rows1 rows = checked_rows(grads, stream, "clip_grad_norm");
-  const detail::StreamScratch coef(1, stream);
-  Buffer norm = norm_into(rows, max_norm, stream, coef.get());
-  detail::amp::scale_by(rows, coef.get(), stream);
+  const auto coef = detail::Workspace::floats(1, stream);
+  Buffer norm = norm_into(rows, max_norm, stream, coef.as_floats());
+  detail::amp::scale_by(rows, coef.as_floats(), stream);
   return norm;
 }
 

@@ -3,7 +3,7 @@
 
 #include "amp/amp_checks.hpp"
 #include "compute/nn_ops_launch.hpp"
-#include "memory/stream_scratch.hpp"
+#include "memory/workspace.hpp"
 
 namespace gpucloud {
 
@@ -34,7 +34,7 @@ void mse_loss(BufferView pred, BufferView target, BufferView loss, BufferView gr
   GPUCLOUD_EXPECTS(scaler == nullptr || scaler->device() == stream.device(), call, "scaler: on another device");
   const bool gpu = stream.device().is_cuda();
   const Grid grid = gpu ? elementwise_grid(pred.size(), 64) : host_range_grid(elementwise_grid(pred.size(), 64));
-  const detail::StreamScratch partials(grid_size(grid), stream);  // one per thread of the grid
+  const auto partials = detail::Workspace::floats(grid_size(grid), stream);  // one per thread of the grid
   const MseBody body{pred.data(),
                      target.data(),
                      grad.data(),
@@ -43,7 +43,7 @@ void mse_loss(BufferView pred, BufferView target, BufferView loss, BufferView gr
                      type_code(grad),
                      static_cast<std::int64_t>(pred.size()),
                      scaler != nullptr ? static_cast<const float*>(scaler->scale_value().data()) : nullptr,
-                     partials.get()};
+                     partials.as_floats()};
   float* out = loss.data_as<float>();
   if (gpu) {
     detail::cuda::nn_mse(body, grid, out, *stream.impl());

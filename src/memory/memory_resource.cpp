@@ -3,6 +3,7 @@
 #include <gpucloud/runtime/error.hpp>
 
 #include "memory/host_memory.hpp"
+#include "memory/workspace.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/stream_impl.hpp"
 
@@ -167,6 +168,15 @@ MemoryResource& default_resource(MemoryKind kind, Device device) {
   if (!slot) slot = std::make_unique<PlainResource>(kind, device);
   return *slot;
 }
+
+namespace detail {
+MemoryResource* user_default_resource(MemoryKind kind, Device device) {
+  auto& d = defaults();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  const auto it = d.current.find(key_of(kind, device));
+  return it == d.current.end() ? nullptr : it->second;
+}
+}  // namespace detail
 
 MemoryResource* set_default_resource(MemoryKind kind, Device device, MemoryResource* mr) {
   check_kind_on_device(kind, device, "set_default_resource");

@@ -1,6 +1,8 @@
 // Buffers and memory resources on every device: kinds, alignment, zero size, bad sizes, out of
 // memory (recoverable), pools with stream-ordered reuse, statistics, limits, defaults, managed.
+#include <gpucloud/amp/optimizers.hpp>
 #include <gpucloud/compute/cast.hpp>
+#include <gpucloud/compute/nn_ops.hpp>
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/memory/managed_memory.hpp>
 #include <gpucloud/memory/plain_resource.hpp>
@@ -163,6 +165,38 @@ TEST_P(MemoryTest, ElementReadsAndWritesAnyMemoryInStreamOrder) {
   }
   gc::TypedBuffer<float> pinned(4, gc::Device::host(), gc::MemoryKind::pinned);
   EXPECT_TRUE(pinned.view().host_accessible());
+}
+
+// Library scratch (partial sums, workspaces) comes from the user's default device resource, so
+// statistics and limits see it; the built-in one (or CUDA's pool) when none is set.
+TEST_P(MemoryTest, LibraryScratchComesFromTheUsersDefaultResource) {
+  gc::Stream s(device());
+  gc::TypedBuffer<float> pred(1000, device(), gc::MemoryKind::device, s),
+      target(1000, device(), gc::MemoryKind::device, s);
+  gc::TypedBuffer<float> grad(1000, device(), gc::MemoryKind::device, s), loss(1, device(), gc::MemoryKind::device, s);
+  gc::fill(pred, 2.0, s);
+  gc::fill(target, 1.0, s);
+  gc::PlainResource plain(gc::MemoryKind::device, device());
+  gc::StatisticsAdaptor stats(plain);
+  gc::MemoryResource* previous = gc::set_default_resource(gc::MemoryKind::device, device(), &stats);
+  ASSERT_NE(previous, nullptr);
+  try {
+    gc::mse_loss(pred, target, loss, grad, s);
+    const gc::Buffer norm = gc::global_norm({grad.view()}, s);
+    s.synchronize();
+    EXPECT_EQ(loss.element(0, s), 1.0f);
+    EXPECT_GE(stats.statistics().total_allocations, 3U);  // mse's partials, the norm's and its coefficient
+    const auto after = stats.statistics();
+    gc::set_default_resource(gc::MemoryKind::device, device(), nullptr);
+    gc::mse_loss(pred, target, loss, grad, s);  // the built-in again: not counted
+    s.synchronize();
+    EXPECT_EQ(stats.statistics().total_allocations, after.total_allocations);
+  } catch (...) {
+    gc::set_default_resource(gc::MemoryKind::device, device(), nullptr);
+    throw;
+  }
+  s.synchronize();
+  EXPECT_EQ(stats.statistics().current_allocations, 0U);  // scratch is freed in stream order
 }
 
 // The pre-0.2 pointer spellings still allocate (nullptr: the default resource) for one release.

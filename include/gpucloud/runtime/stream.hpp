@@ -41,12 +41,15 @@ class GPUCLOUD_API StreamView {
   void* native_handle() const noexcept;
   /// @brief Internal implementation (not API).
   detail::StreamImpl* impl() const noexcept { return impl_; }
+  /// @brief Internal: a view of an implementation (not API).
+  static StreamView from_impl(detail::StreamImpl& impl) noexcept { return StreamView(&impl); }
   /// @brief Identity comparison.
   friend bool operator==(StreamView a, StreamView b) noexcept { return a.impl_ == b.impl_; }
   /// @brief Identity comparison.
   friend bool operator!=(StreamView a, StreamView b) noexcept { return a.impl_ != b.impl_; }
 
  private:
+  explicit StreamView(detail::StreamImpl* impl) noexcept : impl_(impl) {}
   detail::StreamImpl* impl_;
 };
 

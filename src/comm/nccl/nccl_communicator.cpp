@@ -11,6 +11,7 @@
 #include "comm/nccl/nccl_check.hpp"
 #include "comm/nccl/nccl_communicator.hpp"
 #include "comm/node_layout.hpp"
+#include "memory/workspace.hpp"
 #include "runtime/access.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
@@ -330,7 +331,7 @@ struct NcclCommunicator final : Communicator::Impl {
     enqueue(call, stream, static_cast<std::int64_t>(n), send.dtype(), [&](cudaStream_t s) {
       // Pad to L equal shards in scratch: reduce-scatter inside the node, all-reduce each shard
       // across nodes, all-gather inside the node, all in place; copy the n results out.
-      const detail::cuda::AsyncScratch padded(shard * L * elem, device.index(), *stream.impl());
+      const detail::Workspace padded(shard * L * elem, stream);
       auto* scratch = static_cast<unsigned char*>(padded.get());
       GPUCLOUD_CUDA_CHECK(cudaMemcpyAsync(scratch, send.data(), n * elem, cudaMemcpyDefault, s));
       if (shard * L > n) GPUCLOUD_CUDA_CHECK(cudaMemsetAsync(scratch + n * elem, 0, (shard * L - n) * elem, s));

@@ -1,12 +1,13 @@
 // The CUDA convolution: cuDNN's convolution API (forward, backward-data, backward-filter, and
 // ConvolutionBiasActivationForward for the fused epilogues). Descriptors and the heuristic's
 // algorithm are built once per (shape, dtype, layout, pass, epilogue, device) and cached; the
-// workspace comes from CUDA's stream-ordered pool; one handle per device, bound to the caller's
-// stream under a lock for each call.
+// workspace comes from the user's device resource or CUDA's stream-ordered pool (memory/workspace.hpp); one handle per
+// device, bound to the caller's stream under a lock for each call.
 #include <gpucloud/runtime/error.hpp>
 
 #include "compute/conv/cuda/cudnn_check.hpp"
 #include "compute/plan_cache.hpp"
+#include "memory/workspace.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
 #include "runtime/cuda/device_handles.hpp"
@@ -232,7 +233,7 @@ void conv2d(const ConvPlan& p, BufferView out, BufferView in1, BufferView in2, S
     return;
   }
   Plan& plan = plans().get(key_of(device, p), [&] { return make_plan(h.handle, p); });
-  const AsyncScratch scratch(plan.workspace, device, stream);
+  const Workspace scratch(plan.workspace, StreamView::from_impl(stream));
   void* workspace = scratch.get();
   switch (p.pass) {
     case ConvPass::forward:

@@ -6,6 +6,7 @@
 #include "compute/gemm/alignment.hpp"
 #include "compute/gemm/cuda/library_check.hpp"
 #include "compute/plan_cache.hpp"
+#include "memory/workspace.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
 #include "runtime/cuda/device_handles.hpp"
@@ -233,11 +234,13 @@ void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& p, StreamImp
   Plan& plan = plans().get(key_of(device, a.dtype(), b.dtype(), c.dtype(), p, align),
                            [&] { return make_plan(handle, a.dtype(), b.dtype(), c.dtype(), p, align); });
 
-  // Stream-ordered scratch from CUDA's async pool: the workspace, and the fp8 scales.
-  const AsyncScratch workspace_scratch(plan.workspace, device, stream);
-  const AsyncScratch scales_scratch(fp8 ? 2 * sizeof(float) : 0, device, stream);
+  // Stream-ordered scratch (the user's device resource, or CUDA's async pool): the workspace,
+  // and the fp8 scales.
+  const StreamView view = StreamView::from_impl(stream);
+  const Workspace workspace_scratch(plan.workspace, view);
+  const Workspace scales_scratch(fp8 ? 2 * sizeof(float) : 0, view);
   const bool convert_bias = p.has_bias && plan.bias_type != g.bias.dtype();
-  const AsyncScratch bias_scratch(convert_bias ? g.bias.size() * dtype_size(plan.bias_type) : 0, device, stream);
+  const Workspace bias_scratch(convert_bias ? g.bias.size() * dtype_size(plan.bias_type) : 0, view);
   const void* bias = p.has_bias ? g.bias.data() : nullptr;
   if (convert_bias) {
     const BufferView converted(bias_scratch.get(), g.bias.size(), plan.bias_type, MemoryKind::device, stream.device());
