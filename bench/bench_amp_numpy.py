@@ -4,8 +4,8 @@ same parameter set (a transformer's shapes), in one process, on the host backend
 
     python bench/bench_amp_numpy.py [--layers 2] [--repeats 3]
 
-Prints one line per operation with both times and the ratio (NumPy time / gpucloud time:
-above 1 means gpucloud is faster).
+Prints one line per operation with both times (best of --repeats, the two sides alternating run
+by run) and the ratio (NumPy time / gpucloud time: above 1 means gpucloud is faster).
 """
 import argparse
 import time
@@ -22,13 +22,17 @@ def transformer_parameter_sizes(layers, d=1024, vocab=50257, context=1024):
     return sizes + [d, d]
 
 
-def best_of(repeats, fn):
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def best_interleaved(repeats, ours, theirs):
+    """Best time of each side, the two alternating run by run (after one warm-up each)."""
+    times = [float("inf"), float("inf")]
+    for fn in (ours, theirs):
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    for _ in range(repeats):
+        for i, fn in enumerate((ours, theirs)):
+            t0 = time.perf_counter()
+            fn()
+            times[i] = min(times[i], time.perf_counter() - t0)
+    return times
 
 
 def main():
@@ -84,7 +88,7 @@ def main():
         ("unscale", gpucloud_unscale, numpy_unscale, 4),
         ("adamw step", gpucloud_adamw, numpy_adamw, 28),
     ):
-        t_ours, t_np = best_of(args.repeats, ours), best_of(args.repeats, theirs)
+        t_ours, t_np = best_interleaved(args.repeats, ours, theirs)
         print(
             f"{name:11s} {params / 1e6:.1f}M params: gpucloud {t_ours * 1e3:8.1f} ms "
             f"({params * bytes_per / t_ours / 1e9:5.2f} GB/s), numpy {t_np * 1e3:8.1f} ms, "
