@@ -15,4 +15,8 @@ void relu_backward(void* grad, const void* act, std::uint8_t grad_t, std::uint8_
 void bias_grad(const void* grad, void* out, std::uint8_t grad_t, std::uint8_t out_t, std::int64_t rows,
                std::int64_t cols);
 
+/// The host GEMM's epilogue on @p rows rows of C (row stride @p ldc, @p n columns, fp32): v + bias
+/// (bias may be null), then ReLU when @p relu; one pass, bias added before the clamp.
+void bias_relu_rows(float* c, std::int64_t ldc, std::int64_t rows, std::int64_t n, const float* bias, bool relu);
+
 }  // namespace gpucloud::kernels::host

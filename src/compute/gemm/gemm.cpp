@@ -5,6 +5,7 @@
 #include "compute/gemm/host/host_sgemm.hpp"
 #include "compute/host_values.hpp"
 #include "kernels/compute/host_convert.hpp"
+#include "kernels/compute/host_nn_ops.hpp"
 #include "runtime/access.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/stream_impl.hpp"
@@ -215,18 +216,31 @@ struct Epiloguer {
     relu = g.epilogue == Epilogue::relu || g.epilogue == Epilogue::bias_relu;
     gelu = g.epilogue == Epilogue::gelu || g.epilogue == Epilogue::bias_gelu;
   }
-  void row(float* v, std::int64_t n) const {
-    if (!bias.empty()) {
-      for (std::int64_t j = 0; j < n; ++j) v[j] += bias[static_cast<std::size_t>(j)];
+  // Rows of C (row stride ldc) in one pass each (it is memory-bound when C is large): bias, then
+  // the activation, in that order (the same values as separate passes). Bias and ReLU run the
+  // vectorised host loop.
+  void rows(float* c, std::int64_t ldc, std::int64_t m, std::int64_t n) const {
+    const float* b = bias.empty() ? nullptr : bias.data();
+    if (!gelu) {
+      if (b != nullptr || relu) kernels::host::bias_relu_rows(c, ldc, m, n, b, relu);
+      return;
     }
-    if (relu) {
-      for (std::int64_t j = 0; j < n; ++j) v[j] = v[j] > 0.0f ? v[j] : 0.0f;
-    }
-    if (gelu) {
-      for (std::int64_t j = 0; j < n; ++j) v[j] = gelu_tanh(v[j]);
+    for (std::int64_t i = 0; i < m; ++i) {
+      float* v = c + i * ldc;
+      for (std::int64_t j = 0; j < n; ++j) v[j] = gelu_tanh(b != nullptr ? v[j] + b[j] : v[j]);
     }
   }
+  void row(float* v, std::int64_t n) const { rows(v, n, 1, n); }
 };
+
+// Rows of C per product when an epilogue follows a shallow product (k <= kShallowK): each panel
+// of C (about 256 KiB) gets its epilogue while still in cache instead of a second pass over all
+// of C from memory; B (k x n) is small, so packing it again per panel costs little.
+constexpr std::int64_t kShallowK = 128;
+std::int64_t epilogue_panel_rows(const GemmArgs& g) {
+  if (g.epilogue == Epilogue::none || g.k > kShallowK) return g.m;
+  return std::clamp<std::int64_t>((std::int64_t{64} << 10) / std::max<std::int64_t>(g.n, 1), 16, g.m);
+}
 
 void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan& plan) {
   const GemmArgs& g = plan.args;
@@ -243,12 +257,18 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan&
     const float* pa = as_fp32(a.data(), a.dtype(), p * g.stride_a, ext_a, g.tf32, fp8 ? g.scale_a : 1.0f, a32);
     const float* pb = as_fp32(b.data(), b.dtype(), p * g.stride_b, ext_b, g.tf32, fp8 ? g.scale_b : 1.0f, b32);
     if (fp32_out) {
-      // Straight into C: host_sgemm applies alpha and beta (and reads no C when beta is 0).
+      // Straight into C: host_sgemm applies alpha and beta (and reads no C when beta is 0), in
+      // panels of rows when an epilogue follows a shallow product.
       float* pc = c.data_as<float>() + p * g.stride_c;
-      detail::host_sgemm(ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, pa,
-                         static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), g.beta, pc, static_cast<int>(g.ldc));
-      if (g.epilogue != Epilogue::none) {
-        for (std::int64_t i = 0; i < g.m; ++i) epilogue.row(pc + i * g.ldc, g.n);
+      const std::int64_t panel = epilogue_panel_rows(g);
+      for (std::int64_t r0 = 0; r0 < g.m; r0 += panel) {
+        const std::int64_t rows = std::min(panel, g.m - r0);
+        const float* pa_rows = pa + (ta ? r0 : r0 * g.lda);  // row r0 of op(A)
+        float* pc_rows = pc + r0 * g.ldc;
+        detail::host_sgemm(ta, tb, static_cast<int>(rows), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha,
+                           pa_rows, static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), g.beta, pc_rows,
+                           static_cast<int>(g.ldc));
+        if (g.epilogue != Epilogue::none) epilogue.rows(pc_rows, g.ldc, rows, g.n);
       }
       continue;
     }

@@ -137,4 +137,24 @@ GPUCLOUD_HOST_CLONES void bias_grad(const void* grad, void* out, std::uint8_t gr
   }
 }
 
+GPUCLOUD_HOST_CLONES void bias_relu_rows(float* c, std::int64_t ldc, std::int64_t rows, std::int64_t n,
+                                         const float* bias, bool relu) {
+  for (std::int64_t i = 0; i < rows; ++i) {
+    float* v = c + i * ldc;
+    if (bias != nullptr && relu) {
+      GPUCLOUD_SIMD
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float x = v[j] + bias[j];
+        v[j] = x > 0.0f ? x : 0.0f;
+      }
+    } else if (bias != nullptr) {
+      GPUCLOUD_SIMD
+      for (std::int64_t j = 0; j < n; ++j) v[j] += bias[j];
+    } else if (relu) {
+      GPUCLOUD_SIMD
+      for (std::int64_t j = 0; j < n; ++j) v[j] = v[j] > 0.0f ? v[j] : 0.0f;
+    }
+  }
+}
+
 }  // namespace gpucloud::kernels::host
