@@ -4,6 +4,8 @@ gpucloud's C++ core, bound by capability: runtime, memory, movement, compute, am
 from __future__ import annotations
 import collections.abc
 import datetime
+import numpy
+import numpy.typing
 import typing
 class Error(RuntimeError):
     """Base of every gpucloud error."""
@@ -279,7 +281,7 @@ class Stream:
     An in-order asynchronous work queue on one device.
     """
     @staticmethod
-    def from_native(native: typing.Any, device: typing.Any = None) -> Stream:
+    def from_native(native: typing.Any, device: Device | str | None = None) -> Stream:
         """
         Adopts a caller's stream (as Stream(stream), with the device given or taken from the object); the caller keeps it alive.
         """
@@ -422,7 +424,7 @@ class PlainResource(MemoryResource):
     """
     One system allocation per request.
     """
-    def __init__(self, kind: typing.Any, device: typing.Any = ...) -> None:
+    def __init__(self, kind: MemoryKind | str, device: Device | str = ...) -> None:
         ...
 class PoolResource(MemoryResource):
     """
@@ -494,7 +496,7 @@ class Buffer:
         """
     def __dlpack_device__(self) -> tuple:
         ...
-    def __init__(self: Buffer, shape: typing.Any, dtype: typing.Any = 'float32', device: typing.Any = ..., kind: typing.Any = ..., stream: Stream = None, mr: typing.Any = None) -> None:
+    def __init__(self: Buffer, shape: int | collections.abc.Sequence[int], dtype: DType | str | numpy.dtype[typing.Any] = 'float32', device: Device | str = ..., kind: MemoryKind | str = ..., stream: Stream = None, mr: MemoryResource | None = None) -> None:
         ...
     def __len__(self) -> int:
         ...
@@ -689,9 +691,9 @@ class CopyPipeline:
     """
     Moves arrays between host and device in chunks over several streams, overlapping copies with the compute step.
     """
-    def __init__(self, device: typing.Any = ..., *, chunk_bytes: typing.SupportsInt | typing.SupportsIndex = 4194304, depth: typing.SupportsInt | typing.SupportsIndex = 3, record_timeline: bool = False) -> None:
+    def __init__(self, device: Device | str = ..., *, chunk_bytes: typing.SupportsInt | typing.SupportsIndex = 4194304, depth: typing.SupportsInt | typing.SupportsIndex = 3, record_timeline: bool = False) -> None:
         ...
-    def download(self, dst: typing.Any, src: typing.Any, stream: Stream) -> None:
+    def download(self, dst: numpy.typing.ArrayLike, src: numpy.typing.ArrayLike, stream: Stream) -> None:
         """
         Copy device `src` into host `dst` chunk by chunk.
         """
@@ -699,11 +701,11 @@ class CopyPipeline:
         """
         Stage times of every chunk of the last call (record_timeline=True).
         """
-    def transform(self, dst: typing.Any, src: typing.Any, stream: Stream, step: typing.Any) -> None:
+    def transform(self, dst: numpy.typing.ArrayLike, src: numpy.typing.ArrayLike, stream: Stream, step: collections.abc.Callable[[Chunk], None] | None) -> None:
         """
         Stream host `src` through device chunks: copy in, `step(chunk)`, copy back into host `dst`.
         """
-    def upload(self, dst: typing.Any, src: typing.Any, stream: Stream, step: typing.Any = None) -> None:
+    def upload(self, dst: numpy.typing.ArrayLike, src: numpy.typing.ArrayLike, stream: Stream, step: collections.abc.Callable[[Chunk], None] | None = None) -> None:
         """
         Copy host `src` into device `dst` chunk by chunk; `step(chunk)` enqueues work on each chunk.
         """
@@ -737,7 +739,7 @@ class Prefetcher:
     """
     Keeps the next `depth` batches of a source on the device, copied on its own stream.
     """
-    def __init__(self, source: typing.Any, device: typing.Any = ..., *, depth: typing.SupportsInt | typing.SupportsIndex = 2, kind: typing.Any = ...) -> None:
+    def __init__(self, source: typing.Any, device: Device | str = ..., *, depth: typing.SupportsInt | typing.SupportsIndex = 2, kind: MemoryKind | str = ...) -> None:
         """
         `source` is an iterable of host arrays or of tuples of host arrays (NumPy, torch CPU, ...).
         """
@@ -832,17 +834,17 @@ class LossScaler:
     """
     Dynamic (or static) loss scaling with its state on the device.
     """
-    def __init__(self, device: typing.Any, stream: typing.Any, *, init_scale: typing.SupportsFloat | typing.SupportsIndex = 65536.0, growth_factor: typing.SupportsFloat | typing.SupportsIndex = 2.0, backoff_factor: typing.SupportsFloat | typing.SupportsIndex = 0.5, growth_interval: typing.SupportsInt | typing.SupportsIndex = 2000, hysteresis: typing.SupportsInt | typing.SupportsIndex = 1, min_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0, dynamic: bool = True) -> None:
+    def __init__(self, device: Device | str, stream: Stream, *, init_scale: typing.SupportsFloat | typing.SupportsIndex = 65536.0, growth_factor: typing.SupportsFloat | typing.SupportsIndex = 2.0, backoff_factor: typing.SupportsFloat | typing.SupportsIndex = 0.5, growth_interval: typing.SupportsInt | typing.SupportsIndex = 2000, hysteresis: typing.SupportsInt | typing.SupportsIndex = 1, min_scale: typing.SupportsFloat | typing.SupportsIndex = 0.0, dynamic: bool = True) -> None:
         ...
     def load_state(self, state: LossScalerState, stream: Stream) -> None:
         """
         Restore a state (a checkpoint's) in stream order.
         """
-    def load_state_dict(self, state: typing.Any, stream: Stream) -> None:
+    def load_state_dict(self, state: dict[str, numpy.typing.ArrayLike], stream: Stream) -> None:
         """
         Restore {name: array} named as state_dict() (validated as load_state); synchronises the stream.
         """
-    def scale(self, values: typing.Any, stream: Stream) -> None:
+    def scale(self, values: numpy.typing.ArrayLike, stream: Stream) -> None:
         """
         values *= scale in place (the loss before backward).
         """
@@ -875,9 +877,9 @@ class FusedSGD:
     """
     Fused multi-tensor SGD (torch.optim.SGD's math), fp32 masters for fp16/bf16.
     """
-    def __init__(self, params: collections.abc.Iterable, stream: typing.Any, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.009999999776482582, momentum: typing.SupportsFloat | typing.SupportsIndex = 0.0, dampening: typing.SupportsFloat | typing.SupportsIndex = 0.0, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, nesterov: bool = False, master_weights: bool = True) -> None:
+    def __init__(self, params: collections.abc.Iterable, stream: Stream, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.009999999776482582, momentum: typing.SupportsFloat | typing.SupportsIndex = 0.0, dampening: typing.SupportsFloat | typing.SupportsIndex = 0.0, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, nesterov: bool = False, master_weights: bool = True) -> None:
         ...
-    def load_state_dict(self, state: typing.Any, stream: Stream) -> None:
+    def load_state_dict(self, state: dict[str, numpy.typing.ArrayLike], stream: Stream) -> None:
         """
         Restore {name: array} named as state_dict() (its own views, filled by checkpoint.load, or any arrays); each parameter is then set from its master. Synchronises the stream (it reads the step count).
         """
@@ -920,7 +922,7 @@ class FusedAdam:
     """
     Fused multi-tensor Adam / AdamW (torch.optim's math), amsgrad optional.
     """
-    def __init__(self, params: collections.abc.Iterable, stream: typing.Any, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.0010000000474974513, betas: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = (0.8999999761581421, 0.9990000128746033), eps: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, amsgrad: bool = False, decoupled_weight_decay: bool = False, master_weights: bool = True) -> None:
+    def __init__(self, params: collections.abc.Iterable, stream: Stream, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.0010000000474974513, betas: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = (0.8999999761581421, 0.9990000128746033), eps: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, amsgrad: bool = False, decoupled_weight_decay: bool = False, master_weights: bool = True) -> None:
         """
         decoupled_weight_decay=True is AdamW.
         """
@@ -928,7 +930,7 @@ class FusedAdam:
         ...
     def exp_avg_sq(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
-    def load_state_dict(self, state: typing.Any, stream: Stream) -> None:
+    def load_state_dict(self, state: dict[str, numpy.typing.ArrayLike], stream: Stream) -> None:
         """
         Restore {name: array} named as state_dict() (its own views, filled by checkpoint.load, or any arrays); each parameter is then set from its master. Synchronises the stream (it reads the step count).
         """
@@ -1265,12 +1267,12 @@ class Communicator:
         All processes of the MPI job (mpirun); nodes from shared memory or GPUCLOUD_LOCAL_SIZE.
         """
     @staticmethod
-    def nccl(id: bytes, rank: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex, device: typing.Any) -> Communicator:
+    def nccl(id: bytes, rank: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex, device: Device | str) -> Communicator:
         """
         Rank `rank` of `size` processes, one GPU each, joined through `id` (every rank calls it).
         """
     @staticmethod
-    def nccl_from_mpi(device: typing.Any = None) -> Communicator:
+    def nccl_from_mpi(device: Device | str | None = None) -> Communicator:
         """
         The MPI job's processes over NCCL (the id broadcast through MPI); the GPU is `device`, or the local rank's.
         """
@@ -1284,21 +1286,21 @@ class Communicator:
         """
         A fresh NCCL unique id (128 bytes) for rank 0 to hand to the others.
         """
-    def all_gather(self, send: typing.Any, recv: typing.Any, stream: Stream) -> None:
+    def all_gather(self, send: numpy.typing.ArrayLike, recv: numpy.typing.ArrayLike, stream: Stream) -> None:
         ...
-    def all_reduce(self, send: typing.Any, recv: typing.Any, stream: Stream, *, op: str = 'sum', hierarchical: bool = False) -> None:
+    def all_reduce(self, send: numpy.typing.ArrayLike, recv: numpy.typing.ArrayLike, stream: Stream, *, op: str = 'sum', hierarchical: bool = False) -> None:
         """
         recv = op over ranks of send (in place when they are the same array). hierarchical=True is deprecated: call hierarchical_all_reduce.
         """
-    def all_reduce_auto(self, send: typing.Any, recv: typing.Any, stream: Stream, *, op: str = 'sum') -> None:
+    def all_reduce_auto(self, send: numpy.typing.ArrayLike, recv: numpy.typing.ArrayLike, stream: Stream, *, op: str = 'sum') -> None:
         """
         All-reduce, flat or hierarchical as the cost model predicts faster.
         """
     def barrier(self, stream: Stream) -> None:
         ...
-    def broadcast(self, buffer: typing.Any, root: typing.SupportsInt | typing.SupportsIndex, stream: Stream) -> None:
+    def broadcast(self, buffer: numpy.typing.ArrayLike, root: typing.SupportsInt | typing.SupportsIndex, stream: Stream) -> None:
         ...
-    def hierarchical_all_reduce(self, send: typing.Any, recv: typing.Any, stream: Stream, *, op: str = 'sum') -> None:
+    def hierarchical_all_reduce(self, send: numpy.typing.ArrayLike, recv: numpy.typing.ArrayLike, stream: Stream, *, op: str = 'sum') -> None:
         """
         The same result through the node hierarchy (Horovod): reduce-scatter inside each node, all-reduce across nodes, all-gather inside each node.
         """
@@ -1306,7 +1308,7 @@ class Communicator:
         """
         Fit the cost model's alpha and beta on this job (every rank calls it).
         """
-    def reduce_scatter(self, send: typing.Any, recv: typing.Any, stream: Stream, *, op: str = 'sum') -> None:
+    def reduce_scatter(self, send: numpy.typing.ArrayLike, recv: numpy.typing.ArrayLike, stream: Stream, *, op: str = 'sum') -> None:
         ...
     def set_cost_model(self, model: AllReduceCostModel) -> None:
         ...
@@ -1354,7 +1356,7 @@ class GradBucketer:
     """
     DDP-style gradient buckets all-reduced (averaged) as they become ready.
     """
-    def __init__(self, comm: typing.Any, grads: collections.abc.Iterable, *, bucket_bytes: typing.SupportsInt | typing.SupportsIndex = 26214400, first_bucket_bytes: typing.SupportsInt | typing.SupportsIndex = 1048576, hierarchical: bool = False, wire_dtype: typing.Any = None) -> None:
+    def __init__(self, comm: Communicator, grads: collections.abc.Iterable, *, bucket_bytes: typing.SupportsInt | typing.SupportsIndex = 26214400, first_bucket_bytes: typing.SupportsInt | typing.SupportsIndex = 1048576, hierarchical: bool = False, wire_dtype: DType | str | None = None) -> None:
         ...
     def bucket_of(self, index: typing.SupportsInt | typing.SupportsIndex) -> int:
         ...
@@ -1510,7 +1512,7 @@ class MetricsMonitor:
         ...
     def __exit__(self, *args) -> None:
         ...
-    def __init__(self, device: typing.Any, interval: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
+    def __init__(self, device: Device | str, interval: typing.SupportsFloat | typing.SupportsIndex = 0.5) -> None:
         ...
     def latest(self) -> DeviceMetrics:
         """
@@ -1620,15 +1622,15 @@ class Checkpointer:
         """
         Waits for the save in flight (raising its error unless another is already raised).
         """
-    def __init__(self, root: str, keep_last: typing.Any = 0, comm: typing.Any = None, staging: typing.Any = None, commit_timeout: typing.SupportsFloat | typing.SupportsIndex = 600.0) -> None:
+    def __init__(self, root: str, keep_last: int = 0, comm: Communicator | None = None, staging: MemoryResource | None = None, commit_timeout: typing.SupportsFloat | typing.SupportsIndex = 600.0) -> None:
         """
         keep_last: committed checkpoints kept (0: all). comm: the ranks that write together (every rank calls every save). staging: a pinned (or host) MemoryResource for the snapshots. commit_timeout: seconds.
         """
-    def save(self, step: typing.Any, tensors: typing.Any, stream: Stream, metadata: typing.Any = None) -> None:
+    def save(self, step: int, tensors: dict[str, numpy.typing.ArrayLike], stream: Stream, metadata: dict[str, str] | None = None) -> None:
         """
         save_async(...).wait(): returns once committed.
         """
-    def save_async(self, step: typing.Any, tensors: typing.Any, stream: Stream, metadata: typing.Any = None) -> PendingSave:
+    def save_async(self, step: int, tensors: dict[str, numpy.typing.ArrayLike], stream: Stream, metadata: dict[str, str] | None = None) -> PendingSave:
         """
         Snapshot {name: array} after the stream's work (the stream waits for the snapshot), write it in the background, return a PendingSave at once. Waits for the previous save first (raising its error).
         """
@@ -1663,11 +1665,11 @@ class StepMetrics:
     """
     A process's training metrics (one record per step).
     """
-    def record(self, seconds: typing.Any, samples: typing.Any = 0, data_wait_seconds: typing.Any = 0.0, comm_seconds: typing.Any = 0.0, loss_scale: typing.Any = 0.0, skipped: typing.Any = 0) -> None:
+    def record(self, seconds: float, samples: int = 0, data_wait_seconds: float = 0.0, comm_seconds: float = 0.0, loss_scale: float = 0.0, skipped: int = 0) -> None:
         """
         Record one step: its wall time, samples, time waiting for data and in collectives, the loss scale, the steps skipped since the last record (True/1 for this one).
         """
-    def record_checkpoint(self, seconds: typing.Any) -> None:
+    def record_checkpoint(self, seconds: float) -> None:
         """
         Record one checkpoint save's duration.
         """
@@ -1684,11 +1686,11 @@ class TelemetryExporter:
     """
     A Prometheus /metrics endpoint of this process (prometheus-cpp), its device and training metrics.
     """
-    def __init__(self, port: typing.Any = 0, address: str = '0.0.0.0', labels: typing.Any = None, textfile: typing.Any = None) -> None:
+    def __init__(self, port: int = 0, address: str = '0.0.0.0', labels: dict[str, str] | None = None, textfile: str | None = None) -> None:
         """
         port: 0 picks a free one, -1 serves none. labels: put on every series (job_labels() gives rank, local_rank, node, job). textfile: where write_textfile() writes (node_exporter's textfile collector).
         """
-    def detect_stragglers(self, comm: typing.Any, stream: typing.Any, every: typing.Any = 50, threshold: typing.SupportsFloat | typing.SupportsIndex = 0.2) -> None:
+    def detect_stragglers(self, comm: Communicator, stream: Stream, every: int = 50, threshold: typing.SupportsFloat | typing.SupportsIndex = 0.2) -> None:
         """
         Every `every` recorded steps, all-gather the ranks' mean step times over comm (on stream) and export gpucloud_rank_step_seconds and gpucloud_straggler. Every rank calls it and records the same steps.
         """
@@ -1702,9 +1704,9 @@ class TelemetryExporter:
         """
     def straggler_report(self) -> StragglerReport:
         ...
-    def unwatch(self, monitor: typing.Any) -> None:
+    def unwatch(self, monitor: MetricsMonitor) -> None:
         ...
-    def watch(self, monitor: typing.Any) -> None:
+    def watch(self, monitor: MetricsMonitor) -> None:
         """
         Export the monitor's latest reading at each scrape (DCGM_FI_DEV_* names on GPUs).
         """
@@ -1728,7 +1730,7 @@ def add_callback(stream: Stream, fn: collections.abc.Callable) -> None:
     """
     Run `fn(error)` on the stream once earlier work finished, also after a failure: `error` is the exception that work raised (taken over: synchronize() will not raise it again), or None. For completing futures from a stream; an exception from `fn` is reported as unraisable.
     """
-def advise(buffer: typing.Any, advice: MemoryAdvice, target: typing.Any) -> None:
+def advise(buffer: numpy.typing.ArrayLike, advice: MemoryAdvice, target: numpy.typing.ArrayLike) -> None:
     """
     Apply a cudaMemAdvise hint to managed memory.
     """
@@ -1736,7 +1738,7 @@ def available_devices() -> list[Device]:
     """
     The host, then every visible CUDA device.
     """
-def bias_grad(grad: typing.Any, bias_grad: typing.Any, stream: Stream) -> None:
+def bias_grad(grad: numpy.typing.ArrayLike, bias_grad: numpy.typing.ArrayLike, stream: Stream) -> None:
     """
     bias_grad[j] = sum over rows of grad[:, j] (grad is rows x len(bias_grad)).
     """
@@ -1744,7 +1746,7 @@ def build_info() -> BuildInfo:
     """
     The configuration this library was built with.
     """
-def cast(dst: typing.Any, src: typing.Any, stream: Stream) -> None:
+def cast(dst: numpy.typing.ArrayLike, src: numpy.typing.ArrayLike, stream: Stream) -> None:
     """
     dst = src converted to dst's dtype, in stream order.
     """
@@ -1756,7 +1758,7 @@ def checkpoint_latest(root: str) -> str | None:
     """
     The newest committed checkpoint's directory under root, or None.
     """
-def checkpoint_load(directory: str, into: typing.Any, stream: Stream, strict: bool = True) -> CheckpointManifest:
+def checkpoint_load(directory: str, into: dict[str, numpy.typing.ArrayLike], stream: Stream, strict: bool = True) -> CheckpointManifest:
     """
     Load into {name: array} (each found by name): everything verified (manifest, headers, checksums, dtypes, shapes) before the first write; then copied in stream order, and the stream synchronised. Returns the Manifest.
     """
@@ -1772,23 +1774,23 @@ def comm_group(issue: collections.abc.Callable) -> None:
     """
     Calls issue() and sends the collectives it enqueues on several communicators as one NCCL group.
     """
-def conv2d_backward_data(dx: typing.Any, dy: typing.Any, filter: typing.Any, stream: Stream, *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+def conv2d_backward_data(dx: numpy.typing.ArrayLike, dy: numpy.typing.ArrayLike, filter: numpy.typing.ArrayLike, stream: Stream, *, stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
     """
     dx = alpha * (gradient of the convolution with respect to x, given dy) + beta dx.
     """
-def conv2d_backward_filter(dfilter: typing.Any, x: typing.Any, dy: typing.Any, stream: Stream, *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
+def conv2d_backward_filter(dfilter: numpy.typing.ArrayLike, x: numpy.typing.ArrayLike, dy: numpy.typing.ArrayLike, stream: Stream, *, stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> None:
     """
     dfilter = alpha * (gradient of the convolution with respect to the filter, summed over the batch) + beta dfilter.
     """
-def conv2d_forward(y: typing.Any, x: typing.Any, filter: typing.Any, stream: Stream, *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0, epilogue: str = 'none', bias: typing.Any = None) -> None:
+def conv2d_forward(y: numpy.typing.ArrayLike, x: numpy.typing.ArrayLike, filter: numpy.typing.ArrayLike, stream: Stream, *, stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw', alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0, epilogue: str = 'none', bias: numpy.typing.ArrayLike | None = None) -> None:
     """
     y = epilogue(alpha conv(x, filter) + beta y [+ bias]) in stream order (cross-correlation, as torch.nn.functional.conv2d); epilogue none, bias or bias_relu.
     """
-def conv2d_output_size(x_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], filter_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], *, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw') -> list[int]:
+def conv2d_output_size(x_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], filter_shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], *, stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, groups: typing.SupportsInt | typing.SupportsIndex = 1, layout: str = 'nchw') -> list[int]:
     """
     The output's shape (in the layout's order) of a convolution of these shapes.
     """
-def copy(dst: typing.Any, src: typing.Any, stream: Stream) -> None:
+def copy(dst: numpy.typing.ArrayLike, src: numpy.typing.ArrayLike, stream: Stream) -> None:
     """
     Copy `src` into `dst` in stream order (any memory kinds; zero-copy views of NumPy/PyTorch/CuPy).
     """
@@ -1812,7 +1814,7 @@ def elapsed_ms(start: Event, end: Event) -> float:
     """
     Milliseconds between two completed records of TimedEvents.
     """
-def fill(dst: typing.Any, value: typing.Any, stream: Stream) -> None:
+def fill(dst: numpy.typing.ArrayLike, value: int | float, stream: Stream) -> None:
     """
     Set every element of dst to value, in stream order: an int exactly (int64 beyond 2^53 too), a float converted as cast() does.
     """
@@ -1820,7 +1822,7 @@ def find_gpu_spec(device_name: str) -> GpuSpec | None:
     """
     The row matching a device name, or None.
     """
-def gemm(c: typing.Any, a: typing.Any, b: typing.Any, stream: Stream, *, trans_a: bool = False, trans_b: bool = False, alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0, epilogue: str = 'none', bias: typing.Any = None, tf32: bool = False, scale_a: typing.SupportsFloat | typing.SupportsIndex = 1.0, scale_b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
+def gemm(c: numpy.typing.ArrayLike, a: numpy.typing.ArrayLike, b: numpy.typing.ArrayLike, stream: Stream, *, trans_a: bool = False, trans_b: bool = False, alpha: typing.SupportsFloat | typing.SupportsIndex = 1.0, beta: typing.SupportsFloat | typing.SupportsIndex = 0.0, epilogue: str = 'none', bias: numpy.typing.ArrayLike | None = None, tf32: bool = False, scale_a: typing.SupportsFloat | typing.SupportsIndex = 1.0, scale_b: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> None:
     """
     c = epilogue(alpha op(a) op(b) + beta c [+ bias]) in stream order; shapes from the arrays (2-D, or 3-D batches; a 2-D a or b serves every batch).
     """
@@ -1844,7 +1846,7 @@ def memory_info(device: Device) -> MemoryInfo:
     """
     Free and total memory of a device now.
     """
-def mse_loss(pred: typing.Any, target: typing.Any, loss: typing.Any, grad: typing.Any, stream: Stream, scaler: typing.Any = None) -> None:
+def mse_loss(pred: numpy.typing.ArrayLike, target: numpy.typing.ArrayLike, loss: numpy.typing.ArrayLike, grad: numpy.typing.ArrayLike, stream: Stream, scaler: typing.Any = None) -> None:
     """
     loss = mean((pred - target)^2); grad = 2 (pred - target) / N, times the scaler's scale when given.
     """
@@ -1856,23 +1858,23 @@ def peak_tflops(spec: GpuSpec, precision: Precision) -> float:
     """
     Dense peak TFLOP/s in a precision.
     """
-def prefetch(buffer: typing.Any, target: typing.Any, stream: Stream) -> None:
+def prefetch(buffer: numpy.typing.ArrayLike, target: numpy.typing.ArrayLike, stream: Stream) -> None:
     """
     Migrate managed memory to `target` in stream order.
     """
-def read_metrics(device: typing.Any) -> DeviceMetrics:
+def read_metrics(device: Device | str) -> DeviceMetrics:
     """
     Reads a device's utilisation, memory, temperature, power and clock now.
     """
-def relu_backward(grad: typing.Any, activation: typing.Any, stream: Stream) -> None:
+def relu_backward(grad: numpy.typing.ArrayLike, activation: numpy.typing.ArrayLike, stream: Stream) -> None:
     """
     grad *= (activation > 0), in place.
     """
-def set_default_resource(kind: typing.Any, device: typing.Any, mr: typing.Any) -> None:
+def set_default_resource(kind: MemoryKind | str, device: Device | str, mr: MemoryResource | None) -> None:
     """
     Make `mr` the resource buffers of `kind` on `device` use by default (None restores the built-in one).
     """
-def supports(device: typing.Any, precision: Precision) -> bool:
+def supports(device: Device | str, precision: Precision) -> bool:
     """
     Whether the device runs GEMMs in this precision.
     """

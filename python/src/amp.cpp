@@ -133,7 +133,7 @@ void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
           "The state as {name: BufferView} of its own memory (no copies): 'step' and 'state.<i>.<buffer>'.")
       .def(
           "load_state_dict",
-          [](py::object self, py::handle state, PyStream& stream) {
+          [](py::object self, TensorDict state, PyStream& stream) {
             std::vector<py::object> owners;
             const StateDict sd = state_from_python(state, owners);
             owners.push_back(self);
@@ -170,7 +170,7 @@ void bind_amp(py::module_& m) {
       .def_readwrite("found_inf", &LossScalerState::found_inf);
 
   py::class_<PyScaler>(m, "LossScaler", "Dynamic (or static) loss scaling with its state on the device.")
-      .def(py::init([](py::handle device, py::object stream, float init_scale, double growth_factor,
+      .def(py::init([](DeviceLike device, StreamArg stream, float init_scale, double growth_factor,
                        double backoff_factor, int growth_interval, int hysteresis, float min_scale, bool dynamic) {
              LossScalerOptions o{init_scale, growth_factor, backoff_factor, growth_interval,
                                  hysteresis, min_scale,     dynamic};
@@ -187,7 +187,7 @@ void bind_amp(py::module_& m) {
            py::arg("dynamic") = true)
       .def(
           "scale",
-          [](py::object self, py::handle values, PyStream& stream) {
+          [](py::object self, ArrayLike values, PyStream& stream) {
             auto& s = self.cast<PyScaler&>();
             Borrowed b = borrow_writable(values, "values");
             enqueue_holding(stream.view, {b.owner, self}, [&] { s.scaler->scale(b.view, stream.view); });
@@ -231,7 +231,7 @@ void bind_amp(py::module_& m) {
           "The state as {name: BufferView} of its device memory: scale, growth_tracker, hysteresis_left.")
       .def(
           "load_state_dict",
-          [](py::object self, py::handle state, PyStream& stream) {
+          [](py::object self, TensorDict state, PyStream& stream) {
             std::vector<py::object> owners;
             const StateDict sd = state_from_python(state, owners);
             owners.push_back(self);
@@ -254,7 +254,7 @@ void bind_amp(py::module_& m) {
 
   using PySgd = PyOptimizer<FusedSGD>;
   py::class_<PySgd> sgd(m, "FusedSGD", "Fused multi-tensor SGD (torch.optim.SGD's math), fp32 masters for fp16/bf16.");
-  sgd.def(py::init([](py::iterable params, py::object stream, float lr, float momentum, float dampening,
+  sgd.def(py::init([](py::iterable params, StreamArg stream, float lr, float momentum, float dampening,
                       float weight_decay, bool nesterov, bool master_weights) {
             auto b = borrow_params(params);
             auto p = std::make_unique<PySgd>();
@@ -294,7 +294,7 @@ void bind_amp(py::module_& m) {
 
   using PyAdam = PyOptimizer<FusedAdam>;
   py::class_<PyAdam> adam(m, "FusedAdam", "Fused multi-tensor Adam / AdamW (torch.optim's math), amsgrad optional.");
-  adam.def(py::init([](py::iterable params, py::object stream, float lr, std::pair<float, float> betas, float eps,
+  adam.def(py::init([](py::iterable params, StreamArg stream, float lr, std::pair<float, float> betas, float eps,
                        float weight_decay, bool amsgrad, bool decoupled_weight_decay, bool master_weights) {
              auto b = borrow_params(params);
              auto p = std::make_unique<PyAdam>();

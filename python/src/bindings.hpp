@@ -94,6 +94,60 @@ struct PyScaler {
 /// stream thread ever waits for the GIL. The memory of Buffers and Views among them is recorded
 /// as in use, so exports of it wait (wait_for_work_on).
 void keep_alive_until_done(StreamView stream, std::vector<py::object> objects);
+/// Always true: the parameter types below accept any object and convert it themselves.
+inline bool accepts_anything(PyObject*) { return true; }
+/// Parameter types that say in signatures and stubs what a parameter accepts (any object is
+/// passed in; the function converts and checks it as before).
+#define GPUCLOUD_PARAMETER_TYPE(Name)                           \
+  class Name : public py::object {                              \
+   public:                                                      \
+    PYBIND11_OBJECT_DEFAULT(Name, py::object, accepts_anything) \
+  }
+/// A parameter that takes an array: NumPy or anything with __array_interface__ / __cuda_array_interface__ / __dlpack__
+/// (torch, CuPy), a Buffer or a BufferView; the function borrows it.
+GPUCLOUD_PARAMETER_TYPE(ArrayLike);
+/// A parameter that takes an array or None.
+GPUCLOUD_PARAMETER_TYPE(OptionalArrayLike);
+/// A parameter that takes a gpucloud.Device or a string ("host", "cuda:0").
+GPUCLOUD_PARAMETER_TYPE(DeviceLike);
+/// A parameter that takes a device, or None for the default.
+GPUCLOUD_PARAMETER_TYPE(OptionalDeviceLike);
+/// A parameter that takes a gpucloud.MemoryKind or its name.
+GPUCLOUD_PARAMETER_TYPE(KindLike);
+/// A parameter that takes a gpucloud.DType, its name, or a NumPy dtype.
+GPUCLOUD_PARAMETER_TYPE(DTypeLike);
+/// A parameter that takes a dtype, or None.
+GPUCLOUD_PARAMETER_TYPE(OptionalDTypeLike);
+/// A parameter that takes an int or a pair of ints (a convolution's stride, padding, dilation).
+GPUCLOUD_PARAMETER_TYPE(IntOrPair);
+/// A parameter that takes a gpucloud.Stream (or a framework stream it adopts), kept alive by the object built.
+GPUCLOUD_PARAMETER_TYPE(StreamArg);
+/// A parameter that takes a gpucloud.Communicator, kept alive by the object built.
+GPUCLOUD_PARAMETER_TYPE(CommunicatorArg);
+/// A parameter that takes a communicator, or None.
+GPUCLOUD_PARAMETER_TYPE(OptionalCommunicator);
+/// A parameter that takes a memory resource, or None for the default.
+GPUCLOUD_PARAMETER_TYPE(OptionalResource);
+/// A parameter that takes a function called with each chunk, or None.
+GPUCLOUD_PARAMETER_TYPE(ChunkFunction);
+/// A parameter that takes a Python int (checked exactly: no floats, no overflow).
+GPUCLOUD_PARAMETER_TYPE(IntArg);
+/// A parameter that takes seconds (an int or a float, finite and not negative).
+GPUCLOUD_PARAMETER_TYPE(Seconds);
+/// A parameter that takes a {str: str} dict, or None.
+GPUCLOUD_PARAMETER_TYPE(StrDict);
+/// A parameter that takes a {name: array} dict.
+GPUCLOUD_PARAMETER_TYPE(TensorDict);
+/// A parameter that takes an int (exactly) or a float.
+GPUCLOUD_PARAMETER_TYPE(Number);
+/// A parameter that takes a file path, or None.
+GPUCLOUD_PARAMETER_TYPE(OptionalPath);
+/// A parameter that takes a gpucloud.MetricsMonitor.
+GPUCLOUD_PARAMETER_TYPE(MonitorArg);
+/// A parameter that takes an element count or a shape.
+GPUCLOUD_PARAMETER_TYPE(ShapeArg);
+#undef GPUCLOUD_PARAMETER_TYPE
+
 /// Runs @p fn with the GIL released (it may block: a wait, a free, a collective, enqueueing on a
 /// full queue) and returns its result. Every binding that calls into C++ work goes through it.
 template <class F>
@@ -177,3 +231,91 @@ MemoryKind to_kind(py::handle h);
 Device to_device(py::handle h);
 
 }  // namespace gpucloud::python
+
+namespace pybind11::detail {
+// What the parameter types above are called in signatures and stubs.
+template <>
+struct handle_type_name<gpucloud::python::ArrayLike> {
+  static constexpr auto name = const_name("numpy.typing.ArrayLike");
+};
+template <>
+struct handle_type_name<gpucloud::python::OptionalArrayLike> {
+  static constexpr auto name = const_name("numpy.typing.ArrayLike | None");
+};
+template <>
+struct handle_type_name<gpucloud::python::DeviceLike> {
+  static constexpr auto name = const_name("gpucloud._core.Device | str");
+};
+template <>
+struct handle_type_name<gpucloud::python::OptionalDeviceLike> {
+  static constexpr auto name = const_name("gpucloud._core.Device | str | None");
+};
+template <>
+struct handle_type_name<gpucloud::python::KindLike> {
+  static constexpr auto name = const_name("gpucloud._core.MemoryKind | str");
+};
+template <>
+struct handle_type_name<gpucloud::python::DTypeLike> {
+  static constexpr auto name = const_name("gpucloud._core.DType | str | numpy.dtype");
+};
+template <>
+struct handle_type_name<gpucloud::python::OptionalDTypeLike> {
+  static constexpr auto name = const_name("gpucloud._core.DType | str | None");
+};
+template <>
+struct handle_type_name<gpucloud::python::IntOrPair> {
+  static constexpr auto name = const_name("int | tuple[int, int]");
+};
+template <>
+struct handle_type_name<gpucloud::python::StreamArg> {
+  static constexpr auto name = const_name("gpucloud._core.Stream");
+};
+template <>
+struct handle_type_name<gpucloud::python::CommunicatorArg> {
+  static constexpr auto name = const_name("gpucloud._core.Communicator");
+};
+template <>
+struct handle_type_name<gpucloud::python::OptionalCommunicator> {
+  static constexpr auto name = const_name("gpucloud._core.Communicator | None");
+};
+template <>
+struct handle_type_name<gpucloud::python::OptionalResource> {
+  static constexpr auto name = const_name("gpucloud._core.MemoryResource | None");
+};
+template <>
+struct handle_type_name<gpucloud::python::ChunkFunction> {
+  static constexpr auto name = const_name("collections.abc.Callable[[gpucloud._core.Chunk], None] | None");
+};
+template <>
+struct handle_type_name<gpucloud::python::IntArg> {
+  static constexpr auto name = const_name("int");
+};
+template <>
+struct handle_type_name<gpucloud::python::Seconds> {
+  static constexpr auto name = const_name("float");
+};
+template <>
+struct handle_type_name<gpucloud::python::StrDict> {
+  static constexpr auto name = const_name("dict[str, str] | None");
+};
+template <>
+struct handle_type_name<gpucloud::python::TensorDict> {
+  static constexpr auto name = const_name("dict[str, numpy.typing.ArrayLike]");
+};
+template <>
+struct handle_type_name<gpucloud::python::Number> {
+  static constexpr auto name = const_name("int | float");
+};
+template <>
+struct handle_type_name<gpucloud::python::OptionalPath> {
+  static constexpr auto name = const_name("str | None");
+};
+template <>
+struct handle_type_name<gpucloud::python::MonitorArg> {
+  static constexpr auto name = const_name("gpucloud._core.MetricsMonitor");
+};
+template <>
+struct handle_type_name<gpucloud::python::ShapeArg> {
+  static constexpr auto name = const_name("int | collections.abc.Sequence[int]");
+};
+}  // namespace pybind11::detail

@@ -105,7 +105,7 @@ void bind_checkpoint(py::module_& m) {
 
   py::class_<PyCheckpointer>(m, "Checkpointer",
                              "Writes the checkpoints of one training run under a root directory (root/step-N).")
-      .def(py::init([](const std::string& root, py::handle keep_last, py::object comm, py::object staging,
+      .def(py::init([](const std::string& root, IntArg keep_last, OptionalCommunicator comm, OptionalResource staging,
                        double commit_timeout) {
              ck::Options o;
              o.keep_last = static_cast<int>(arg_size(keep_last, "keep_last"));
@@ -135,7 +135,7 @@ void bind_checkpoint(py::module_& m) {
            "every save). staging: a pinned (or host) MemoryResource for the snapshots. commit_timeout: seconds.")
       .def(
           "save_async",
-          [](PyCheckpointer& self, py::handle step, py::handle tensors, PyStream& stream, py::handle metadata) {
+          [](PyCheckpointer& self, IntArg step, TensorDict tensors, PyStream& stream, StrDict metadata) {
             const std::int64_t s = arg_int(step, "step");
             std::vector<py::object> owners;
             const StateDict state = borrow_state(tensors, "tensors", false, owners);
@@ -149,7 +149,7 @@ void bind_checkpoint(py::module_& m) {
           "background, return a PendingSave at once. Waits for the previous save first (raising its error).")
       .def(
           "save",
-          [](PyCheckpointer& self, py::handle step, py::handle tensors, PyStream& stream, py::handle metadata) {
+          [](PyCheckpointer& self, IntArg step, TensorDict tensors, PyStream& stream, StrDict metadata) {
             const std::int64_t s = arg_int(step, "step");
             std::vector<py::object> owners;
             const StateDict state = borrow_state(tensors, "tensors", false, owners);
@@ -187,7 +187,7 @@ void bind_checkpoint(py::module_& m) {
       py::arg("directory"), "Read and verify a checkpoint's manifest.");
   m.def(
       "checkpoint_load",
-      [](const std::string& directory, py::handle into, PyStream& stream, bool strict) {
+      [](const std::string& directory, TensorDict into, PyStream& stream, bool strict) {
         std::vector<py::object> owners;
         const StateDict state = borrow_state(into, "into", true, owners);
         // synchronises the stream

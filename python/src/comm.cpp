@@ -192,7 +192,7 @@ void bind_comm(py::module_& m) {
           "A fresh NCCL unique id (128 bytes) for rank 0 to hand to the others.")
       .def_static(
           "nccl",
-          [](py::bytes id, int rank, int size, py::handle device) {
+          [](py::bytes id, int rank, int size, DeviceLike device) {
             const std::string raw = id;
             NcclUniqueId uid;
             GPUCLOUD_EXPECTS(raw.size() == uid.bytes.size(), "Communicator.nccl",
@@ -205,7 +205,7 @@ void bind_comm(py::module_& m) {
           "Rank `rank` of `size` processes, one GPU each, joined through `id` (every rank calls it).")
       .def_static(
           "nccl_from_mpi",
-          [](py::object device) {
+          [](OptionalDeviceLike device) {
             const Device d = device.is_none() ? Device::host() : to_device(device);
             return without_gil([&] { return Communicator::nccl_from_mpi(d); });
           },
@@ -235,7 +235,7 @@ void bind_comm(py::module_& m) {
       .def_property("timeout", &Communicator::timeout, &Communicator::set_timeout, "How long a collective may take.")
       .def(
           "all_reduce",
-          [](Communicator& c, py::handle send, py::handle recv, PyStream& stream, const std::string& op,
+          [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream, const std::string& op,
              bool hierarchical) {
             if (hierarchical) {
               PyErr_WarnEx(PyExc_DeprecationWarning,
@@ -258,7 +258,7 @@ void bind_comm(py::module_& m) {
           "call hierarchical_all_reduce.")
       .def(
           "hierarchical_all_reduce",
-          [](Communicator& c, py::handle send, py::handle recv, PyStream& stream, const std::string& op) {
+          [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream, const std::string& op) {
             Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
             collective(stream, {s, r}, [&] { c.hierarchical_all_reduce(s.view, r.view, to_op(op), stream.view); });
           },
@@ -267,21 +267,21 @@ void bind_comm(py::module_& m) {
           "across nodes, all-gather inside each node.")
       .def(
           "reduce_scatter",
-          [](Communicator& c, py::handle send, py::handle recv, PyStream& stream, const std::string& op) {
+          [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream, const std::string& op) {
             Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
             collective(stream, {s, r}, [&] { c.reduce_scatter(s.view, r.view, to_op(op), stream.view); });
           },
           py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum")
       .def(
           "all_gather",
-          [](Communicator& c, py::handle send, py::handle recv, PyStream& stream) {
+          [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream) {
             Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
             collective(stream, {s, r}, [&] { c.all_gather(s.view, r.view, stream.view); });
           },
           py::arg("send"), py::arg("recv"), py::arg("stream"))
       .def(
           "broadcast",
-          [](Communicator& c, py::handle buffer, int root, PyStream& stream) {
+          [](Communicator& c, ArrayLike buffer, int root, PyStream& stream) {
             Borrowed b = borrow_writable(buffer, "buffer");
             collective(stream, {b}, [&] { c.broadcast(b.view, root, stream.view); });
           },
@@ -295,7 +295,7 @@ void bind_comm(py::module_& m) {
       .def("set_cost_model", &Communicator::set_cost_model, py::arg("model"))
       .def(
           "all_reduce_auto",
-          [](Communicator& c, py::handle send, py::handle recv, PyStream& stream, const std::string& op) {
+          [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream, const std::string& op) {
             Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
             collective(stream, {s, r}, [&] { c.all_reduce_auto(s.view, r.view, to_op(op), stream.view); });
           },
@@ -310,8 +310,8 @@ void bind_comm(py::module_& m) {
       "Calls issue() and sends the collectives it enqueues on several communicators as one NCCL group.");
 
   py::class_<PyBucketer>(m, "GradBucketer", "DDP-style gradient buckets all-reduced (averaged) as they become ready.")
-      .def(py::init([](py::object comm, py::iterable grads, std::size_t bucket_bytes, std::size_t first_bucket_bytes,
-                       bool hierarchical, py::object wire_dtype) {
+      .def(py::init([](CommunicatorArg comm, py::iterable grads, std::size_t bucket_bytes,
+                       std::size_t first_bucket_bytes, bool hierarchical, OptionalDTypeLike wire_dtype) {
              auto p = std::make_unique<PyBucketer>();
              std::vector<BufferView> views;
              std::size_t i = 0;

@@ -42,8 +42,8 @@ std::int64_t dim(const std::vector<std::int64_t>& shape, const char* arg, std::s
 }
 
 // ConvArgs from x's and the filter's shapes (in the layout's order) and the keyword options.
-ConvArgs conv_args(const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& filter, py::handle stride,
-                   py::handle padding, py::handle dilation, std::int64_t groups, const std::string& layout, float alpha,
+ConvArgs conv_args(const std::vector<std::int64_t>& x, const std::vector<std::int64_t>& filter, IntOrPair stride,
+                   IntOrPair padding, IntOrPair dilation, std::int64_t groups, const std::string& layout, float alpha,
                    float beta) {
   ConvArgs a;
   GPUCLOUD_EXPECTS(layout == "nchw" || layout == "nhwc", "conv2d", "layout: '" + layout + "' is not nchw or nhwc");
@@ -91,8 +91,8 @@ void bind_conv(py::module_& m) {
       .value("nhwc", ConvLayout::nhwc);
   m.def(
       "conv2d_output_size",
-      [](std::vector<std::int64_t> x, std::vector<std::int64_t> filter, py::handle stride, py::handle padding,
-         py::handle dilation, std::int64_t groups, const std::string& layout) {
+      [](std::vector<std::int64_t> x, std::vector<std::int64_t> filter, IntOrPair stride, IntOrPair padding,
+         IntOrPair dilation, std::int64_t groups, const std::string& layout) {
         return y_shape(conv_args(x, filter, stride, padding, dilation, groups, layout, 1.0f, 0.0f));
       },
       py::arg("x_shape"), py::arg("filter_shape"), py::kw_only(), py::arg("stride") = 1, py::arg("padding") = 0,
@@ -100,9 +100,9 @@ void bind_conv(py::module_& m) {
       "The output's shape (in the layout's order) of a convolution of these shapes.");
   m.def(
       "conv2d_forward",
-      [](py::handle y, py::handle x, py::handle filter, PyStream& stream, py::handle stride, py::handle padding,
-         py::handle dilation, std::int64_t groups, const std::string& layout, float alpha, float beta,
-         const std::string& epilogue, py::object bias) {
+      [](ArrayLike y, ArrayLike x, ArrayLike filter, PyStream& stream, IntOrPair stride, IntOrPair padding,
+         IntOrPair dilation, std::int64_t groups, const std::string& layout, float alpha, float beta,
+         const std::string& epilogue, OptionalArrayLike bias) {
         Borrowed by = borrow_writable(y, "y"), bx = borrow(x, "x"), bf = borrow(filter, "filter");
         ConvArgs a = conv_args(bx.shape, bf.shape, stride, padding, dilation, groups, layout, alpha, beta);
         expect_shape(by, y_shape(a), "y");
@@ -123,8 +123,8 @@ void bind_conv(py::module_& m) {
       "torch.nn.functional.conv2d); epilogue none, bias or bias_relu.");
   m.def(
       "conv2d_backward_data",
-      [](py::handle dx, py::handle dy, py::handle filter, PyStream& stream, py::handle stride, py::handle padding,
-         py::handle dilation, std::int64_t groups, const std::string& layout, float alpha, float beta) {
+      [](ArrayLike dx, ArrayLike dy, ArrayLike filter, PyStream& stream, IntOrPair stride, IntOrPair padding,
+         IntOrPair dilation, std::int64_t groups, const std::string& layout, float alpha, float beta) {
         Borrowed bdx = borrow_writable(dx, "dx"), bdy = borrow(dy, "dy"), bf = borrow(filter, "filter");
         const ConvArgs a = conv_args(bdx.shape, bf.shape, stride, padding, dilation, groups, layout, alpha, beta);
         expect_shape(bdy, y_shape(a), "dy");
@@ -137,8 +137,8 @@ void bind_conv(py::module_& m) {
       "dx = alpha * (gradient of the convolution with respect to x, given dy) + beta dx.");
   m.def(
       "conv2d_backward_filter",
-      [](py::handle dfilter, py::handle x, py::handle dy, PyStream& stream, py::handle stride, py::handle padding,
-         py::handle dilation, std::int64_t groups, const std::string& layout, float alpha, float beta) {
+      [](ArrayLike dfilter, ArrayLike x, ArrayLike dy, PyStream& stream, IntOrPair stride, IntOrPair padding,
+         IntOrPair dilation, std::int64_t groups, const std::string& layout, float alpha, float beta) {
         Borrowed bdf = borrow_writable(dfilter, "dfilter"), bx = borrow(x, "x"), bdy = borrow(dy, "dy");
         const ConvArgs a = conv_args(bx.shape, bdf.shape, stride, padding, dilation, groups, layout, alpha, beta);
         expect_shape(bdy, y_shape(a), "dy");
@@ -180,12 +180,12 @@ void bind_compute(py::module_& m) {
   m.def("find_gpu_spec", &find_gpu_spec, py::arg("device_name"), "The row matching a device name, or None.");
   m.def("peak_tflops", &peak_tflops, py::arg("spec"), py::arg("precision"), "Dense peak TFLOP/s in a precision.");
   m.def(
-      "supports", [](py::handle device, Precision p) { return supports(to_device(device), p); }, py::arg("device"),
+      "supports", [](DeviceLike device, Precision p) { return supports(to_device(device), p); }, py::arg("device"),
       py::arg("precision"), "Whether the device runs GEMMs in this precision.");
 
   m.def(
       "mse_loss",
-      [](py::handle pred, py::handle target, py::handle loss, py::handle grad, PyStream& stream, py::object scaler) {
+      [](ArrayLike pred, ArrayLike target, ArrayLike loss, ArrayLike grad, PyStream& stream, py::object scaler) {
         // scaler: a gpucloud.LossScaler or None
         Borrowed p = borrow(pred, "pred"), t = borrow(target, "target"), l = borrow_writable(loss, "loss"),
                  g = borrow_writable(grad, "grad");
@@ -203,14 +203,14 @@ void bind_compute(py::module_& m) {
       "loss = mean((pred - target)^2); grad = 2 (pred - target) / N, times the scaler's scale when given.");
   m.def(
       "relu_backward",
-      [](py::handle grad, py::handle activation, PyStream& stream) {
+      [](ArrayLike grad, ArrayLike activation, PyStream& stream) {
         Borrowed g = borrow_writable(grad, "grad"), a = borrow(activation, "activation");
         enqueue_holding(stream.view, {g.owner, a.owner}, [&] { relu_backward(g.view, a.view, stream.view); });
       },
       py::arg("grad"), py::arg("activation"), py::arg("stream"), "grad *= (activation > 0), in place.");
   m.def(
       "bias_grad",
-      [](py::handle grad, py::handle out, PyStream& stream) {
+      [](ArrayLike grad, ArrayLike out, PyStream& stream) {
         Borrowed g = borrow(grad, "grad"), o = borrow_writable(out, "bias_grad");
         const std::int64_t cols = static_cast<std::int64_t>(o.view.size());
         GPUCLOUD_EXPECTS(cols > 0 && g.view.size() % static_cast<std::size_t>(cols) == 0, "bias_grad",
@@ -222,8 +222,8 @@ void bind_compute(py::module_& m) {
       "bias_grad[j] = sum over rows of grad[:, j] (grad is rows x len(bias_grad)).");
   m.def(
       "gemm",
-      [](py::handle c, py::handle a, py::handle b, PyStream& stream, bool trans_a, bool trans_b, float alpha,
-         float beta, const std::string& epilogue, py::object bias, bool tf32, float scale_a, float scale_b) {
+      [](ArrayLike c, ArrayLike a, ArrayLike b, PyStream& stream, bool trans_a, bool trans_b, float alpha, float beta,
+         const std::string& epilogue, OptionalArrayLike bias, bool tf32, float scale_a, float scale_b) {
         Borrowed bc = borrow_writable(c, "c"), ba = borrow(a, "a"), bb = borrow(b, "b");
         const auto sc = matrix_shape(bc, "c"), sa = matrix_shape(ba, "a"), sb = matrix_shape(bb, "b");
         GemmArgs g;

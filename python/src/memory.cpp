@@ -199,7 +199,7 @@ void bind_memory(py::module_& m) {
   py::class_<PlainResource, MemoryResource, ResourceHolder<PlainResource>>(m, "PlainResource",
                                                                            "One system allocation per request.")
       .def(py::init(
-               [](py::handle kind, py::handle device) { return new PlainResource(to_kind(kind), to_device(device)); }),
+               [](KindLike kind, DeviceLike device) { return new PlainResource(to_kind(kind), to_device(device)); }),
            py::arg("kind"), py::arg_v("device", Device::host(), "Device.host()"));
   py::class_<PoolResource, MemoryResource, ResourceHolder<PoolResource>>(
       m, "PoolResource", "Caching pool with power-of-two size classes and stream-ordered reuse.")
@@ -231,7 +231,7 @@ void bind_memory(py::module_& m) {
 
   m.def(
       "set_default_resource",
-      [](py::handle kind, py::handle device, py::object mr) {
+      [](KindLike kind, DeviceLike device, OptionalResource mr) {
         const MemoryKind k = to_kind(kind);
         const Device d = to_device(device);
         MemoryResource* raw = to_resource(mr);
@@ -252,8 +252,8 @@ void bind_memory(py::module_& m) {
   py::class_<PyView> view_class(m, "BufferView",
                                 "A non-owning view (a pipeline chunk, a batch's array); keeps its owner alive.");
   buffer_class
-      .def(py::init([](py::handle shape, py::handle dtype, py::handle device, py::handle kind, PyStream* stream,
-                       py::object mr) {
+      .def(py::init([](ShapeArg shape, DTypeLike dtype, DeviceLike device, KindLike kind, PyStream* stream,
+                       OptionalResource mr) {
              auto s = to_shape(shape);
              const std::size_t n = count_of(s);
              const DType t = to_dtype(dtype);
@@ -297,7 +297,7 @@ void bind_memory(py::module_& m) {
   // copy and cast: borrow dst (writable) and src, same shape, run with the GIL dropped, keep both
   // alive until the stream is done with them.
   auto dst_src = [](const char* call, void (*op)(BufferView, BufferView, StreamView)) {
-    return [call, op](py::handle dst, py::handle src, PyStream& stream) {
+    return [call, op](ArrayLike dst, ArrayLike src, PyStream& stream) {
       Borrowed d = borrow_writable(dst, "dst");
       Borrowed s = borrow(src, "src");
       check_same_shape(d, s, call);
@@ -310,7 +310,7 @@ void bind_memory(py::module_& m) {
         "dst = src converted to dst's dtype, in stream order.");
   m.def(
       "fill",
-      [](py::handle dst, py::handle value, PyStream& stream) {
+      [](ArrayLike dst, Number value, PyStream& stream) {
         Borrowed d = borrow_writable(dst, "dst");
         // A Python int is filled exactly (int64 beyond 2^53 must not pass through a double).
         const bool integer = PyIndex_Check(value.ptr()) != 0;  // int, bool, NumPy integers
@@ -352,7 +352,7 @@ void bind_memory(py::module_& m) {
       .value("unset_accessed_by", MemoryAdvice::unset_accessed_by);
   m.def(
       "prefetch",
-      [](py::handle buffer, py::handle target, PyStream& stream) {
+      [](ArrayLike buffer, ArrayLike target, PyStream& stream) {
         Borrowed b = borrow(buffer, "buffer");
         const Device t = to_device(target);
         without_gil([&] { prefetch(b.view, t, view_of(stream)); });
@@ -360,7 +360,7 @@ void bind_memory(py::module_& m) {
       py::arg("buffer"), py::arg("target"), py::arg("stream"), "Migrate managed memory to `target` in stream order.");
   m.def(
       "advise",
-      [](py::handle buffer, MemoryAdvice advice, py::handle target) {
+      [](ArrayLike buffer, MemoryAdvice advice, ArrayLike target) {
         Borrowed b = borrow(buffer, "buffer");
         advise(b.view, advice, to_device(target));
       },

@@ -94,7 +94,7 @@ void bind_monitor(py::module_& m) {
 
   m.def(
       "read_metrics",
-      [](py::handle device) {
+      [](DeviceLike device) {
         const Device d = to_device(device);
         // the host's first reading measures over 100 ms
         return without_gil([&] { return read_metrics(d); });
@@ -106,7 +106,7 @@ void bind_monitor(py::module_& m) {
   py::class_<MetricsMonitor>(m, "MetricsMonitor",
                              "Samples a device every `interval` seconds on a background thread; a context manager "
                              "that stops on exit.")
-      .def(py::init([](py::handle device, double interval) {
+      .def(py::init([](DeviceLike device, double interval) {
              const Device d = to_device(device);  // a Device or its name, as everywhere else
              GPUCLOUD_EXPECTS(interval > 0 && interval < 1e6, "MetricsMonitor",
                               "interval: " + std::to_string(interval) + " is not a positive number of seconds");

@@ -42,7 +42,7 @@ struct PyPrefetcher {
 std::vector<std::int64_t> flat(BufferView v) { return {static_cast<std::int64_t>(v.size())}; }
 
 // Runs one pipeline call with Python's step; the GIL is dropped while the pipeline works.
-void run_pipeline(py::object self, py::handle dst, py::handle src, PyStream& stream, py::object step, int which) {
+void run_pipeline(py::object self, ArrayLike dst, ArrayLike src, PyStream& stream, py::object step, int which) {
   auto& pipeline = self.cast<CopyPipeline&>();
   Borrowed d = borrow_writable(dst, "dst");
   Borrowed s = borrow(src, "src");
@@ -112,7 +112,7 @@ void bind_movement(py::module_& m) {
   py::class_<CopyPipeline>(m, "CopyPipeline",
                            "Moves arrays between host and device in chunks over several streams, overlapping "
                            "copies with the compute step.")
-      .def(py::init([](py::handle device, std::size_t chunk_bytes, int depth, bool record_timeline) {
+      .def(py::init([](DeviceLike device, std::size_t chunk_bytes, int depth, bool record_timeline) {
              return std::make_unique<CopyPipeline>(to_device(device),
                                                    PipelineOptions{chunk_bytes, depth, record_timeline});
            }),
@@ -121,20 +121,20 @@ void bind_movement(py::module_& m) {
            py::arg("record_timeline") = false)
       .def(
           "upload",
-          [](py::object self, py::handle dst, py::handle src, PyStream& stream, py::object step) {
+          [](py::object self, ArrayLike dst, ArrayLike src, PyStream& stream, ChunkFunction step) {
             run_pipeline(self, dst, src, stream, step, 0);
           },
           py::arg("dst"), py::arg("src"), py::arg("stream"), py::arg("step") = py::none(),
           "Copy host `src` into device `dst` chunk by chunk; `step(chunk)` enqueues work on each chunk.")
       .def(
           "download",
-          [](py::object self, py::handle dst, py::handle src, PyStream& stream) {
+          [](py::object self, ArrayLike dst, ArrayLike src, PyStream& stream) {
             run_pipeline(self, dst, src, stream, py::none(), 1);
           },
           py::arg("dst"), py::arg("src"), py::arg("stream"), "Copy device `src` into host `dst` chunk by chunk.")
       .def(
           "transform",
-          [](py::object self, py::handle dst, py::handle src, PyStream& stream, py::object step) {
+          [](py::object self, ArrayLike dst, ArrayLike src, PyStream& stream, ChunkFunction step) {
             run_pipeline(self, dst, src, stream, step, 2);
           },
           py::arg("dst"), py::arg("src"), py::arg("stream"), py::arg("step"),
@@ -163,7 +163,7 @@ void bind_movement(py::module_& m) {
 
   py::class_<PyPrefetcher>(m, "Prefetcher",
                            "Keeps the next `depth` batches of a source on the device, copied on its own stream.")
-      .def(py::init([](py::object source, py::handle device, int depth, py::handle kind) {
+      .def(py::init([](py::object source, DeviceLike device, int depth, KindLike kind) {
              auto p = std::make_unique<PyPrefetcher>();
              p->prefetcher = std::make_unique<Prefetcher>(to_device(device), python_source(std::move(source)),
                                                           PrefetchOptions{depth, to_kind(kind)});

@@ -30,7 +30,7 @@ std::map<std::pair<int, std::uintptr_t>, std::unique_ptr<Stream>>& adopted() {
 // The (handle, device) of a framework's stream: an object with __cuda_stream__ (the CUDA stream
 // protocol: a (version, handle) pair), a torch.cuda.Stream (.cuda_stream), a cupy.cuda.Stream
 // (.ptr), or a handle as an int; the device from the object (.device / .device_id) or @p device.
-std::pair<std::uintptr_t, Device> native_stream_of(py::handle obj, py::handle device) {
+std::pair<std::uintptr_t, Device> native_stream_of(py::handle obj, DeviceLike device) {
   std::int64_t handle = 0;
   if (py::hasattr(obj, "__cuda_stream__")) {
     py::object pair = obj.attr("__cuda_stream__");
@@ -65,7 +65,7 @@ std::pair<std::uintptr_t, Device> native_stream_of(py::handle obj, py::handle de
   return {static_cast<std::uintptr_t>(handle), d};
 }
 
-std::unique_ptr<PyStream> adopt(py::handle obj, py::handle device) {
+std::unique_ptr<PyStream> adopt(py::handle obj, DeviceLike device) {
   const auto [handle, d] = native_stream_of(obj, device);
   auto& slot = adopted()[{d.is_cuda() ? d.index() : -1, handle}];
   if (!slot) slot = std::make_unique<Stream>(Stream::from_native(reinterpret_cast<void*>(handle), d));
@@ -323,15 +323,16 @@ void bind_runtime(py::module_& m) {
 
   // Both classes first, so each one's signatures can name the other.
   py::class_<PyStream> stream_class(m, "Stream", "An in-order asynchronous work queue on one device.");
-  py::class_<Event> event_class(m, "Event", "A marker recorded on a stream, to order work across streams (a TimedEvent also times it).");
+  py::class_<Event> event_class(
+      m, "Event", "A marker recorded on a stream, to order work across streams (a TimedEvent also times it).");
   stream_class.def(py::init<Device>(), py::arg_v("device", Device::host(), "Device.host()"))
       .def(py::init([](py::object stream_like) { return adopt(stream_like, py::none()); }), py::arg("stream"),
            "Adopts a framework's CUDA stream (an object with __cuda_stream__, a torch.cuda.Stream, a "
            "cupy.cuda.Stream): gpucloud work is then ordered with the framework's. Every function that takes a "
            "Stream accepts these directly.")
       .def_static(
-          "from_native", [](py::object native, py::object device) { return adopt(native, device); }, py::arg("native"),
-          py::arg("device") = py::none(),
+          "from_native", [](py::object native, OptionalDeviceLike device) { return adopt(native, device); },
+          py::arg("native"), py::arg("device") = py::none(),
           "Adopts a caller's stream (as Stream(stream), with the device given or taken from the object); the "
           "caller keeps it alive.")
       .def(
@@ -373,7 +374,7 @@ void bind_runtime(py::module_& m) {
                throw py::error_already_set();
              }
              return *timing ? std::unique_ptr<Event>(std::make_unique<TimedEvent>(device))
-                                        : std::make_unique<Event>(device);
+                            : std::make_unique<Event>(device);
            }),
            py::arg_v("device", Device::host(), "Device.host()"), py::arg("timing") = py::none(),
            "An untimed event (the cheaper kind); `timing` is deprecated (TimedEvent measures time).")

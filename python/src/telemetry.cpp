@@ -49,8 +49,8 @@ void bind_telemetry(py::module_& m) {
   py::class_<tel::StepMetrics>(m, "StepMetrics", "A process's training metrics (one record per step).")
       .def(
           "record",
-          [](tel::StepMetrics& s, py::handle seconds, py::handle samples, py::handle data_wait_seconds,
-             py::handle comm_seconds, py::handle loss_scale, py::handle skipped) {
+          [](tel::StepMetrics& s, Seconds seconds, IntArg samples, Seconds data_wait_seconds, Seconds comm_seconds,
+             Seconds loss_scale, IntArg skipped) {
             tel::StepRecord r;
             r.seconds = arg_seconds(seconds, "seconds");
             r.samples = arg_size(samples, "samples");
@@ -67,7 +67,7 @@ void bind_telemetry(py::module_& m) {
           "the steps skipped since the last record (True/1 for this one).")
       .def(
           "record_checkpoint",
-          [](tel::StepMetrics& s, py::handle seconds) { s.record_checkpoint(arg_seconds(seconds, "seconds")); },
+          [](tel::StepMetrics& s, Seconds seconds) { s.record_checkpoint(arg_seconds(seconds, "seconds")); },
           py::arg("seconds"), "Record one checkpoint save's duration.")
       .def("record_memory", &tel::StepMetrics::record_memory, py::arg("statistics"),
            "Set the memory-pool gauges from a StatisticsAdaptor's statistics().")
@@ -76,7 +76,7 @@ void bind_telemetry(py::module_& m) {
   py::class_<PyExporter>(m, "TelemetryExporter",
                          "A Prometheus /metrics endpoint of this process (prometheus-cpp), its device and training "
                          "metrics.")
-      .def(py::init([](py::handle port, const std::string& address, py::handle labels, py::object textfile) {
+      .def(py::init([](IntArg port, const std::string& address, StrDict labels, OptionalPath textfile) {
              tel::ExporterOptions o;
              o.port = static_cast<int>(arg_int(port, "port"));
              o.address = address;
@@ -98,14 +98,14 @@ void bind_telemetry(py::module_& m) {
       .def_property_readonly("port", [](PyExporter& e) { return e.exporter->port(); })
       .def(
           "watch",
-          [](PyExporter& e, py::object monitor) {
+          [](PyExporter& e, MonitorArg monitor) {
             e.exporter->watch(arg_as<MetricsMonitor>(monitor, "monitor", "a gpucloud.MetricsMonitor"));
             e.watched.append(monitor);
           },
           py::arg("monitor"), "Export the monitor's latest reading at each scrape (DCGM_FI_DEV_* names on GPUs).")
       .def(
           "unwatch",
-          [](PyExporter& e, py::object monitor) {
+          [](PyExporter& e, MonitorArg monitor) {
             e.exporter->unwatch(arg_as<MetricsMonitor>(monitor, "monitor", "a gpucloud.MetricsMonitor"));
             py::list kept;
             for (auto w : e.watched) {
@@ -123,7 +123,7 @@ void bind_telemetry(py::module_& m) {
           "The training metrics (StepMetrics).")
       .def(
           "detect_stragglers",
-          [](PyExporter& e, py::object comm, py::object stream, py::handle every, double threshold) {
+          [](PyExporter& e, CommunicatorArg comm, StreamArg stream, IntArg every, double threshold) {
             auto& c = arg_as<Communicator>(comm, "comm", "a gpucloud.Communicator");
             auto& s = arg_as<PyStream>(stream, "stream", "a gpucloud.Stream");
             tel::StragglerOptions o;
