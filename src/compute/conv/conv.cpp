@@ -307,6 +307,16 @@ void col2im(const std::vector<float>& col, const ConvGeometry& g, std::int64_t g
   }
 }
 
+// The col matrix of images [img, img + images), group grp, and its row stride: colT (taps x
+// pixels, NCHW) or col (images * pixels x taps, NHWC). A direct convolution's is the input itself
+// (row stride the channel count in NHWC, the pixel count in NCHW); otherwise im2col fills @p col.
+std::pair<const float*, int> col_matrix(const float* x, const ConvGeometry& g, std::int64_t img, std::int64_t images,
+                                        std::int64_t grp, std::vector<float>& col) {
+  if (direct(g)) return {x + g.x_at(img, grp * g.cg(), 0, 0), i32(g.nhwc ? g.c : g.pixels())};
+  im2col(x, g, img, images, grp, col);
+  return {col.data(), i32(g.nhwc ? g.taps() : g.pixels())};
+}
+
 // Where the (image, group) block of y / dy sits: a rows x cols matrix with row stride ld.
 struct Block {
   std::int64_t offset, rows, cols, ld;
@@ -366,15 +376,7 @@ void host_forward(BufferView y, BufferView x, BufferView f, const ConvPlan& plan
   for (std::int64_t img = 0; img < g.n; img += batch) {
     const std::int64_t images = std::min(batch, g.n - img);
     for (std::int64_t grp = 0; grp < g.groups; ++grp) {
-      const float* cols = nullptr;  // colT (taps x pixels, NCHW) or col (images * pixels x taps, NHWC)
-      int ld_col = i32(g.nhwc ? taps : pixels);
-      if (is_direct) {
-        cols = xs.data + g.x_at(img, grp * g.cg(), 0, 0);
-        ld_col = i32(g.nhwc ? g.c : pixels);
-      } else {
-        im2col(xs.data, g, img, images, grp, col);
-        cols = col.data();
-      }
+      const auto [cols, ld_col] = col_matrix(xs.data, g, img, images, grp, col);
       const Block b = y_block(g, img, grp);
       const float* filters = fs.data + grp * kg * taps;
       float* out = in_place ? y.data_as<float>() + b.offset : scratch.data();
@@ -452,15 +454,7 @@ void host_backward_filter(BufferView df, BufferView x, BufferView dy, const Conv
     for (std::int64_t img = 0; img < g.n; img += batch) {
       const std::int64_t images = std::min(batch, g.n - img);
       for (std::int64_t grp = 0; grp < g.groups; ++grp) {
-        const float* cols = nullptr;
-        int ld_col = i32(g.nhwc ? taps : pixels);
-        if (is_direct) {
-          cols = xs.data + g.x_at(img, grp * g.cg(), 0, 0);
-          ld_col = i32(g.nhwc ? g.c : pixels);
-        } else {
-          im2col(xs.data, g, img, images, grp, col);
-          cols = col.data();
-        }
+        const auto [cols, ld_col] = col_matrix(xs.data, g, img, images, grp, col);
         const Block b = y_block(g, img, grp);
         float* dfilters = acc.data() + grp * kg * taps;
         if (g.nhwc) {  // dfilters (kg x taps) += dy_g^T (kg x images * pixels) * col (images * pixels x taps)
