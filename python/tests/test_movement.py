@@ -141,3 +141,33 @@ def test_prefetcher_rejects_bad_input(device):
     p = gc.Prefetcher(iter([object()]), device)
     with pytest.raises(TypeError, match="source"):
         p.next(gc.Stream(device))
+
+
+def test_large_host_copies_use_the_cores_and_survive_fork():
+    # A 24 MiB copy runs on the pool of cores; a forked child (no threads of the parent) makes its
+    # own pool and copies correctly, and neither process hangs at exit.
+    import os
+
+    src = np.arange(6 << 20, dtype=np.float32)
+    dst = np.zeros_like(src)
+    s = gc.Stream()
+    gc.copy(dst, src, s)
+    s.synchronize()
+    assert np.array_equal(dst, src)
+    pid = os.fork()
+    if pid == 0:  # the child
+        ok = False
+        try:
+            out = np.zeros_like(src)
+            cs = gc.Stream()
+            gc.copy(out, src, cs)
+            cs.synchronize()
+            ok = bool(np.array_equal(out, src))
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    dst[:] = 0
+    gc.copy(dst, src, s)  # the parent's pool still works
+    s.synchronize()
+    assert np.array_equal(dst, src)

@@ -115,30 +115,28 @@ class Pool {
   std::exception_ptr error_;
 };
 
-// The pool lives until exit (its destructor joins the workers). A forked child has none of the
-// parent's threads: it forgets the parent's pool (leaked, never touched again) and makes its own.
-std::mutex pool_mutex;
+// The pool is never destroyed (as the default resources): a stream's worker may still run a
+// copy while statics are torn down, and its idle threads, asleep on a condition variable, do not
+// keep the process from exiting. A forked child has none of the parent's threads: it forgets the
+// parent's pool (never touched again) and makes its own.
+std::mutex& pool_mutex() {
+  static auto* m = new std::mutex();
+  return *m;
+}
 Pool* pool_ptr = nullptr;
-struct PoolOwner {
-  ~PoolOwner() {
-    std::lock_guard<std::mutex> lock(pool_mutex);
-    delete std::exchange(pool_ptr, nullptr);
-  }
-};
-PoolOwner pool_owner;
 
 Pool* pool() {
   static const bool registered = [] {
     // Held across fork(), so the child's copy of the lock is free and no pool is half-made.
-    pthread_atfork([] { pool_mutex.lock(); }, [] { pool_mutex.unlock(); },
+    pthread_atfork([] { pool_mutex().lock(); }, [] { pool_mutex().unlock(); },
                    [] {
                      pool_ptr = nullptr;
-                     pool_mutex.unlock();
+                     pool_mutex().unlock();
                    });
     return true;
   }();
   (void)registered;
-  std::lock_guard<std::mutex> lock(pool_mutex);
+  std::lock_guard<std::mutex> lock(pool_mutex());
   if (pool_ptr == nullptr) pool_ptr = new Pool(configured_threads());
   return pool_ptr;
 }
