@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace gc = gpucloud;
 namespace tel = gpucloud::telemetry;
@@ -114,6 +116,40 @@ TEST(Telemetry, HostDeviceMetricsAtEachScrape) {
   exporter.unwatch(monitor);
   text = exporter.exposition();
   EXPECT_EQ(text.find("gpucloud_host_memory_used_bytes"), std::string::npos);
+}
+
+// On a GPU the device metrics are the DCGM exporter's series (names, units, gpu/UUID/modelName
+// labels), so its dashboards and alert rules apply unchanged; scripts/gpu-check.sh runs this.
+TEST(Telemetry, GpuMetricsCarryTheDcgmExportersNamesAndLabels) {
+  if (gc::cuda_device_count() == 0) GTEST_SKIP() << "no GPU: " << gc::cuda_unavailable_reason();
+  tel::ExporterOptions o;
+  o.port = -1;
+  o.labels = {{"job", "t"}};
+  tel::Exporter exporter(o);
+  gc::MetricsMonitor monitor(gc::Device::cuda(0), std::chrono::milliseconds(20));
+  exporter.watch(monitor);
+  const std::string text = exporter.exposition();
+  std::vector<std::string> names = {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"};
+  if (gc::nvml_unavailable_reason().empty()) {  // the rest come from NVML
+    names.insert(names.end(),
+                 {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"});
+  }
+  for (const auto& name : names) {
+    EXPECT_NE(text.find("# TYPE " + name + " gauge"), std::string::npos) << name << "\n" << text;
+  }
+  EXPECT_NE(text.find("gpu=\"0\""), std::string::npos) << text;
+  EXPECT_NE(text.find("modelName=\""), std::string::npos) << text;
+  EXPECT_NE(text.find("job=\"t\""), std::string::npos) << text;
+  const gc::MemoryInfo mem = gc::memory_info(gc::Device::cuda(0));
+  const double total_mib = static_cast<double>(mem.total) / (1024.0 * 1024.0);
+  EXPECT_NEAR(value_of(text, "DCGM_FI_DEV_FB_USED") + value_of(text, "DCGM_FI_DEV_FB_FREE"), total_mib,
+              0.01 * total_mib)
+      << text;
+  if (gc::nvml_unavailable_reason().empty()) {
+    EXPECT_GT(value_of(text, "DCGM_FI_DEV_GPU_TEMP"), 0) << text;
+    EXPECT_GT(value_of(text, "DCGM_FI_DEV_SM_CLOCK"), 0) << text;
+  }
+  exporter.unwatch(monitor);
 }
 
 TEST(Telemetry, TextfileIsWrittenWhole) {
