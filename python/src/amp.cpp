@@ -74,6 +74,30 @@ void hold(py::object self, PyStream& stream, py::object scaler = py::none()) {
   keep_alive_until_done(stream.view, std::move(held));
 }
 
+// state_dict() / load_state_dict() of a Python holder (an optimizer's or the scaler's) whose C++
+// object @p get returns: the state as views of its own memory (exports wait for its stream), and a
+// restore in stream order that keeps the arrays and the holder until it has run.
+template <class Holder, class Get>
+void bind_state_dict(py::class_<Holder>& cls, Get get, const char* state_doc, const char* load_doc) {
+  cls.def(
+         "state_dict",
+         [get](py::object self) {
+           auto& h = self.cast<Holder&>();
+           return state_to_python(get(h).state_dict(), self, h.stream);
+         },
+         state_doc)
+      .def(
+          "load_state_dict",
+          [get](py::object self, TensorDict state, PyStream& stream) {
+            std::vector<py::object> owners;
+            const StateDict sd = state_from_python(state, owners);
+            owners.push_back(self);
+            enqueue_holding(stream.view, std::move(owners),
+                            [&] { get(self.cast<Holder&>()).load_state_dict(sd, stream.view); });
+          },
+          py::arg("state"), py::arg("stream"), load_doc);
+}
+
 template <class Optimizer>
 void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
   using Py = PyOptimizer<Optimizer>;
@@ -123,26 +147,13 @@ void bind_common(py::class_<PyOptimizer<Optimizer>>& cls) {
             auto& o = self.cast<Py&>();
             return view_of_state(o.optimizer->master(i), self, o.stream);
           },
-          py::arg("i"), "fp32 master of parameter i (empty for fp32 parameters).")
-      .def(
-          "state_dict",
-          [](py::object self) {
-            auto& o = self.cast<Py&>();
-            return state_to_python(o.optimizer->state_dict(), self, o.stream);
-          },
-          "The state as {name: BufferView} of its own memory (no copies): 'step' and 'state.<i>.<buffer>'.")
-      .def(
-          "load_state_dict",
-          [](py::object self, TensorDict state, PyStream& stream) {
-            std::vector<py::object> owners;
-            const StateDict sd = state_from_python(state, owners);
-            owners.push_back(self);
-            enqueue_holding(stream.view, std::move(owners),
-                            [&] { self.cast<Py&>().optimizer->load_state_dict(sd, stream.view); });
-          },
-          py::arg("state"), py::arg("stream"),
-          "Restore {name: array} named as state_dict() (its own views, filled by checkpoint.load, or any arrays); "
-          "each parameter is then set from its master. Synchronises the stream (it reads the step count).");
+          py::arg("i"), "fp32 master of parameter i (empty for fp32 parameters).");
+  bind_state_dict(
+      cls, [](Py& o) -> Optimizer& { return *o.optimizer; },
+      "The state as {name: BufferView} of its own memory (no copies): 'step' and 'state.<i>.<buffer>'.",
+      "Restore {name: array} named as state_dict() (its own views, filled by checkpoint.load, or any "
+      "arrays); each parameter is then set from its master. Synchronises the stream (it reads the step "
+      "count).");
 }
 
 }  // namespace
@@ -169,7 +180,8 @@ void bind_amp(py::module_& m) {
       .def_readwrite("hysteresis_left", &LossScalerState::hysteresis_left)
       .def_readwrite("found_inf", &LossScalerState::found_inf);
 
-  py::class_<PyScaler>(m, "LossScaler", "Dynamic (or static) loss scaling with its state on the device.")
+  py::class_<PyScaler> scaler_class(m, "LossScaler", "Dynamic (or static) loss scaling with its state on the device.");
+  scaler_class
       .def(py::init([](DeviceLike device, StreamArg stream, float init_scale, double growth_factor,
                        double backoff_factor, int growth_interval, int hysteresis, float min_scale, bool dynamic) {
              LossScalerOptions o{init_scale, growth_factor, backoff_factor, growth_interval,
@@ -222,24 +234,6 @@ void bind_amp(py::module_& m) {
                             [&] { self.cast<PyScaler&>().scaler->load_state(state, stream.view); });
           },
           py::arg("state"), py::arg("stream"), "Restore a state (a checkpoint's) in stream order.")
-      .def(
-          "state_dict",
-          [](py::object self) {
-            auto& s = self.cast<PyScaler&>();
-            return state_to_python(s.scaler->state_dict(), self, s.stream);
-          },
-          "The state as {name: BufferView} of its device memory: scale, growth_tracker, hysteresis_left.")
-      .def(
-          "load_state_dict",
-          [](py::object self, TensorDict state, PyStream& stream) {
-            std::vector<py::object> owners;
-            const StateDict sd = state_from_python(state, owners);
-            owners.push_back(self);
-            enqueue_holding(stream.view, std::move(owners),
-                            [&] { self.cast<PyScaler&>().scaler->load_state_dict(sd, stream.view); });
-          },
-          py::arg("state"), py::arg("stream"),
-          "Restore {name: array} named as state_dict() (validated as load_state); synchronises the stream.")
       .def_property_readonly("found_inf",
                              [](py::object self) {
                                auto& s = self.cast<PyScaler&>();
@@ -251,6 +245,10 @@ void bind_amp(py::module_& m) {
                                return view_of_state(s.scaler->scale_value(), self, s.stream);
                              })
       .def_property_readonly("options", [](PyScaler& s) { return s.scaler->options(); });
+  bind_state_dict(
+      scaler_class, [](PyScaler& s) -> LossScaler& { return *s.scaler; },
+      "The state as {name: BufferView} of its device memory: scale, growth_tracker, hysteresis_left.",
+      "Restore {name: array} named as state_dict() (validated as load_state); synchronises the stream.");
 
   using PySgd = PyOptimizer<FusedSGD>;
   py::class_<PySgd> sgd(m, "FusedSGD", "Fused multi-tensor SGD (torch.optim.SGD's math), fp32 masters for fp16/bf16.");
