@@ -8,7 +8,7 @@
 #
 #   tests/comm/netns_cut_link.sh TEST_COMM_TIMEOUT_BINARY      (needs the netns_nodes fixture: 2 nodes)
 set -uo pipefail
-here="$(cd "$(dirname "$0")/.." && pwd)"
+here="$(cd "$(dirname "$0")/../.." && pwd)"
 bin=${1:?usage: netns_cut_link.sh test_comm_timeout}
 log=$(mktemp)
 export GPUCLOUD_COMM_TIMEOUT=3 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1

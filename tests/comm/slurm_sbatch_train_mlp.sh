@@ -7,7 +7,7 @@
 #   tests/comm/slurm_sbatch_train_mlp.sh TRAINER WORKDIR NODES
 set -euo pipefail
 trainer=$1 work=$2 nodes=${3:-2}
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
