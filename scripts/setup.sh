@@ -10,6 +10,7 @@
 set -euo pipefail
 
 packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip python3-venv python3-dev libopenmpi-dev openmpi-bin libdlpack-dev libopenblas-dev doxygen
+  libdnnl-dev ocl-icd-opencl-dev
   nlohmann-json3-dev libxxhash-dev prometheus-cpp-dev prometheus
   python3-torch python3-mpi4py iproute2 slurmctld slurmd slurm-client munge)
 missing=()

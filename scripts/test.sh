@@ -14,10 +14,12 @@
 #          by python/tests/test_slurm.py)
 #   host   GPUCLOUD_CUDA=OFF: the library without any CUDA, all tests
 #   asan   host tests under AddressSanitizer + UndefinedBehaviorSanitizer (not packaging, not
-#          MPI: OpenMPI's initialisation leaks by design), with GPUCLOUD_BLAS=OFF: the host GEMM's
-#          built-in loop nest (what builds without OpenBLAS run) under the same tests
+#          MPI: OpenMPI's initialisation leaks by design), with GPUCLOUD_BLAS=OFF and
+#          GPUCLOUD_ONEDNN=OFF: the host GEMM's built-in loop nest and the widened bf16 path (what
+#          builds without OpenBLAS/oneDNN run) under the same tests
 #   tsan   stream, memory, kernel, monitor, checkpoint, transport-communicator and telemetry tests
-#          (everything threaded, not MPI) under ThreadSanitizer
+#          (everything threaded, not MPI) under ThreadSanitizer (without oneDNN: its OpenMP runtime
+#          is not instrumented)
 #   python-asan  the Python package built host-only with AddressSanitizer + UBSan, and the whole
 #          pytest suite run against it with the sanitizer runtime preloaded (the interpreter is
 #          not instrumented): a use-after-free in the bindings is a report, not luck
@@ -72,13 +74,13 @@ GPUCLOUD_SLURM_TESTS=1 python_package interop /usr/bin/python3 --system-site-pac
 configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_SLURM_TESTS=OFF # Slurm: main only
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
-  -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF -DGPUCLOUD_BLAS=OFF
+  -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF -DGPUCLOUD_BLAS=OFF -DGPUCLOUD_ONEDNN=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   configure_build_test tsan "-L stream|memory|kernels|movement|amp|gemm|monitor|checkpoint|transport|telemetry -LE mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
-  -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF
+  -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF -DGPUCLOUD_ONEDNN=OFF
 # The bindings under AddressSanitizer: host-only (CUDA's runtime and ASan do not mix well), the
 # built-in GEMM (OpenBLAS is not instrumented), leaks off (CPython keeps objects until exit).
-PIP_BUILD_OPTIONS=(-C cmake.define.GPUCLOUD_CUDA=OFF -C cmake.define.GPUCLOUD_BLAS=OFF
+PIP_BUILD_OPTIONS=(-C cmake.define.GPUCLOUD_CUDA=OFF -C cmake.define.GPUCLOUD_BLAS=OFF -C cmake.define.GPUCLOUD_ONEDNN=OFF
   -C cmake.define.GPUCLOUD_SANITIZE=address,undefined -C cmake.build-type=Debug)
 # libstdc++ too: the interpreter does not load it, and ASan must find the real __cxa_throw.
 PYTEST_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)"

@@ -254,6 +254,11 @@ class BuildInfo:
         cuDNN convolutions available on GPUs.
         """
     @property
+    def host_bf16_gemm(self) -> str:
+        """
+        The host bf16 GEMM's: 'oneDNN' (native bf16 products) or 'widened to fp32'.
+        """
+    @property
     def host_blas(self) -> str:
         """
         The host GEMM's implementation: 'OpenBLAS' or 'built-in'.

@@ -312,7 +312,9 @@ void bind_runtime(py::module_& m) {
       .def_readonly("cudnn", &BuildInfo::cudnn, "cuDNN convolutions available on GPUs.")
       .def_readonly("mpi", &BuildInfo::mpi, "MPI communicators available.")
       .def_readonly("telemetry", &BuildInfo::telemetry, "Prometheus telemetry available (built with prometheus-cpp).")
-      .def_readonly("host_blas", &BuildInfo::host_blas, "The host GEMM's implementation: 'OpenBLAS' or 'built-in'.");
+      .def_readonly("host_blas", &BuildInfo::host_blas, "The host GEMM's implementation: 'OpenBLAS' or 'built-in'.")
+      .def_readonly("host_bf16_gemm", &BuildInfo::host_bf16_gemm,
+                    "The host bf16 GEMM's: 'oneDNN' (native bf16 products) or 'widened to fp32'.");
 
   m.def("device_properties", &device_properties, py::arg("device"), "Properties of a device.");
   m.def("memory_info", &memory_info, py::arg("device"), "Free and total memory of a device now.");

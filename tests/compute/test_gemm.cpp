@@ -20,6 +20,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace gc = gpucloud;
@@ -211,6 +212,48 @@ TEST_P(GemmTest, ViewsAtUnalignedOffsets) {
     gc::gemm(cv, gc::BufferView(a).slice(1, p.a.size()), gc::BufferView(b).slice(1, p.b.size()), args, s);
     EXPECT_LT(relative_error(p, p.a, p.b, read(cv, s)), prec.tolerance) << prec.name << " at an offset";
   }
+}
+
+// bf16 operands accumulate in fp32 on every path (oneDNN's native product where the CPU has one,
+// the widened fp32 product elsewhere): against the fp32 product of the same bf16-rounded values,
+// only fp32 rounding separates them, for every transpose, a deep k, alpha, beta and the epilogues,
+// each shape run twice (the second from the per-thread primitive cache), on two streams at once.
+TEST_P(GemmTest, Bf16AccumulatesInFp32LikeTheFp32ProductOfTheRoundedValues) {
+  std::mt19937 rng(41);
+  std::vector<Problem> problems;
+  for (auto ta : {gc::Transpose::none, gc::Transpose::transpose}) {
+    for (auto tb : {gc::Transpose::none, gc::Transpose::transpose}) {
+      problems.push_back(random_problem(rng, 37, 53, 700, ta, tb, 2, gc::Epilogue::none, 0.0f));
+    }
+  }
+  problems.push_back(
+      random_problem(rng, 64, 96, 130, gc::Transpose::none, gc::Transpose::none, 1, gc::Epilogue::bias_relu, 0.5f));
+  problems.push_back(
+      random_problem(rng, 19, 8, 33, gc::Transpose::transpose, gc::Transpose::none, 3, gc::Epilogue::bias, 0.0f));
+  auto check = [&](gc::StreamView s, std::size_t first) {
+    for (std::size_t i = first; i < problems.size(); i += 2) {
+      Problem p = problems[i];
+      const Precision bf16_in{gc::DType::bfloat16, gc::DType::float32, false, 0, "bf16"};
+      // The inputs as bf16 holds them: the fp32 product of these is the reference.
+      p.a = read(make(p.a, gc::DType::bfloat16, device(), s), s);
+      p.b = read(make(p.b, gc::DType::bfloat16, device(), s), s);
+      const auto reference = run(p, kPrecisions[0], device(), s);
+      for (int round = 0; round < 2; ++round) {
+        const auto got = run(p, bf16_in, device(), s);
+        double diff = 0, norm = 0;
+        for (std::size_t j = 0; j < got.size(); ++j) {
+          if (std::isnan(reference[j])) continue;  // the gaps between rows and batches (poisoned, never written)
+          diff += (double(got[j]) - reference[j]) * (double(got[j]) - reference[j]);
+          norm += double(reference[j]) * reference[j];
+        }
+        EXPECT_LT(std::sqrt(diff / norm), 1e-5) << "problem " << i << " round " << round;
+      }
+    }
+  };
+  gc::Stream s0(device()), s1(device());
+  std::thread other([&] { check(s1, 1); });
+  check(s0, 0);
+  other.join();
 }
 
 TEST(PointerAlignment, LargestPowerOfTwoUpToTheCap) {

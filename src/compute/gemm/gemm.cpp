@@ -2,6 +2,7 @@
 #include <gpucloud/runtime/error.hpp>
 
 #include "compute/gemm/gemm_plan.hpp"
+#include "compute/gemm/host/host_bf16_gemm.hpp"
 #include "compute/gemm/host/host_sgemm.hpp"
 #include "compute/host_values.hpp"
 #include "kernels/compute/host_convert.hpp"
@@ -12,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -242,18 +245,72 @@ std::int64_t epilogue_panel_rows(const GemmArgs& g) {
   return std::clamp<std::int64_t>((std::int64_t{64} << 10) / std::max<std::int64_t>(g.n, 1), 16, g.m);
 }
 
+// One product's C from alpha op(A) op(B) in fp32 (`ab`, m x n, dense): add beta C, the epilogue,
+// and store into C's dtype, rounding once (the vectorised narrowing of the host casts for 16-bit C).
+void finish_rows(BufferView c, std::int64_t c_offset, const GemmArgs& g, float* ab, const Epiloguer& epilogue) {
+  for (std::int64_t i = 0; i < g.m; ++i) {
+    float* row = ab + i * g.n;
+    const std::int64_t c0 = c_offset + i * g.ldc;
+    if (g.beta != 0.0f) {
+      for (std::int64_t j = 0; j < g.n; ++j) row[j] += g.beta * load_as_float(c.data(), c0 + j, c.dtype());
+    }
+    epilogue.row(row, g.n);
+    const auto cols = static_cast<std::size_t>(g.n);
+    if (c.dtype() == DType::float32) {
+      std::memcpy(static_cast<float*>(c.data()) + c0, row, cols * sizeof(float));
+    } else if (c.dtype() == DType::float16) {
+      kernels::host::cast_array(static_cast<Half*>(c.data()) + c0, row, cols);
+    } else if (c.dtype() == DType::bfloat16) {
+      kernels::host::cast_array(static_cast<BFloat16*>(c.data()) + c0, row, cols);
+    } else {
+      for (std::int64_t j = 0; j < g.n; ++j) store_from_float(c.data(), c0 + j, c.dtype(), row[j]);
+    }
+  }
+}
+
 void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan& plan) {
   const GemmArgs& g = plan.args;
   const bool fp32_out = c.dtype() == DType::float32;
   std::vector<float> a32, b32, out;
-  if (!fp32_out) out.resize(static_cast<std::size_t>(g.m * g.n));
   const std::int64_t ext_a = extent(plan.rows_a, plan.cols_a, g.lda);
   const std::int64_t ext_b = extent(plan.rows_b, plan.cols_b, g.ldb);
   const bool fp8 = is_fp8(a.dtype());
   const bool ta = g.trans_a == Transpose::transpose;
   const bool tb = g.trans_b == Transpose::transpose;
   const Epiloguer epilogue(plan);
+  // bf16 x bf16 through oneDNN's native product where there is one: alpha op(A) op(B) in fp32,
+  // straight into an fp32 C when beta is 0 (a bf16 C without epilogue too, rounded once by oneDNN),
+  // else into `out`, then the same beta/epilogue/rounding
+  // as the widened path below (fp32 accumulation, one rounding into C).
+  const bool native_bf16 =
+      a.dtype() == DType::bfloat16 && b.dtype() == DType::bfloat16 && detail::host_bf16_gemm_available();
+  const bool direct_bf16 =
+      native_bf16 && c.dtype() == DType::bfloat16 && g.beta == 0.0f && g.epilogue == Epilogue::none;
+  // alpha AB in fp32 for C's finishing pass: a narrow C not written by oneDNN, or an fp32 C read
+  // for beta on the native path (the widened path's sgemm applies beta itself).
+  if ((!fp32_out && !direct_bf16) || (native_bf16 && fp32_out && g.beta != 0.0f)) {
+    out.resize(static_cast<std::size_t>(g.m * g.n));
+  }
   for (std::int64_t p = 0; p < g.batch; ++p) {
+    if (native_bf16) {
+      const auto* pa = static_cast<const std::uint16_t*>(a.data()) + p * g.stride_a;
+      const auto* pb = static_cast<const std::uint16_t*>(b.data()) + p * g.stride_b;
+      if (direct_bf16) {  // oneDNN rounds alpha AB into C once, as finish_rows would
+        detail::host_bf16_gemm(ta, tb, g.m, g.n, g.k, g.alpha, pa, g.lda, pb, g.ldb,
+                               static_cast<BFloat16*>(c.data()) + p * g.stride_c, g.ldc, /*c_bf16=*/true);
+        continue;
+      }
+      const bool direct = fp32_out && g.beta == 0.0f;
+      float* pc = direct ? c.data_as<float>() + p * g.stride_c : out.data();
+      detail::host_bf16_gemm(ta, tb, g.m, g.n, g.k, g.alpha, pa, g.lda, pb, g.ldb, pc, direct ? g.ldc : g.n,
+                             /*c_bf16=*/false);
+      if (direct) {
+        if (g.epilogue != Epilogue::none) epilogue.rows(pc, g.ldc, g.m, g.n);
+        continue;
+      }
+      finish_rows(c, p * g.stride_c, g, out.data(), epilogue);
+      continue;
+    }
     const float* pa = as_fp32(a.data(), a.dtype(), p * g.stride_a, ext_a, g.tf32, fp8 ? g.scale_a : 1.0f, a32);
     const float* pb = as_fp32(b.data(), b.dtype(), p * g.stride_b, ext_b, g.tf32, fp8 ? g.scale_b : 1.0f, b32);
     if (fp32_out) {
@@ -275,22 +332,7 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan&
     // Narrow output: accumulate in fp32, add beta C and the epilogue, round once.
     detail::host_sgemm(ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, pa,
                        static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), 0.0f, out.data(), static_cast<int>(g.n));
-    for (std::int64_t i = 0; i < g.m; ++i) {
-      float* row = out.data() + i * g.n;
-      const std::int64_t c0 = p * g.stride_c + i * g.ldc;
-      if (g.beta != 0.0f) {
-        for (std::int64_t j = 0; j < g.n; ++j) row[j] += g.beta * load_as_float(c.data(), c0 + j, c.dtype());
-      }
-      epilogue.row(row, g.n);
-      const auto cols = static_cast<std::size_t>(g.n);
-      if (c.dtype() == DType::float16) {  // the vectorised narrowing of the host casts (RNE, the same bits)
-        kernels::host::cast_array(static_cast<Half*>(c.data()) + c0, row, cols);
-      } else if (c.dtype() == DType::bfloat16) {
-        kernels::host::cast_array(static_cast<BFloat16*>(c.data()) + c0, row, cols);
-      } else {
-        for (std::int64_t j = 0; j < g.n; ++j) store_from_float(c.data(), c0 + j, c.dtype(), row[j]);
-      }
-    }
+    finish_rows(c, p * g.stride_c, g, out.data(), epilogue);
   }
 }
 

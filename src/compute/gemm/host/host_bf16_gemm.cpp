@@ -1,0 +1,138 @@
+// The host backend's native bf16 product: a oneDNN matmul primitive (bf16 x bf16 -> fp32 or bf16,
+// alpha as its output scale, applied to the fp32 sum before the one rounding), one per shape, cached per calling thread
+// (the stream worker), so a repeated GEMM costs oneDNN's execution and nothing else. Transposes are strides of the
+// plain memory descriptors, so no operand is copied.
+#include "compute/gemm/host/host_bf16_gemm.hpp"
+
+#include "gpucloud/runtime/error.hpp"
+
+#if GPUCLOUD_WITH_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <list>
+#include <string>
+#include <utility>
+#endif
+
+namespace gpucloud::detail {
+
+#if GPUCLOUD_WITH_ONEDNN
+
+namespace {
+
+// Native bf16 dot products (vdpbf16ps) or AMX: below that oneDNN emulates bf16 with conversions,
+// and the widening path (vectorised casts + OpenBLAS) is as fast and needs no OpenMP team.
+bool cpu_has_native_bf16() noexcept {
+  try {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (isa & bf16) == bf16;
+  } catch (...) {
+    return false;
+  }
+}
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+using Key = std::array<std::int64_t, 10>;
+
+struct Cached {
+  Key key;
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul product;
+};
+
+// A few shapes per thread (a training step has a handful), most recent first.
+constexpr std::size_t kCachedShapes = 16;
+
+Cached& cached_product(const Key& key) {
+  thread_local std::list<Cached> cache;
+  for (auto it = cache.begin(); it != cache.end(); ++it) {
+    if (it->key == key) {
+      cache.splice(cache.begin(), cache, it);
+      return cache.front();
+    }
+  }
+  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha_bits, c_bf16] = key;
+  using tag = dnnl::memory::data_type;
+  const dnnl::memory::desc a_md({m, k}, tag::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
+  const dnnl::memory::desc b_md({k, n}, tag::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+  const dnnl::memory::desc c_md({m, n}, c_bf16 ? tag::bf16 : tag::f32, dnnl::memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  float alpha = 0.0f;
+  static_assert(sizeof(alpha) == sizeof(std::uint32_t));
+  const auto bits = static_cast<std::uint32_t>(alpha_bits);
+  std::memcpy(&alpha, &bits, sizeof(alpha));
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
+  cache.push_front(Cached{key, pd, dnnl::matmul(pd)});
+  if (cache.size() > kCachedShapes) cache.pop_back();
+  return cache.front();
+}
+
+}  // namespace
+
+bool host_bf16_gemm_available() noexcept {
+  static const bool available = cpu_has_native_bf16();
+  return available;
+}
+
+bool host_bf16_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                    const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, void* c,
+                    std::int64_t ldc, bool c_bf16) {
+  if (!host_bf16_gemm_available()) return false;
+  if (k == 0) {  // an empty sum: C = 0 (oneDNN wants every dimension positive; bf16's zero is all 0 bits)
+    for (std::int64_t i = 0; i < m; ++i) {
+      if (c_bf16) {
+        std::fill_n(static_cast<std::uint16_t*>(c) + i * ldc, n, std::uint16_t{0});
+      } else {
+        std::fill_n(static_cast<float*>(c) + i * ldc, n, 0.0f);
+      }
+    }
+    return true;
+  }
+  if (m == 0 || n == 0) return true;
+  std::uint32_t alpha_bits = 0;
+  std::memcpy(&alpha_bits, &alpha, sizeof(alpha));
+  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, static_cast<std::int64_t>(alpha_bits), c_bf16};
+  try {
+    Cached& p = cached_product(key);
+    dnnl::stream stream(cpu_engine());
+    // oneDNN takes non-const handles; it only reads the source and weights.
+    dnnl::memory am(p.pd.src_desc(), cpu_engine(), const_cast<std::uint16_t*>(a));
+    dnnl::memory bm(p.pd.weights_desc(), cpu_engine(), const_cast<std::uint16_t*>(b));
+    dnnl::memory cm(p.pd.dst_desc(), cpu_engine(), c);
+    p.product.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    // Raised while the stream runs the product: reported by its next synchronisation, typed.
+    if (e.status == dnnl_out_of_memory) throw OutOfMemory("dnnl::matmul", e.what(), 0, __FILE__, __LINE__);
+    throw DeviceError("dnnl::matmul", e.what(), /*sticky=*/false, __FILE__, __LINE__);
+  }
+  return true;
+}
+
+const char* host_bf16_gemm_implementation() noexcept {
+  return host_bf16_gemm_available() ? "oneDNN" : "widened to fp32";
+}
+
+#else
+
+bool host_bf16_gemm_available() noexcept { return false; }
+
+bool host_bf16_gemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const std::uint16_t*, std::int64_t,
+                    const std::uint16_t*, std::int64_t, void*, std::int64_t, bool) {
+  return false;
+}
+
+const char* host_bf16_gemm_implementation() noexcept { return "widened to fp32"; }
+
+#endif
+
+}  // namespace gpucloud::detail
