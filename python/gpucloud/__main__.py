@@ -12,7 +12,7 @@ def main() -> int:
         print("  CUDA backend: not built")
     parts = {"NCCL": info.nccl, "cuDNN": info.cudnn, "MPI": info.mpi, "Prometheus telemetry": info.telemetry}
     print("  with: " + ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in parts.items())
-          + f"; host GEMM through {info.host_blas}, bf16 {info.host_bf16_gemm}")
+          + f"; host GEMM through {info.host_blas}, bf16 {info.host_bf16_gemm}; host convolutions {info.host_conv}")
     if gpucloud.cuda_device_count() == 0:
         print(f"  no CUDA device: {gpucloud.cuda_unavailable_reason()}")
     print("devices:")

@@ -264,6 +264,11 @@ class BuildInfo:
         The host GEMM's implementation: 'OpenBLAS' or 'built-in'.
         """
     @property
+    def host_conv(self) -> str:
+        """
+        The host fp32 convolution's: 'oneDNN' or 'im2col + GEMM'.
+        """
+    @property
     def mpi(self) -> bool:
         """
         MPI communicators available.

@@ -314,7 +314,8 @@ void bind_runtime(py::module_& m) {
       .def_readonly("telemetry", &BuildInfo::telemetry, "Prometheus telemetry available (built with prometheus-cpp).")
       .def_readonly("host_blas", &BuildInfo::host_blas, "The host GEMM's implementation: 'OpenBLAS' or 'built-in'.")
       .def_readonly("host_bf16_gemm", &BuildInfo::host_bf16_gemm,
-                    "The host bf16 GEMM's: 'oneDNN' (native bf16 products) or 'widened to fp32'.");
+                    "The host bf16 GEMM's: 'oneDNN' (native bf16 products) or 'widened to fp32'.")
+      .def_readonly("host_conv", &BuildInfo::host_conv, "The host fp32 convolution's: 'oneDNN' or 'im2col + GEMM'.");
 
   m.def("device_properties", &device_properties, py::arg("device"), "Properties of a device.");
   m.def("memory_info", &memory_info, py::arg("device"), "Free and total memory of a device now.");

@@ -176,6 +176,7 @@ def test_build_info_names_the_optional_parts():
     info = gc.build_info()
     assert info.host_blas in ("OpenBLAS", "built-in")
     assert info.host_bf16_gemm in ("oneDNN", "widened to fp32")
+    assert info.host_conv in ("oneDNN", "im2col + GEMM")
     assert isinstance(info.nccl, bool) and isinstance(info.cudnn, bool) and isinstance(info.mpi, bool)
     if not info.cuda:
         assert not info.nccl and not info.cudnn

@@ -1,5 +1,6 @@
 #include <gpucloud/runtime/build_info.hpp>
 
+#include "compute/conv/host/onednn_conv.hpp"
 #include "compute/gemm/host/host_bf16_gemm.hpp"
 #include "compute/gemm/host/host_sgemm.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
@@ -18,6 +19,7 @@ BuildInfo build_info() {
   info.telemetry = GPUCLOUD_WITH_PROMETHEUS;
   info.host_blas = detail::host_sgemm_implementation();
   info.host_bf16_gemm = detail::host_bf16_gemm_implementation();
+  info.host_conv = detail::host_conv_implementation();
   return info;
 }
 

@@ -233,6 +233,22 @@ TEST_P(ConvTest, AlphaBetaBiasAndReluFollowCudnnsOrder) {
     wrong += std::abs(got[i] - want) > 1e-5f * (1 + std::abs(want));
   }
   EXPECT_EQ(wrong, 0u);
+  // The plain scales (alpha 1, beta 0: oneDNN's fused bias and ReLU on the host), both epilogues.
+  for (auto e : {gc::Epilogue::bias, gc::Epilogue::bias_relu}) {
+    gc::ConvArgs fused = a;
+    fused.alpha = 1, fused.beta = 0, fused.epilogue = e;
+    gc::Buffer yf = make(std::vector<float>(n[1], std::nanf("")), gc::DType::float32, device(), s);
+    gc::conv2d_forward(yf, xb, fb, fused, s);
+    const auto got_fused = read(yf, s);
+    std::size_t off = 0;
+    for (std::int64_t i = 0; i < n[1]; ++i) {
+      const std::int64_t channel = (i / (o.h * o.w)) % a.k;
+      const float biased = conv[i] + bias[channel];
+      const float want = e == gc::Epilogue::bias_relu ? std::max(0.0f, biased) : biased;
+      off += !(std::abs(got_fused[i] - want) <= 1e-5f * (1 + std::abs(want)));  // NaN counts
+    }
+    EXPECT_EQ(off, 0u) << "epilogue " << int(e);
+  }
   // The gradients accumulate with beta = 1: twice the same pass is twice the gradient.
   gc::ConvArgs b = a;
   b.alpha = 1, b.beta = 1, b.epilogue = gc::Epilogue::none, b.bias = {};

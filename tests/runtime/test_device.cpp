@@ -65,6 +65,7 @@ TEST(BuildInfo, DescribesTheBuild) {
   }
   EXPECT_TRUE(info.host_blas == "OpenBLAS" || info.host_blas == "built-in") << info.host_blas;
   EXPECT_TRUE(info.host_bf16_gemm == "oneDNN" || info.host_bf16_gemm == "widened to fp32") << info.host_bf16_gemm;
+  EXPECT_TRUE(info.host_conv == "oneDNN" || info.host_conv == "im2col + GEMM") << info.host_conv;
   if (!info.nccl) {  // the NCCL entry points say so, typed
     EXPECT_THROW((void)gc::Communicator::nccl_unique_id(), gc::Unsupported);
   }

@@ -20,6 +20,7 @@ struct BuildInfo {
   bool telemetry = false;          ///< Prometheus telemetry (built with prometheus-cpp)
   std::string host_blas;           ///< the host GEMM's implementation: "OpenBLAS" or "built-in"
   std::string host_bf16_gemm;      ///< the host bf16 GEMM's: "oneDNN" (native bf16) or "widened to fp32"
+  std::string host_conv;           ///< the host fp32 convolution's: "oneDNN" or "im2col + GEMM"
 };
 
 /// @brief The configuration this library was built with.

@@ -4,6 +4,7 @@
 #include <gpucloud/runtime/error.hpp>
 
 #include "compute/conv/conv_plan.hpp"
+#include "compute/conv/host/onednn_conv.hpp"
 #include "compute/gemm/host/host_sgemm.hpp"
 #include "compute/host_values.hpp"
 #include "kernels/compute/host_convert.hpp"
@@ -478,7 +479,11 @@ void run(const ConvPlan& plan, BufferView out, BufferView in1, BufferView in2, S
     detail::cuda::conv2d(plan, out, in1, in2, *stream.impl());
     return;
   }
-  stream.impl()->launch_host_func([plan, out, in1, in2, host] { host(out, in1, in2, plan); }, /*always_run=*/false);
+  stream.impl()->launch_host_func(
+      [plan, out, in1, in2, host] {
+        if (!detail::onednn_conv(plan, out, in1, in2)) host(out, in1, in2, plan);
+      },
+      /*always_run=*/false);
 }
 
 }  // namespace

@@ -48,8 +48,8 @@ struct Cached {
   dnnl::matmul product;
 };
 
-// A few shapes per thread (a training step has a handful), most recent first.
-constexpr std::size_t kCachedShapes = 16;
+// Shapes per thread, most recent first (a primitive holds no operand memory).
+constexpr std::size_t kCachedShapes = 64;
 
 Cached& cached_product(const Key& key) {
   thread_local std::list<Cached> cache;
