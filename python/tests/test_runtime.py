@@ -264,3 +264,80 @@ def test_hierarchical_all_reduce_has_its_own_name():
         c.all_reduce(x, x, s, hierarchical=True)
     s.synchronize()
     assert (x == np.arange(10, dtype=np.float32)).all()  # one rank: the sum is the input
+
+
+def _in_forked_child(body):
+    """Runs body() in a fork() child (killed by SIGALRM after 20 s: a hang fails, never blocks the
+    suite); returns the child's exit code, or -signal."""
+    import os
+    import signal
+
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            signal.alarm(20)
+            code = body()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+
+
+def test_a_stream_made_before_fork_runs_work_in_the_child():
+    # The child's copy of an idle stream has no worker thread of the parent's: it starts one.
+    s = gc.Stream()
+    a = np.zeros(1000, np.float32)
+    gc.fill(a, 1.0, s)
+    s.synchronize()
+
+    def child():
+        gc.fill(a, 3.0, s)
+        s.synchronize()
+        e = gc.Event()
+        e.record(s)
+        e.synchronize()
+        return 0 if (a == 3.0).all() else 1
+
+    assert _in_forked_child(child) == 0
+    gc.fill(a, 2.0, s)  # and the parent's stream goes on
+    s.synchronize()
+    assert (a == 2.0).all()
+
+
+def test_work_in_flight_at_fork_is_reported_in_the_child_not_waited_for():
+    # A task still running (and one queued behind it, and an event after them) when the process
+    # forks: in the parent they finish; in the child they never run, so synchronize() and the
+    # event's synchronize() raise instead of waiting forever, and the stream then runs new work.
+    s = gc.Stream()
+    ran = []
+    gc.launch_host_func(s, lambda: time.sleep(0.5))
+    gc.launch_host_func(s, lambda: ran.append("queued"))
+    e = gc.Event()
+    e.record(s)
+    time.sleep(0.05)  # the sleep is running
+
+    def child():
+        try:
+            s.synchronize()
+            return 1
+        except gc.Error as err:
+            if "fork" not in str(err):
+                return 2
+        try:
+            e.synchronize()
+            return 3
+        except gc.Error as err:
+            if "fork" not in str(err):
+                return 4
+        b = np.zeros(10, np.float32)
+        gc.fill(b, 5.0, s)
+        s.synchronize()  # the error was reported once; new work runs
+        if not (b == 5.0).all() or ran:
+            return 5
+        return 0
+
+    assert _in_forked_child(child) == 0
+    s.synchronize()
+    e.synchronize()
+    assert ran == ["queued"]

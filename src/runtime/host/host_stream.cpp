@@ -2,9 +2,14 @@
 
 #include <gpucloud/runtime/error.hpp>
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <new>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace gpucloud::detail {
 
@@ -52,10 +57,83 @@ bool spin_until(Ready ready, std::chrono::microseconds budget) {
     }
   }
 }
+
+// Every live host stream, for the fork handlers. Never destroyed (a stream may outlive statics).
+struct StreamRegistry {
+  std::mutex mutex;
+  std::vector<HostStream*> streams;
+};
+StreamRegistry& stream_registry() {
+  static auto* r = new StreamRegistry();
+  return *r;
+}
+std::atomic<std::uint64_t> fork_generation_{0};
+
 }  // namespace
+
+std::uint64_t HostStream::fork_generation() noexcept { return fork_generation_.load(std::memory_order_acquire); }
+
+void HostStream::register_fork_handlers() {
+  static const bool registered = [] {
+    pthread_atfork(&HostStream::before_fork, &HostStream::after_fork_in_parent, &HostStream::after_fork_in_child);
+    return true;
+  }();
+  (void)registered;
+}
+
+// Registry first, then each stream's lock: nothing else takes them in the other order (a stream's
+// lock is never held while the registry is taken).
+void HostStream::before_fork() noexcept {
+  stream_registry().mutex.lock();
+  for (HostStream* s : stream_registry().streams) s->mutex_.lock();
+}
+
+void HostStream::after_fork_in_parent() noexcept {
+  for (HostStream* s : stream_registry().streams) s->mutex_.unlock();
+  stream_registry().mutex.unlock();
+}
+
+void HostStream::after_fork_in_child() noexcept {
+  fork_generation_.fetch_add(1, std::memory_order_acq_rel);
+  for (HostStream* s : stream_registry().streams) s->reset_in_child();
+  stream_registry().mutex.unlock();
+}
+
+void HostStream::reset_in_child() noexcept {
+  // Fresh synchronisation objects: the parent's condition variables may count waiters (its
+  // worker) that do not exist here, and the lock is held by before_fork.
+  new (&mutex_) std::mutex();
+  new (&work_ready_) std::condition_variable();
+  new (&idle_) std::condition_variable();
+  new (&exited_) std::condition_variable();
+  const bool unfinished = busy_ || !queue_.empty();
+  // The parent's worker (no thread here), its queued work and the errors it owed are left alone,
+  // never destroyed: their captures may hold objects (Python's among them) that must not be
+  // released inside fork().
+  new std::shared_ptr<Worker>(std::move(worker_));
+  (new std::deque<Task>())->swap(queue_);
+  (new std::unordered_map<std::thread::id, std::exception_ptr>())->swap(owed_);
+  if (unfinished) {
+    error_ = std::make_exception_ptr(
+        Error("Stream",
+              "work enqueued before fork() had not finished there: it runs in the parent process only, not in this "
+              "child (synchronize streams before forking); the stream runs new work",
+              __FILE__, __LINE__));
+  }
+  busy_ = false;
+  stopping_ = false;
+  running_enqueuer_ = std::thread::id();
+  outstanding_.store(0, std::memory_order_relaxed);
+}
 
 HostStream::HostStream() : StreamImpl(Device::host()) {
   (void)spin_budget();  // a bad GPUCLOUD_HOST_SPIN_US is an error here, not in the worker
+  register_fork_handlers();
+  {
+    std::lock_guard<std::mutex> lock(stream_registry().mutex);
+    stream_registry().streams.push_back(this);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
   start_worker();
 }
 
@@ -65,7 +143,13 @@ void HostStream::start_worker() {
 }
 
 HostStream::~HostStream() {
+  {
+    std::lock_guard<std::mutex> lock(stream_registry().mutex);
+    auto& all = stream_registry().streams;
+    all.erase(std::find(all.begin(), all.end(), this));
+  }
   std::unique_lock<std::mutex> lock(mutex_);
+  if (!worker_) return;  // a fork() child's copy that never ran work: no thread to stop
   stopping_ = true;
   work_ready_.notify_all();
   // The worker drains the queue before it exits; a worker abandoned meanwhile is replaced, and
@@ -147,6 +231,7 @@ bool HostStream::abandon_running_task(const void* worker, std::exception_ptr err
 void HostStream::launch_host_func(std::function<void()> fn, bool always_run) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!worker_) start_worker();  // a fork() child's first work
     queue_.push_back(Task{std::move(fn), always_run, std::this_thread::get_id()});
     outstanding_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -199,6 +284,12 @@ void HostEventRecord::complete() {
 }
 
 void HostEventRecord::wait() {
+  if (generation_ != HostStream::fork_generation()) {  // recorded in the parent: nobody here completes it
+    if (done_) return;  // only this process's threads touch it now, and none of them writes it
+    GPUCLOUD_FAIL(Error, "Event::synchronize",
+                  "the event was recorded before fork() and had not completed: it completes in the parent process "
+                  "only");
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   done_cv_.wait(lock, [this] { return done_; });
 }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -34,6 +35,9 @@ class HostStream final : public StreamImpl {
 
   void synchronize() override;
   bool query() override;
+  /// How many times this process is a fork() child of a process that had host streams (events
+  /// recorded in an earlier generation complete in the parent only).
+  static std::uint64_t fork_generation() noexcept;
   void wait(EventImpl& event) override;
   void launch_host_func(std::function<void()> fn, bool always_run) override;
   std::exception_ptr take_error() noexcept override;
@@ -52,6 +56,14 @@ class HostStream final : public StreamImpl {
   };
   void start_worker();  // with mutex_ held, or in the constructor
   void run(std::shared_ptr<Worker> self);
+  // fork(): every stream's lock is held across it; in the child, whose copy has no worker thread,
+  // each stream starts afresh (a worker on its next launch) and work that had not finished in the
+  // parent is dropped and reported at the next synchronize().
+  static void register_fork_handlers();
+  static void before_fork() noexcept;
+  static void after_fork_in_parent() noexcept;
+  static void after_fork_in_child() noexcept;
+  void reset_in_child() noexcept;
 
   std::mutex mutex_;
   std::condition_variable work_ready_;
@@ -72,7 +84,8 @@ class HostStream final : public StreamImpl {
 /// One record of a host event: completes when the stream's worker reaches it.
 class HostEventRecord {
  public:
-  explicit HostEventRecord(const HostStream* stream) noexcept : stream_(stream) {}
+  explicit HostEventRecord(const HostStream* stream) noexcept
+      : stream_(stream), generation_(HostStream::fork_generation()) {}
   /// The stream the record is on: a wait from its work would wait for itself.
   const HostStream* stream() const noexcept { return stream_; }
   void complete();
@@ -82,6 +95,7 @@ class HostEventRecord {
 
  private:
   const HostStream* const stream_;
+  const std::uint64_t generation_;  // recorded before a fork(): completes in the parent only
   std::mutex mutex_;
   std::condition_variable done_cv_;
   bool done_ = false;
