@@ -34,27 +34,18 @@ std::chrono::microseconds spin_budget() {
   return budget;
 }
 
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-// Spins until @p ready() (true) or the budget is spent (false), yielding the core now and then.
+// Spins until @p ready() (true) or the budget is spent (false), yielding the core on every
+// turn: with more busy threads than cores (two MPI ranks, each with a caller waiting and a worker
+// in MPI, on two cores) a spinner that keeps its core delays the very thread it waits for. With
+// a free core sched_yield returns at once, and a hand-off still costs well under a microsecond.
 template <class Ready>
 bool spin_until(Ready ready, std::chrono::microseconds budget) {
   if (budget.count() == 0) return ready();
   const auto end = std::chrono::steady_clock::now() + budget;
-  for (unsigned i = 1;; ++i) {
+  for (;;) {
     if (ready()) return true;
-    if (i % 64 == 0) {
-      if (std::chrono::steady_clock::now() >= end) return false;
-      std::this_thread::yield();
-    } else {
-      cpu_relax();
-    }
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::yield();
   }
 }
 
