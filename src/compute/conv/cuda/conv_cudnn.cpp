@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -178,27 +179,11 @@ std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const ConvPlan& p) {
 using PlanKey = std::array<std::int64_t, 20>;
 
 PlanKey key_of(int device, const ConvPlan& p) {
-  const kernels::ConvGeometry& g = p.g;
-  return {device,
-          g.n,
-          g.c,
-          g.h,
-          g.w,
-          g.k,
-          g.r,
-          g.s,
-          g.pad_h,
-          g.pad_w,
-          g.stride_h,
-          g.stride_w,
-          g.dilation_h,
-          g.dilation_w,
-          g.groups,
-          g.nhwc ? 1 : 0,
-          static_cast<std::int64_t>(p.dtype),
-          static_cast<std::int64_t>(p.pass),
-          static_cast<std::int64_t>(p.args.epilogue),
-          0};
+  PlanKey key{};
+  key[0] = device;
+  const detail::ConvKey conv = detail::conv_key(p);
+  std::copy(conv.begin(), conv.end(), key.begin() + 1);
+  return key;
 }
 
 detail::PlanCache<PlanKey, Plan>& plans() {

@@ -76,7 +76,7 @@ class Arena {
   std::size_t size_ = 0;
 };
 
-using Key = std::array<std::int64_t, 19>;
+using Key = ConvKey;
 
 struct Cached {
   Key key;
@@ -85,29 +85,6 @@ struct Cached {
   Operand output;
   bool bias;
 };
-
-Key key_of(const ConvPlan& p) {
-  const auto& g = p.g;
-  return {static_cast<std::int64_t>(p.pass),
-          g.n,
-          g.c,
-          g.h,
-          g.w,
-          g.k,
-          g.r,
-          g.s,
-          g.pad_h,
-          g.pad_w,
-          g.stride_h,
-          g.stride_w,
-          g.dilation_h,
-          g.dilation_w,
-          g.groups,
-          g.nhwc,
-          p.has_bias,
-          static_cast<std::int64_t>(p.args.epilogue),
-          static_cast<std::int64_t>(p.dtype)};
-}
 
 Cached build(const ConvPlan& p) {
   const auto& g = p.g;
@@ -141,7 +118,7 @@ Cached build(const ConvPlan& p) {
   const dnnl::convolution_forward::primitive_desc fwd(fwd_desc, attr, cpu_engine());
   switch (p.pass) {
     case ConvPass::forward:
-      return {key_of(p),
+      return {conv_key(p),
               dnnl::convolution_forward(fwd),
               {Operand(x_user, fwd.src_desc(), DNNL_ARG_SRC, false),
                Operand(f_user, fwd.weights_desc(), DNNL_ARG_WEIGHTS, false)},
@@ -152,7 +129,7 @@ Cached build(const ConvPlan& p) {
           dnnl::convolution_backward_data::desc(algo, any(x_user), any(f_user), any(y_user), strides, dilates, pad_l,
                                                 pad_r),
           cpu_engine(), fwd);
-      return {key_of(p),
+      return {conv_key(p),
               dnnl::convolution_backward_data(bwd),
               {Operand(y_user, bwd.diff_dst_desc(), DNNL_ARG_DIFF_DST, false),
                Operand(f_user, bwd.weights_desc(), DNNL_ARG_WEIGHTS, false)},
@@ -165,7 +142,7 @@ Cached build(const ConvPlan& p) {
           dnnl::convolution_backward_weights::desc(algo, any(x_user), any(f_user), any(y_user), strides, dilates, pad_l,
                                                    pad_r),
           cpu_engine(), fwd);
-      return {key_of(p),
+      return {conv_key(p),
               dnnl::convolution_backward_weights(bwd),
               {Operand(x_user, bwd.src_desc(), DNNL_ARG_SRC, false),
                Operand(y_user, bwd.diff_dst_desc(), DNNL_ARG_DIFF_DST, false)},
@@ -182,7 +159,7 @@ constexpr std::size_t kCachedConvolutions = 64;
 Cached* cached(const ConvPlan& p) {
   thread_local std::list<Cached> cache;
   thread_local std::list<Key> refused;
-  const Key key = key_of(p);
+  const Key key = conv_key(p);
   for (auto it = cache.begin(); it != cache.end(); ++it) {
     if (it->key == key) {
       cache.splice(cache.begin(), cache, it);
