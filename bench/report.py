@@ -50,6 +50,8 @@ def gemm_table(runs, spec):
     rows = ["| shape (m×n×k×batch) | precision | TFLOP/s | % of peak | vs direct OpenBLAS / cuBLAS | W | GFLOP/J |",
             "|---|---|---|---|---|---|---|"]
     for r in runs:
+        if "ratio_vs_torch" in r:  # the PyTorch comparisons have their own table
+            continue
         m = re.search(r"m:(\d+)/n:(\d+)/k:(\d+)/batch:(\d+)", r["name"])
         label = r.get("label", "")
         prec = re.search(r"(fp32|tf32|fp16|bf16|fp8)", label)
@@ -140,6 +142,19 @@ def cost_model_table(runs):
     return rows if len(rows) > 2 else []
 
 
+def torch_table(runs):
+    """The same operation through gpucloud and PyTorch in one process (bench/bench_gemm_torch.py,
+    bench/bench_conv_torch.py --json): torch's time / gpucloud's, above 1 when gpucloud is faster."""
+    rows = ["| benchmark | run | gpucloud TFLOP/s | torch TFLOP/s | torch / gpucloud |", "|---|---|---|---|---|"]
+    for r in runs:
+        if "ratio_vs_torch" not in r:
+            continue
+        name = r["name"].removeprefix("BM_")
+        rows.append(f"| {name} | {r.get('label', '')} | {r.get('TFLOPs', 0):.3f} | {r.get('torch_TFLOPs', 0):.3f} | "
+                    f"{r['ratio_vs_torch']:.2f} |")
+    return rows
+
+
 def train_step_table(runs):
     rows = ["| trainer | run | samples/s | gpucloud / torch |", "|---|---|---|---|"]
     for r in runs:
@@ -210,7 +225,8 @@ def main():
                          ("Data movement", copy_table(runs, spec)),
                          ("Mixed-precision steps", bandwidth_table(runs, spec)), ("Collectives", collectives_table(runs)),
                          ("Flat vs hierarchical: the cost model against what was measured", cost_model_table(runs)),
-                         ("Training step vs PyTorch", train_step_table(runs))):
+                         ("Training step vs PyTorch", train_step_table(runs)),
+                         ("Against PyTorch in the same process", torch_table(runs))):
         if len(table) > 2:
             lines += [f"## {title}", "", *table, ""]
     lines += ["## GPU spec table (dense)", "", *spec_table(), ""]

@@ -17,6 +17,8 @@ def test_report_places_figures_next_to_the_spec_sheet(tmp_path):
          "params_M": 355.0, "launches": 40, "label": "cuda:0 fp16 weights, fp32 masters"},
         {"name": "BM_Collective/kind:0/bytes:4096/iterations:20/manual_time", "run_type": "iteration",
          "algbw_GBs": 1.5, "busbw_GBs": 2.25, "label": "all_reduce flat, 4 ranks, 2 node(s)"},
+        {"name": "BM_GemmVsTorch/qkv/m:2048/n:3072/k:1024/batch:1", "run_type": "iteration", "label": "host bf16",
+         "TFLOPs": 0.411, "torch_TFLOPs": 0.412, "ratio_vs_torch": 1.0},
     ]}
     (tmp_path / "run.json").write_text(json.dumps(runs))
     out = subprocess.run([sys.executable, str(REPORT), str(tmp_path), "--gpu", "NVIDIA H200"], capture_output=True,
@@ -26,4 +28,6 @@ def test_report_places_figures_next_to_the_spec_sheet(tmp_path):
     assert "| 1.01 | – | – |" in out  # no power figures on the host
     assert "81 %" in out  # 3900 GB/s of 4800
     assert "| all_reduce flat, 4 ranks, 2 node(s) | 4096 | 1.500 | 2.250 |" in out
+    assert "| GemmVsTorch/qkv/m:2048/n:3072/k:1024/batch:1 | host bf16 | 0.411 | 0.412 | 1.00 |" in out
+    assert "2048×3072×1024" not in out  # not in the GEMM table as well
     assert "V100 SXM2 32GB (needs CUDA 12)" in out
