@@ -256,6 +256,45 @@ TEST_P(GemmTest, Bf16AccumulatesInFp32LikeTheFp32ProductOfTheRoundedValues) {
   other.join();
 }
 
+// alpha 1, beta 0 and a bias and/or ReLU (a linear layer: oneDNN fuses them on bf16-capable CPUs)
+// into fp32 and bf16 C, the bias in fp32 and in C's dtype: as the fp32 product of the rounded
+// values with the same epilogue (bf16 C: within its rounding).
+TEST_P(GemmTest, Bf16LinearLayerEpiloguesIntoFp32AndBf16) {
+  gc::Stream s(device());
+  std::mt19937 rng(43);
+  for (auto e : {gc::Epilogue::bias, gc::Epilogue::relu, gc::Epilogue::bias_relu}) {
+    for (gc::DType out : {gc::DType::float32, gc::DType::bfloat16}) {
+      for (gc::DType bias_t : {gc::DType::float32, out}) {
+        Problem p = random_problem(rng, 45, 70, 96, gc::Transpose::none, gc::Transpose::transpose, 2, e, 0.0f);
+        p.args.alpha = 1.0f;
+        p.a = read(make(p.a, gc::DType::bfloat16, device(), s), s);
+        p.b = read(make(p.b, gc::DType::bfloat16, device(), s), s);
+        if (!p.bias.empty()) p.bias = read(make(p.bias, bias_t, device(), s), s);
+        const auto reference = run(p, kPrecisions[0], device(), s);
+        gc::Buffer a = make(p.a, gc::DType::bfloat16, device(), s), b = make(p.b, gc::DType::bfloat16, device(), s);
+        gc::Buffer c = make(std::vector<float>(p.c0.size(), std::nanf("")), out, device(), s);
+        gc::Buffer bias;
+        gc::GemmArgs args = p.args;
+        if (!p.bias.empty()) {
+          bias = make(p.bias, bias_t, device(), s);
+          args.bias = bias;
+        }
+        gc::gemm(c, a, b, args, s);
+        const auto got = read(c, s);
+        double diff = 0, norm = 0;
+        for (std::size_t j = 0; j < got.size(); ++j) {
+          if (std::isnan(reference[j])) continue;  // the gaps between rows and batches
+          diff += (double(got[j]) - reference[j]) * (double(got[j]) - reference[j]);
+          norm += double(reference[j]) * reference[j];
+        }
+        const double tolerance = out == gc::DType::float32 ? 1e-5 : 4e-3;  // bf16: half an ulp is 2^-9
+        EXPECT_LT(std::sqrt(diff / norm), tolerance)
+            << "epilogue " << int(e) << " into " << gc::dtype_name(out) << ", bias " << gc::dtype_name(bias_t);
+      }
+    }
+  }
+}
+
 TEST(PointerAlignment, LargestPowerOfTwoUpToTheCap) {
   alignas(256) static unsigned char bytes[512];
   EXPECT_EQ(gc::detail::pointer_alignment(bytes), 256u);

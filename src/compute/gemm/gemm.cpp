@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace gpucloud {
@@ -271,7 +272,8 @@ void finish_rows(BufferView c, std::int64_t c_offset, const GemmArgs& g, float* 
 void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan& plan) {
   const GemmArgs& g = plan.args;
   const bool fp32_out = c.dtype() == DType::float32;
-  std::vector<float> a32, b32, out;
+  std::vector<float> a32, b32;
+  std::unique_ptr<float[]> out;  // not value-initialised: every element is written before it is read
   const std::int64_t ext_a = extent(plan.rows_a, plan.cols_a, g.lda);
   const std::int64_t ext_b = extent(plan.rows_b, plan.cols_b, g.ldb);
   const bool fp8 = is_fp8(a.dtype());
@@ -284,31 +286,39 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan&
   // as the widened path below (fp32 accumulation, one rounding into C).
   const bool native_bf16 =
       a.dtype() == DType::bfloat16 && b.dtype() == DType::bfloat16 && detail::host_bf16_gemm_available();
-  const bool direct_bf16 =
-      native_bf16 && c.dtype() == DType::bfloat16 && g.beta == 0.0f && g.epilogue == Epilogue::none;
+  // oneDNN writes C itself (bf16 or fp32), the bias and ReLU fused as its bias and post-op, when
+  // nothing else is needed: beta 0, and alpha 1 with a bias (oneDNN scales before adding it, as we
+  // do only with alpha 1). GELU, beta and fp16 C take the finishing passes below.
+  const bool relu_epilogue = g.epilogue == Epilogue::relu || g.epilogue == Epilogue::bias_relu;
+  const bool fusable =
+      g.epilogue == Epilogue::none || (g.alpha == 1.0f && g.k > 0 && (plan.has_bias || relu_epilogue) &&
+                                       g.epilogue != Epilogue::gelu && g.epilogue != Epilogue::bias_gelu);
+  const bool direct_bf16 = native_bf16 && (c.dtype() == DType::bfloat16 || fp32_out) && g.beta == 0.0f && fusable;
   // alpha AB in fp32 for C's finishing pass: a narrow C not written by oneDNN, or an fp32 C read
   // for beta on the native path (the widened path's sgemm applies beta itself).
   if ((!fp32_out && !direct_bf16) || (native_bf16 && fp32_out && g.beta != 0.0f)) {
-    out.resize(static_cast<std::size_t>(g.m * g.n));
+    out.reset(new float[static_cast<std::size_t>(g.m * g.n)]);
   }
   for (std::int64_t p = 0; p < g.batch; ++p) {
     if (native_bf16) {
       const auto* pa = static_cast<const std::uint16_t*>(a.data()) + p * g.stride_a;
       const auto* pb = static_cast<const std::uint16_t*>(b.data()) + p * g.stride_b;
-      if (direct_bf16) {  // oneDNN rounds alpha AB into C once, as finish_rows would
-        detail::host_bf16_gemm(ta, tb, g.m, g.n, g.k, g.alpha, pa, g.lda, pb, g.ldb,
-                               static_cast<BFloat16*>(c.data()) + p * g.stride_c, g.ldc, /*c_bf16=*/true);
+      if (direct_bf16) {  // oneDNN rounds relu(alpha AB + bias) into C once, as finish_rows would
+        void* pc = static_cast<char*>(c.data()) + p * g.stride_c * static_cast<std::int64_t>(dtype_size(c.dtype()));
+        detail::host_bf16_gemm(ta, tb, g.m, g.n, g.k, g.alpha, pa, g.lda, pb, g.ldb, pc, g.ldc,
+                               /*c_bf16=*/!fp32_out, plan.has_bias ? g.bias.data() : nullptr,
+                               plan.has_bias && g.bias.dtype() == DType::bfloat16, relu_epilogue);
         continue;
       }
       const bool direct = fp32_out && g.beta == 0.0f;
-      float* pc = direct ? c.data_as<float>() + p * g.stride_c : out.data();
+      float* pc = direct ? c.data_as<float>() + p * g.stride_c : out.get();
       detail::host_bf16_gemm(ta, tb, g.m, g.n, g.k, g.alpha, pa, g.lda, pb, g.ldb, pc, direct ? g.ldc : g.n,
                              /*c_bf16=*/false);
       if (direct) {
         if (g.epilogue != Epilogue::none) epilogue.rows(pc, g.ldc, g.m, g.n);
         continue;
       }
-      finish_rows(c, p * g.stride_c, g, out.data(), epilogue);
+      finish_rows(c, p * g.stride_c, g, out.get(), epilogue);
       continue;
     }
     const float* pa = as_fp32(a.data(), a.dtype(), p * g.stride_a, ext_a, g.tf32, fp8 ? g.scale_a : 1.0f, a32);
@@ -331,8 +341,8 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const detail::GemmPlan&
     }
     // Narrow output: accumulate in fp32, add beta C and the epilogue, round once.
     detail::host_sgemm(ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, pa,
-                       static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), 0.0f, out.data(), static_cast<int>(g.n));
-    finish_rows(c, p * g.stride_c, g, out.data(), epilogue);
+                       static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), 0.0f, out.get(), static_cast<int>(g.n));
+    finish_rows(c, p * g.stride_c, g, out.get(), epilogue);
   }
 }
 

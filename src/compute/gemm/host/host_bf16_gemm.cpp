@@ -14,6 +14,7 @@
 #include <cstring>
 #include <list>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #endif
 
@@ -40,7 +41,7 @@ const dnnl::engine& cpu_engine() {
   return engine;
 }
 
-using Key = std::array<std::int64_t, 10>;
+using Key = std::array<std::int64_t, 13>;
 
 struct Cached {
   Key key;
@@ -59,7 +60,7 @@ Cached& cached_product(const Key& key) {
       return cache.front();
     }
   }
-  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha_bits, c_bf16] = key;
+  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha_bits, c_bf16, bias, bias_bf16, relu] = key;
   using tag = dnnl::memory::data_type;
   const dnnl::memory::desc a_md({m, k}, tag::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
   const dnnl::memory::desc b_md({k, n}, tag::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
@@ -70,7 +71,14 @@ Cached& cached_product(const Key& key) {
   const auto bits = static_cast<std::uint32_t>(alpha_bits);
   std::memcpy(&alpha, &bits, sizeof(alpha));
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::memory::desc bias_md({1, n}, bias_bf16 ? tag::bf16 : tag::f32, dnnl::memory::dims{n, 1});
+  dnnl::matmul::primitive_desc pd(
+      bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
   cache.push_front(Cached{key, pd, dnnl::matmul(pd)});
   if (cache.size() > kCachedShapes) cache.pop_back();
   return cache.front();
@@ -85,8 +93,9 @@ bool host_bf16_gemm_available() noexcept {
 
 bool host_bf16_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                     const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, void* c,
-                    std::int64_t ldc, bool c_bf16) {
+                    std::int64_t ldc, bool c_bf16, const void* bias, bool bias_bf16, bool relu) {
   if (!host_bf16_gemm_available()) return false;
+  if (k == 0 && (bias != nullptr || relu)) return false;  // the caller's finishing pass handles it
   if (k == 0) {  // an empty sum: C = 0 (oneDNN wants every dimension positive; bf16's zero is all 0 bits)
     for (std::int64_t i = 0; i < m; ++i) {
       if (c_bf16) {
@@ -100,7 +109,8 @@ bool host_bf16_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, 
   if (m == 0 || n == 0) return true;
   std::uint32_t alpha_bits = 0;
   std::memcpy(&alpha_bits, &alpha, sizeof(alpha));
-  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldc, static_cast<std::int64_t>(alpha_bits), c_bf16};
+  const Key key{trans_a, trans_b,         m,         n,   k, lda, ldb, ldc, static_cast<std::int64_t>(alpha_bits),
+                c_bf16,  bias != nullptr, bias_bf16, relu};
   try {
     Cached& p = cached_product(key);
     dnnl::stream stream(cpu_engine());
@@ -108,7 +118,11 @@ bool host_bf16_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, 
     dnnl::memory am(p.pd.src_desc(), cpu_engine(), const_cast<std::uint16_t*>(a));
     dnnl::memory bm(p.pd.weights_desc(), cpu_engine(), const_cast<std::uint16_t*>(b));
     dnnl::memory cm(p.pd.dst_desc(), cpu_engine(), c);
-    p.product.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+    if (bias != nullptr) {
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.pd.bias_desc(), cpu_engine(), const_cast<void*>(bias)));
+    }
+    p.product.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
     // Raised while the stream runs the product: reported by its next synchronisation, typed.
@@ -127,7 +141,7 @@ const char* host_bf16_gemm_implementation() noexcept {
 bool host_bf16_gemm_available() noexcept { return false; }
 
 bool host_bf16_gemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const std::uint16_t*, std::int64_t,
-                    const std::uint16_t*, std::int64_t, void*, std::int64_t, bool) {
+                    const std::uint16_t*, std::int64_t, void*, std::int64_t, bool, const void*, bool, bool) {
   return false;
 }
 
