@@ -11,7 +11,7 @@
 #include <gpucloud/runtime/error.hpp>
 
 #if GPUCLOUD_WITH_ONEDNN
-#include <oneapi/dnnl/dnnl.hpp>
+#include "compute/host/onednn.hpp"
 
 #include <array>
 #include <cstddef>
@@ -32,11 +32,6 @@ using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
 // One operand: the user's plain layout, the primitive's, and (when they differ) the reorder
 // between the two; the blocked copy lives in the thread's arena for the call.
 struct Operand {
@@ -49,9 +44,9 @@ struct Operand {
       : user(user_md), prim(prim_md), arg(dnnl_arg) {
     if (!reordered()) return;
     if (is_output) {
-      to_user = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), prim, cpu_engine(), user));
+      to_user = dnnl::reorder(dnnl::reorder::primitive_desc(onednn_engine(), prim, onednn_engine(), user));
     } else {
-      to_prim = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), user, cpu_engine(), prim));
+      to_prim = dnnl::reorder(dnnl::reorder::primitive_desc(onednn_engine(), user, onednn_engine(), prim));
     }
   }
 };
@@ -115,7 +110,7 @@ Cached build(const ConvPlan& p) {
                                              any(y_user), strides, dilates, pad_l, pad_r)
            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, any(x_user), any(f_user),
                                              any(y_user), strides, dilates, pad_l, pad_r);
-  const dnnl::convolution_forward::primitive_desc fwd(fwd_desc, attr, cpu_engine());
+  const dnnl::convolution_forward::primitive_desc fwd(fwd_desc, attr, onednn_engine());
   switch (p.pass) {
     case ConvPass::forward:
       return {conv_key(p),
@@ -128,7 +123,7 @@ Cached build(const ConvPlan& p) {
       const dnnl::convolution_backward_data::primitive_desc bwd(
           dnnl::convolution_backward_data::desc(algo, any(x_user), any(f_user), any(y_user), strides, dilates, pad_l,
                                                 pad_r),
-          cpu_engine(), fwd);
+          onednn_engine(), fwd);
       return {conv_key(p),
               dnnl::convolution_backward_data(bwd),
               {Operand(y_user, bwd.diff_dst_desc(), DNNL_ARG_DIFF_DST, false),
@@ -141,7 +136,7 @@ Cached build(const ConvPlan& p) {
       const dnnl::convolution_backward_weights::primitive_desc bwd(
           dnnl::convolution_backward_weights::desc(algo, any(x_user), any(f_user), any(y_user), strides, dilates, pad_l,
                                                    pad_r),
-          cpu_engine(), fwd);
+          onednn_engine(), fwd);
       return {conv_key(p),
               dnnl::convolution_backward_weights(bwd),
               {Operand(x_user, bwd.src_desc(), DNNL_ARG_SRC, false),
@@ -172,7 +167,7 @@ Cached* cached(const ConvPlan& p) {
   try {
     cache.push_front(build(p));
   } catch (const dnnl::error& e) {
-    if (e.status == dnnl_out_of_memory) throw OutOfMemory("dnnl::convolution", e.what(), 0, __FILE__, __LINE__);
+    if (e.status == dnnl_out_of_memory) throw_onednn_error("dnnl::convolution", e, __FILE__, __LINE__);
     refused.push_front(key);  // unimplemented for this shape: the model runs it
     if (refused.size() > kCachedConvolutions) refused.pop_back();
     return nullptr;
@@ -192,35 +187,34 @@ bool onednn_conv(const ConvPlan& plan, BufferView out, BufferView in1, BufferVie
   if (c == nullptr) return false;
   thread_local Arena arenas[3];  // in1, in2, out
   try {
-    dnnl::stream s(cpu_engine());
+    dnnl::stream s(onednn_engine());
     std::unordered_map<int, dnnl::memory> args;
     const BufferView ins[] = {in1, in2};
     for (std::size_t i = 0; i < 2; ++i) {
       Operand& op = c->inputs[i];
-      dnnl::memory user(op.user, cpu_engine(), ins[i].data());
+      dnnl::memory user(op.user, onednn_engine(), ins[i].data());
       if (!op.reordered()) {
         args.emplace(op.arg, user);
         continue;
       }
-      dnnl::memory blocked(op.prim, cpu_engine(), arenas[i].get(op.prim.get_size()));
+      dnnl::memory blocked(op.prim, onednn_engine(), arenas[i].get(op.prim.get_size()));
       op.to_prim.execute(s, user, blocked);
       args.emplace(op.arg, blocked);
     }
-    dnnl::memory user_out(c->output.user, cpu_engine(), out.data());
+    dnnl::memory user_out(c->output.user, onednn_engine(), out.data());
     dnnl::memory blocked_out =
-        c->output.reordered() ? dnnl::memory(c->output.prim, cpu_engine(), arenas[2].get(c->output.prim.get_size()))
+        c->output.reordered() ? dnnl::memory(c->output.prim, onednn_engine(), arenas[2].get(c->output.prim.get_size()))
                               : user_out;
     args.emplace(c->output.arg, blocked_out);
     if (c->bias) {
       args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl::memory::desc({plan.g.k}, bf16 ? dt::bf16 : dt::f32, tag::x),
-                                               cpu_engine(), plan.args.bias.data()));
+                                               onednn_engine(), plan.args.bias.data()));
     }
     c->conv.execute(s, args);
     if (c->output.reordered()) c->output.to_user.execute(s, blocked_out, user_out);
     s.wait();
   } catch (const dnnl::error& e) {
-    if (e.status == dnnl_out_of_memory) throw OutOfMemory("dnnl::convolution", e.what(), 0, __FILE__, __LINE__);
-    throw DeviceError("dnnl::convolution", e.what(), /*sticky=*/false, __FILE__, __LINE__);
+    throw_onednn_error("dnnl::convolution", e, __FILE__, __LINE__);
   }
   return true;
 }

@@ -7,7 +7,7 @@
 #include "gpucloud/runtime/error.hpp"
 
 #if GPUCLOUD_WITH_ONEDNN
-#include <oneapi/dnnl/dnnl.hpp>
+#include "compute/host/onednn.hpp"
 
 #include <algorithm>
 #include <array>
@@ -34,11 +34,6 @@ bool cpu_has_native_bf16() noexcept {
   } catch (...) {
     return false;
   }
-}
-
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
 }
 
 using Key = std::array<std::int64_t, 13>;
@@ -78,7 +73,8 @@ Cached& cached_product(const Key& key) {
   }
   const dnnl::memory::desc bias_md({1, n}, bias_bf16 ? tag::bf16 : tag::f32, dnnl::memory::dims{n, 1});
   dnnl::matmul::primitive_desc pd(
-      bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
+      bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md), attr,
+      onednn_engine());
   cache.push_front(Cached{key, pd, dnnl::matmul(pd)});
   if (cache.size() > kCachedShapes) cache.pop_back();
   return cache.front();
@@ -113,21 +109,20 @@ bool host_bf16_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, 
                 c_bf16,  bias != nullptr, bias_bf16, relu};
   try {
     Cached& p = cached_product(key);
-    dnnl::stream stream(cpu_engine());
+    dnnl::stream stream(onednn_engine());
     // oneDNN takes non-const handles; it only reads the source and weights.
-    dnnl::memory am(p.pd.src_desc(), cpu_engine(), const_cast<std::uint16_t*>(a));
-    dnnl::memory bm(p.pd.weights_desc(), cpu_engine(), const_cast<std::uint16_t*>(b));
-    dnnl::memory cm(p.pd.dst_desc(), cpu_engine(), c);
+    dnnl::memory am(p.pd.src_desc(), onednn_engine(), const_cast<std::uint16_t*>(a));
+    dnnl::memory bm(p.pd.weights_desc(), onednn_engine(), const_cast<std::uint16_t*>(b));
+    dnnl::memory cm(p.pd.dst_desc(), onednn_engine(), c);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
     if (bias != nullptr) {
-      args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.pd.bias_desc(), cpu_engine(), const_cast<void*>(bias)));
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.pd.bias_desc(), onednn_engine(), const_cast<void*>(bias)));
     }
     p.product.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
     // Raised while the stream runs the product: reported by its next synchronisation, typed.
-    if (e.status == dnnl_out_of_memory) throw OutOfMemory("dnnl::matmul", e.what(), 0, __FILE__, __LINE__);
-    throw DeviceError("dnnl::matmul", e.what(), /*sticky=*/false, __FILE__, __LINE__);
+    throw_onednn_error("dnnl::matmul", e, __FILE__, __LINE__);
   }
   return true;
 }
