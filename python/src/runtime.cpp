@@ -170,6 +170,9 @@ void release_all_borrows_at_exit() {
 void keep_alive_until_done(StreamView stream, std::vector<py::object> objects) {
   release_finished_borrows();
   if (objects.empty()) return;
+  // A host stream that has already run everything (a small copy runs in place on an idle stream)
+  // holds nothing: the objects are released here, with the GIL, as a finished borrow would be.
+  if (stream.device().is_host() && stream.query()) return;
   PendingBorrow pending;
   for (const auto& o : objects) {
     pending.ids.push_back(o.ptr());

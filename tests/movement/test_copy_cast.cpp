@@ -9,11 +9,16 @@
 
 #include "device_cases.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <random>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace gc = gpucloud;
@@ -108,6 +113,57 @@ TEST_P(CopyTest, BadCopiesAreRejectedBeforeAnythingIsEnqueued) {
 }
 
 GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(CopyTest);
+
+// Host copies of up to 4 MiB on an idle stream run on the calling thread (as CUDA runs a
+// host-to-host cudaMemcpyAsync); behind queued work, or an error, they wait their turn.
+TEST(HostCopy, OnAnIdleStreamASmallCopyHasRunWhenCopyReturns) {
+  gc::Stream s;
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{4096}, std::size_t{4} << 20}) {
+    gc::Buffer src(bytes, gc::DType::uint8, gc::Device::host()), dst(bytes, gc::DType::uint8, gc::Device::host());
+    std::memset(src.data(), 7, bytes);
+    std::memset(dst.data(), 0, bytes);
+    gc::copy(dst, src, s);
+    EXPECT_TRUE(s.query()) << bytes;
+    EXPECT_EQ(std::memcmp(dst.data(), src.data(), bytes), 0) << bytes;
+  }
+  s.synchronize();
+}
+
+TEST(HostCopy, ACopyBehindQueuedWorkWaitsForItAndSeesWhatItWrote) {
+  gc::Stream s;
+  constexpr std::size_t n = 1 << 16;
+  gc::TypedBuffer<float> src(n, gc::Device::host()), dst(n, gc::Device::host());
+  std::fill(src.begin(), src.end(), 1.0f);
+  std::fill(dst.begin(), dst.end(), 0.0f);
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  gc::launch_host_func(s, [gate, &src] {
+    gate.wait();
+    std::fill(src.begin(), src.end(), 2.0f);  // the copy behind must see this
+  });
+  gc::copy(dst, src, s);  // the stream is busy: queued, not run in place
+  EXPECT_FALSE(s.query());
+  EXPECT_EQ(dst[0], 0.0f);
+  release.set_value();
+  s.synchronize();
+  EXPECT_EQ(dst[0], 2.0f);
+  EXPECT_EQ(dst[n - 1], 2.0f);
+}
+
+TEST(HostCopy, ACopyBehindAFailureIsSkippedNotRunInPlace) {
+  gc::Stream s;
+  gc::TypedBuffer<int> src(16, gc::Device::host()), dst(16, gc::Device::host());
+  std::fill(src.begin(), src.end(), 5);
+  std::fill(dst.begin(), dst.end(), 0);
+  gc::launch_host_func(s, [] { throw std::runtime_error("the step before failed"); });
+  while (!s.query()) std::this_thread::yield();  // the failure has happened; the stream is idle
+  gc::copy(dst, src, s);
+  EXPECT_THROW(s.synchronize(), std::runtime_error);
+  EXPECT_EQ(dst[0], 0);   // discarded with the work behind the failure
+  gc::copy(dst, src, s);  // the error was reported: copies run again
+  s.synchronize();
+  EXPECT_EQ(dst[0], 5);
+}
 
 class CastTest : public gc::testing::OnEveryDevice {};
 

@@ -12,6 +12,8 @@ namespace gpucloud {
 ///
 /// Both views must have the same dtype and size, must not overlap, and device or managed memory
 /// of a GPU must belong to the stream's device. Host and pinned memory can be used from any stream.
+/// On a host stream with nothing queued, a copy of up to 4 MiB has run when the call returns (as
+/// CUDA runs a host-to-host cudaMemcpyAsync synchronously); otherwise it runs after earlier work.
 /// @throws InvalidArgument before anything is enqueued when a check fails.
 GPUCLOUD_API void copy(BufferView dst, BufferView src, StreamView stream);
 

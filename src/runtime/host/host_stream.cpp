@@ -97,7 +97,7 @@ void HostStream::reset_in_child() noexcept {
   new (&work_ready_) std::condition_variable();
   new (&idle_) std::condition_variable();
   new (&exited_) std::condition_variable();
-  const bool unfinished = busy_ || !queue_.empty();
+  const bool unfinished = busy_ || inline_running_ || !queue_.empty();
   // The parent's worker (no thread here), its queued work and the errors it owed are left alone,
   // never destroyed: their captures may hold objects (Python's among them) that must not be
   // released inside fork().
@@ -112,9 +112,11 @@ void HostStream::reset_in_child() noexcept {
               __FILE__, __LINE__));
   }
   busy_ = false;
+  inline_running_ = false;
   stopping_ = false;
   running_enqueuer_ = std::thread::id();
   outstanding_.store(0, std::memory_order_relaxed);
+  queued_.store(0, std::memory_order_relaxed);
 }
 
 HostStream::HostStream() : StreamImpl(Device::host()) {
@@ -162,10 +164,11 @@ void HostStream::run(std::shared_ptr<Worker> self) {
   for (;;) {
     if (queue_.empty() && !stopping_) {  // out of work: look for more a while before sleeping
       lock.unlock();
-      spin_until([this] { return outstanding_.load(std::memory_order_acquire) != 0; }, spin_budget());
+      spin_until([this] { return queued_.load(std::memory_order_acquire) != 0; }, spin_budget());
       lock.lock();
     }
-    work_ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    // Nothing runs while a caller runs work in place (run_now_if_idle): in order, one at a time.
+    work_ready_.wait(lock, [this] { return (stopping_ || !queue_.empty()) && !inline_running_; });
     if (queue_.empty()) {  // stopping and drained
       self->exited = true;
       exited_.notify_all();
@@ -173,6 +176,7 @@ void HostStream::run(std::shared_ptr<Worker> self) {
     }
     Task task = std::move(queue_.front());
     queue_.pop_front();
+    queued_.fetch_sub(1, std::memory_order_relaxed);
     busy_ = true;
     running_enqueuer_ = task.enqueuer;
     const bool skip = error_ && !task.always_run;
@@ -225,8 +229,35 @@ void HostStream::launch_host_func(std::function<void()> fn, bool always_run) {
     if (!worker_) start_worker();  // a fork() child's first work
     queue_.push_back(Task{std::move(fn), always_run, std::this_thread::get_id()});
     outstanding_.fetch_add(1, std::memory_order_relaxed);
+    queued_.fetch_add(1, std::memory_order_release);
   }
   work_ready_.notify_one();
+}
+
+bool HostStream::begin_inline() {
+  if (current_stream == this) return false;  // the worker itself: its own work comes first
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!queue_.empty() || busy_ || inline_running_ || error_ || stopping_) return false;
+  inline_running_ = true;
+  outstanding_.fetch_add(1, std::memory_order_relaxed);  // query() from other threads sees it
+  return true;
+}
+
+void HostStream::end_inline(std::exception_ptr failure) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure) {
+      if (!error_) error_ = failure;
+      owed_.emplace(std::this_thread::get_id(), failure);
+    }
+    inline_running_ = false;
+    outstanding_.fetch_sub(1, std::memory_order_release);
+    if (queue_.empty()) {
+      idle_.notify_all();
+      return;
+    }
+  }
+  work_ready_.notify_one();  // work enqueued meanwhile by other threads waited for this
 }
 
 void HostStream::synchronize() {
@@ -234,7 +265,7 @@ void HostStream::synchronize() {
                    "called from work running on the same stream, which would wait for itself");
   spin_until([this] { return outstanding_.load(std::memory_order_acquire) == 0; }, spin_budget());
   std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  idle_.wait(lock, [this] { return queue_.empty() && !busy_ && !inline_running_; });
   // This thread's own failed or dropped work first; else the stream's error, whoever enqueued it.
   // Either way the stream runs work again afterwards; other threads are still owed theirs.
   std::exception_ptr error;

@@ -40,6 +40,23 @@ class HostStream final : public StreamImpl {
   static std::uint64_t fork_generation() noexcept;
   void wait(EventImpl& event) override;
   void launch_host_func(std::function<void()> fn, bool always_run) override;
+  /// Runs @p fn on the calling thread before returning, when the stream is idle (nothing queued
+  /// or running, no error pending, a thread other than its worker): work that costs less than the
+  /// hand-off to the worker, as CUDA runs a host-to-host cudaMemcpyAsync synchronously. Returns
+  /// false, without running fn, when the stream is busy: enqueue it instead. A throw from fn is
+  /// the stream's error, as from the worker.
+  template <class Fn>
+  bool run_now_if_idle(Fn&& fn) {
+    if (!begin_inline()) return false;
+    std::exception_ptr failure;
+    try {
+      fn();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    end_inline(failure);
+    return true;
+  }
   std::exception_ptr take_error() noexcept override;
   void* native_handle() noexcept override { return nullptr; }
 
@@ -55,6 +72,8 @@ class HostStream final : public StreamImpl {
     bool exited = false;                 // guarded by mutex_
   };
   void start_worker();  // with mutex_ held, or in the constructor
+  bool begin_inline();  // claims an idle stream for the calling thread (run_now_if_idle)
+  void end_inline(std::exception_ptr failure) noexcept;
   void run(std::shared_ptr<Worker> self);
   // fork(): every stream's lock is held across it; in the child, whose copy has no worker thread,
   // each stream starts afresh (a worker on its next launch) and work that had not finished in the
@@ -71,8 +90,10 @@ class HostStream final : public StreamImpl {
   std::condition_variable exited_;
   std::deque<Task> queue_;
   bool busy_ = false;
+  bool inline_running_ = false;  // a caller runs work in place (run_now_if_idle): the worker waits
   bool stopping_ = false;
   std::atomic<std::size_t> outstanding_{0};  // enqueued and not yet finished: query() reads it without the lock
+  std::atomic<std::size_t> queued_{0};       // in queue_: what an idle worker spins for (not in-place work)
   std::exception_ptr error_;                 // set by a failure: later work is skipped until a synchronize() raises it
   // Threads whose enqueued work failed or was skipped, and the error each is owed: every one of
   // them gets it at its next synchronize(), so no thread's work is dropped behind a success.

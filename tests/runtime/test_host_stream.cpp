@@ -1,0 +1,104 @@
+// The host stream's in-place path (src/runtime/host/host_stream): work a caller runs on an idle
+// stream is ordered with the worker's like any enqueued work. Internal: compiled into the test.
+#include <gtest/gtest.h>
+
+#include "runtime/host/host_stream.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+namespace {
+
+using gpucloud::detail::HostStream;
+using namespace std::chrono_literals;
+
+TEST(HostStreamInPlace, RunsOnTheCallingThreadWhenIdleAndCountsAsOutstanding) {
+  HostStream s;
+  std::thread::id ran_on;
+  bool pending_inside = false;
+  EXPECT_TRUE(s.run_now_if_idle([&] {
+    ran_on = std::this_thread::get_id();
+    pending_inside = !s.query();
+  }));
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_TRUE(pending_inside);
+  EXPECT_TRUE(s.query());
+  s.synchronize();
+}
+
+TEST(HostStreamInPlace, IsRefusedBehindQueuedWorkAndFromTheStreamsOwnWorker) {
+  HostStream s;
+  std::atomic<bool> release{false};
+  s.launch_host_func(
+      [&] {
+        while (!release.load()) std::this_thread::yield();
+      },
+      false);
+  bool ran = false;
+  EXPECT_FALSE(s.run_now_if_idle([&] { ran = true; }));
+  EXPECT_FALSE(ran);
+  release.store(true);
+  s.synchronize();
+  bool refused_on_worker = false;
+  s.launch_host_func([&] { refused_on_worker = !s.run_now_if_idle([] {}); }, false);
+  s.synchronize();
+  EXPECT_TRUE(refused_on_worker);
+}
+
+TEST(HostStreamInPlace, WorkEnqueuedMeanwhileByAnotherThreadWaitsForIt) {
+  HostStream s;
+  std::atomic<bool> inside{false}, enqueued{false}, overlapped{false}, ran{false};
+  std::thread other([&] {
+    while (!inside.load()) std::this_thread::yield();
+    s.launch_host_func(
+        [&] {
+          overlapped.store(inside.load());
+          ran.store(true);
+        },
+        false);
+    enqueued.store(true);
+  });
+  ASSERT_TRUE(s.run_now_if_idle([&] {
+    inside.store(true);
+    while (!enqueued.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(20ms);  // time enough for a worker that ignored us to run it
+    inside.store(false);
+  }));
+  other.join();
+  s.synchronize();
+  EXPECT_TRUE(ran.load());
+  EXPECT_FALSE(overlapped.load());
+}
+
+TEST(HostStreamInPlace, AnotherThreadsSynchronizeWaitsForIt) {
+  HostStream s;
+  std::atomic<bool> inside{false}, finished{false}, saw_finished{false};
+  std::thread other([&] {
+    while (!inside.load()) std::this_thread::yield();
+    s.synchronize();
+    saw_finished.store(finished.load());
+  });
+  ASSERT_TRUE(s.run_now_if_idle([&] {
+    inside.store(true);
+    std::this_thread::sleep_for(20ms);
+    finished.store(true);
+  }));
+  other.join();
+  EXPECT_TRUE(saw_finished.load());
+}
+
+TEST(HostStreamInPlace, AThrowIsTheStreamsErrorAndLaterWorkIsSkippedUntilReported) {
+  HostStream s;
+  ASSERT_TRUE(s.run_now_if_idle([] { throw std::runtime_error("in place"); }));
+  EXPECT_FALSE(s.run_now_if_idle([] {}));  // an error is pending: work goes through the queue
+  bool ran = false;
+  s.launch_host_func([&] { ran = true; }, false);
+  EXPECT_THROW(s.synchronize(), std::runtime_error);
+  EXPECT_FALSE(ran);
+  EXPECT_TRUE(s.run_now_if_idle([&] { ran = true; }));
+  EXPECT_TRUE(ran);
+}
+
+}  // namespace
