@@ -14,12 +14,15 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <future>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace gc = gpucloud;
@@ -194,47 +197,56 @@ TEST(Collectives, ReduceScatterAllGatherBroadcastBarrier) {
   EXPECT_EQ(wrong, 0u);
 }
 
-// Collectives whose data fits in the agreement's payload (1 KiB) travel inside it; larger ones
-// take the MPI call. Both paths, every dtype, each collective, the sizes around the boundary.
+// Collectives whose data fits in the agreement's payload travel inside it (all-reduces up to
+// 16 KiB, the others up to 4 KiB in all); larger ones take the MPI call. Inline ones run on the
+// caller's thread when the stream is idle and on its worker when it is busy, and a rank of either
+// kind meets the other: every mix (all idle, all busy, rank 0 busy), every dtype, each collective,
+// the sizes around both boundaries.
 TEST(Collectives, InlineAndFullPathsGiveTheSameExactAnswers) {
   auto& c = world();
   gc::Stream s;
   const auto ranks = static_cast<std::size_t>(c.size());
   std::size_t wrong = 0;
-  for_each_dtype([&](gc::DType t) {
-    const std::size_t elem = gc::dtype_size(t);
-    for (std::size_t bytes : {std::size_t{0}, elem, 1024 / ranks, 1024 / ranks + elem, std::size_t{1024},
-                              std::size_t{1024} + elem, std::size_t{4096}}) {
-      const std::size_t per = bytes / elem;
-      if (t != gc::DType::uint8) {
-        gc::Buffer send = inputs(t, per * ranks, c.rank()), shard(per, t);
-        c.reduce_scatter(send, shard, gc::ReduceOp::max, s);
-        gc::Buffer all = inputs(t, per, c.rank());
-        c.all_reduce(all, all, gc::ReduceOp::min, s);
-        gc::Buffer hier = inputs(t, per, c.rank());
-        c.hierarchical_all_reduce(hier, hier, gc::ReduceOp::sum, s);
-        s.synchronize();
-        for (std::size_t i = 0; i < per; ++i) {
-          wrong +=
-              load(shard, i) != expected(gc::ReduceOp::max, c.size(), static_cast<std::size_t>(c.rank()) * per + i);
-          wrong += load(all, i) != expected(gc::ReduceOp::min, c.size(), i);
-          const double want = expected(gc::ReduceOp::sum, c.size(), i);
-          wrong += std::abs(load(hier, i) - want) > (gc::is_floating(t) ? std::abs(want) * 1e-2 : 0.0);
+  for (int mix = 0; mix < 3; ++mix) {
+    const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
+    for_each_dtype([&](gc::DType t) {
+      const std::size_t elem = gc::dtype_size(t);
+      for (std::size_t bytes :
+           {std::size_t{0}, elem, 4096 / ranks, 4096 / ranks + elem, std::size_t{4096}, std::size_t{4096} + elem,
+            std::size_t{16384}, std::size_t{16384} + elem, std::size_t{65536}}) {
+        const std::size_t per = bytes / elem;
+        // Busy: the collectives queue behind this, and run on the stream's worker.
+        if (busy) gc::launch_host_func(s, [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
+        if (t != gc::DType::uint8) {
+          gc::Buffer send = inputs(t, per * ranks, c.rank()), shard(per, t);
+          c.reduce_scatter(send, shard, gc::ReduceOp::max, s);
+          gc::Buffer all = inputs(t, per, c.rank());
+          c.all_reduce(all, all, gc::ReduceOp::min, s);
+          gc::Buffer hier = inputs(t, per, c.rank());
+          c.hierarchical_all_reduce(hier, hier, gc::ReduceOp::sum, s);
+          s.synchronize();
+          for (std::size_t i = 0; i < per; ++i) {
+            wrong +=
+                load(shard, i) != expected(gc::ReduceOp::max, c.size(), static_cast<std::size_t>(c.rank()) * per + i);
+            wrong += load(all, i) != expected(gc::ReduceOp::min, c.size(), i);
+            const double want = expected(gc::ReduceOp::sum, c.size(), i);
+            wrong += std::abs(load(hier, i) - want) > (gc::is_floating(t) ? std::abs(want) * 1e-2 : 0.0);
+          }
         }
+        gc::Buffer mine = inputs(t, per, c.rank()), gathered(per * ranks, t);
+        c.all_gather(mine, gathered, s);
+        gc::Buffer bcast = inputs(t, per, c.rank());
+        c.broadcast(bcast, c.size() - 1, s);
+        s.synchronize();
+        for (int r = 0; r < c.size(); ++r) {
+          for (std::size_t i = 0; i < per; ++i)
+            wrong += load(gathered, static_cast<std::size_t>(r) * per + i) != value(r, i);
+        }
+        for (std::size_t i = 0; i < per; ++i) wrong += load(bcast, i) != value(c.size() - 1, i);
       }
-      gc::Buffer mine = inputs(t, per, c.rank()), gathered(per * ranks, t);
-      c.all_gather(mine, gathered, s);
-      gc::Buffer bcast = inputs(t, per, c.rank());
-      c.broadcast(bcast, c.size() - 1, s);
-      s.synchronize();
-      for (int r = 0; r < c.size(); ++r) {
-        for (std::size_t i = 0; i < per; ++i)
-          wrong += load(gathered, static_cast<std::size_t>(r) * per + i) != value(r, i);
-      }
-      for (std::size_t i = 0; i < per; ++i) wrong += load(bcast, i) != value(c.size() - 1, i);
-    }
-  });
-  EXPECT_EQ(wrong, 0u);
+    });
+    EXPECT_EQ(wrong, 0u) << "mix " << mix;
+  }
 }
 
 TEST(Collectives, BadInputAndMismatchedCountsAreErrorsNotCorruption) {
@@ -258,6 +270,19 @@ TEST(Collectives, BadInputAndMismatchedCountsAreErrorsNotCorruption) {
     EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(c.rank())), std::string::npos) << e.what();
   }
   for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(load(data, i), value(c.rank(), i));
+  // Rank 0's data fits in the agreement (16 KiB) and the others' does not (and their streams are
+  // busy, so rank 0 runs in place and they on their workers): still an error on every rank.
+  const std::size_t straddle = c.rank() == 0 ? 4096 : 4097;
+  gc::Buffer big = inputs(gc::DType::float32, straddle, c.rank());
+  if (c.rank() != 0) gc::launch_host_func(s, [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
+  c.all_reduce(big, big, gc::ReduceOp::sum, s);
+  try {
+    s.synchronize();
+    if (c.size() > 1) ADD_FAILURE() << "mismatched counts across the inline boundary must be an error";
+  } catch (const gc::CommunicationError& e) {
+    EXPECT_NE(std::string(e.what()).find("disagree"), std::string::npos) << e.what();
+  }
+  for (std::size_t i = 0; i < straddle; ++i) EXPECT_EQ(load(big, i), value(c.rank(), i));
   EXPECT_FALSE(c.broken());
   gc::Buffer ok = inputs(gc::DType::float32, 10, c.rank());  // the communicator still works
   c.all_reduce(ok, ok, gc::ReduceOp::sum, s);

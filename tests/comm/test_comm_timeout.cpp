@@ -2,8 +2,10 @@
 // CommunicationError within the timeout instead of hanging, and the communicator is broken
 // afterwards. Rank 0 then returns from main as any program would: MPI cannot finalise with the
 // collective abandoned, so the library ends the job (MPI_Abort, with a message) instead of waiting
-// in MPI_Finalize for the missing rank, which sleeps far longer than CTest's timeout. The
-// collective blocks in MPI: the watchdog abandons the stream's worker, and the stream goes on.
+// in MPI_Finalize for the missing rank, which sleeps far longer than CTest's timeout. Both ways a
+// collective waits are timed out: on a busy stream it blocks in MPI on the stream's worker, which
+// the watchdog abandons (the stream goes on); on an idle stream a small one runs on the caller's
+// thread, polling MPI against the same timeout.
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/compute/cast.hpp>
 #include <gpucloud/memory/buffer.hpp>
@@ -80,6 +82,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "late") return late_rank(c);
   if (argc > 1 && std::string(argv[1]) == "cut") return cut_link(c);
   gc::Communicator again = gc::Communicator::mpi_world();  // for the dropped stream, below
+  gc::Communicator idle = gc::Communicator::mpi_world();   // for the in-place collective, below
   if (c.rank() != 0) {                                     // never joins: waits, or leaves the job at once
     if (!exits) std::this_thread::sleep_for(std::chrono::seconds(120));
     std::fflush(stdout);
@@ -88,7 +91,11 @@ int main(int argc, char** argv) {
   c.set_timeout(std::chrono::milliseconds(1000));
   gc::Stream s;
   gc::Buffer data(16, gc::DType::float32);
+  auto keep_busy = [](gc::Stream& stream) {  // what follows queues behind this: the worker runs it
+    gc::launch_host_func(stream, [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+  };
   const auto start = std::chrono::steady_clock::now();
+  keep_busy(s);
   c.all_reduce(data, data, gc::ReduceOp::sum, s);
   bool ok = false;
   try {
@@ -118,9 +125,30 @@ int main(int argc, char** argv) {
     // let the stuck worker go (another communicator: the broken one refuses work).
     again.set_timeout(std::chrono::milliseconds(500));
     gc::Stream dropped;
+    keep_busy(dropped);
     again.all_reduce(data, data, gc::ReduceOp::sum, dropped);
   }
   std::printf("dropped stream: its destructor returned\n");
+  {
+    // On an idle stream the small all-reduce runs on this thread: it returns after the timeout,
+    // and the stream holds the CommunicationError for its next synchronize().
+    idle.set_timeout(std::chrono::milliseconds(500));
+    gc::Stream quiet;
+    const auto began = std::chrono::steady_clock::now();
+    idle.all_reduce(data, data, gc::ReduceOp::sum, quiet);
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began).count();
+    bool in_place_ok = false;
+    try {
+      quiet.synchronize();
+    } catch (const gc::CommunicationError& e) {
+      in_place_ok =
+          ms >= 450 && ms < 3000 && idle.broken() && std::string(e.what()).find("waited") != std::string::npos;
+      std::printf("in place: CommunicationError after %lld ms: %s\n", static_cast<long long>(ms), e.what());
+    }
+    if (!in_place_ok) std::printf("FAILED: the in-place all-reduce did not time out as it should\n");
+    ok = ok && in_place_ok;
+  }
   std::printf(ok ? "TIMEOUT TEST PASSED\n" : "TIMEOUT TEST FAILED\n");
   std::fflush(stdout);
   return ok ? 0 : 1;  // exit() runs the library's handler, which ends the job
