@@ -198,7 +198,7 @@ TEST(Collectives, ReduceScatterAllGatherBroadcastBarrier) {
 }
 
 // Collectives whose data fits in the agreement's payload travel inside it (all-reduces up to
-// 16 KiB, the others up to 4 KiB in all); larger ones take the MPI call. Inline ones run on the
+// 64 KiB, the others up to 4 KiB in all); larger ones take the MPI call. Inline ones run on the
 // caller's thread when the stream is idle and on its worker when it is busy, and a rank of either
 // kind meets the other: every mix (all idle, all busy, rank 0 busy), every dtype, each collective,
 // the sizes around both boundaries.
@@ -213,7 +213,7 @@ TEST(Collectives, InlineAndFullPathsGiveTheSameExactAnswers) {
       const std::size_t elem = gc::dtype_size(t);
       for (std::size_t bytes :
            {std::size_t{0}, elem, 4096 / ranks, 4096 / ranks + elem, std::size_t{4096}, std::size_t{4096} + elem,
-            std::size_t{16384}, std::size_t{16384} + elem, std::size_t{65536}}) {
+            std::size_t{65536}, std::size_t{65536} + elem, std::size_t{262144}}) {
         const std::size_t per = bytes / elem;
         // Busy: the collectives queue behind this, and run on the stream's worker.
         if (busy) gc::launch_host_func(s, [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
@@ -270,9 +270,9 @@ TEST(Collectives, BadInputAndMismatchedCountsAreErrorsNotCorruption) {
     EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(c.rank())), std::string::npos) << e.what();
   }
   for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(load(data, i), value(c.rank(), i));
-  // Rank 0's data fits in the agreement (16 KiB) and the others' does not (and their streams are
+  // Rank 0's data fits in the agreement (64 KiB) and the others' does not (and their streams are
   // busy, so rank 0 runs in place and they on their workers): still an error on every rank.
-  const std::size_t straddle = c.rank() == 0 ? 4096 : 4097;
+  const std::size_t straddle = c.rank() == 0 ? 16384 : 16385;
   gc::Buffer big = inputs(gc::DType::float32, straddle, c.rank());
   if (c.rank() != 0) gc::launch_host_func(s, [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
   c.all_reduce(big, big, gc::ReduceOp::sum, s);

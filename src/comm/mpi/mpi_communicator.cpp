@@ -172,7 +172,7 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
 // (kInlineBytes) travels inside the same messages, combined when the headers agree (reductions as
 // the reduce op in the dtype, fp16/bf16 through fp32; all-gather and broadcast as bitwise OR of
 // zero-filled slots). Small collectives so cost what a small all-reduce costs, with the checks on.
-constexpr std::size_t kInlineBytes = 16384;
+constexpr std::size_t kInlineBytes = 65536;
 constexpr int kFields = detail::kAgreementFields;  // kind, op, root, count, dtype, inline
 struct Agreement {
   std::int64_t high[kFields];  // max over ranks
@@ -658,10 +658,11 @@ void check_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView 
 
 // Bytes of the agreement's payload a collective of @p n elements per rank, @p parts of them in
 // all, needs; more than kInlineBytes when it should not travel inline. All-reduces go inline up
-// to kInlineBytes: each exchange round moves the whole vector, as MPI's recursive doubling does.
-// Reduce-scatter, all-gather and broadcast only up to kInlineOtherBytes: inline, every round
-// moves all ranks' parts, which MPI's own algorithms do not (2 ranks, 32 KiB: 10-29 µs over the
-// raw call inline, 9-10 after the agreement; 4 KiB: 3.4-5.7 inline, 10-13 after it).
+// to kInlineBytes (64 KiB): each exchange round moves the whole vector, as MPI's recursive
+// doubling does (2 ranks, 32 KiB: 3.9-5.3 µs over the raw call inline, 9.5-24 after the
+// agreement). Reduce-scatter, all-gather and broadcast only up to kInlineOtherBytes: inline,
+// every round moves all ranks' parts, which MPI's own algorithms do not (32 KiB: 10-29 µs over
+// the raw call inline, 9-10 after the agreement; 4 KiB: 3.4-5.7 inline, 10-13 after it).
 constexpr std::size_t kInlineOtherBytes = 4096;
 std::size_t inline_size(std::int64_t n, int parts, DType t, std::size_t limit = kInlineBytes) {
   if (n > static_cast<std::int64_t>(limit)) return kInlineBytes + 1;
