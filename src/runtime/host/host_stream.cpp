@@ -18,12 +18,14 @@ thread_local HostStream* current_stream = nullptr;  // the stream whose worker t
 thread_local const void* current_worker_id = nullptr;
 
 // How long a worker out of work, or a thread in synchronize(), spins before it sleeps: a hand-off
-// within that time costs no futex wake-up (tens of µs on a busy or virtualised machine).
-// GPUCLOUD_HOST_SPIN_US (0 to 10000) overrides the default.
+// within that time costs no futex wake-up (40-150 µs on this project's virtual machine). 200 µs:
+// with 50, work of 50-200 µs (a 128^3 GEMM) ended just after its waiter had gone to sleep and
+// took twice as long to reach it (128^3 fp32 GEMM + synchronize 111 -> 47 µs, the product itself
+// 44). GPUCLOUD_HOST_SPIN_US (0 to 10000) overrides the default.
 std::chrono::microseconds spin_budget() {
   static const std::chrono::microseconds budget = [] {
     const char* text = std::getenv("GPUCLOUD_HOST_SPIN_US");
-    if (text == nullptr || *text == '\0') return std::chrono::microseconds(50);
+    if (text == nullptr || *text == '\0') return std::chrono::microseconds(200);
     char* end = nullptr;
     const long v = std::strtol(text, &end, 10);
     GPUCLOUD_EXPECTS(
