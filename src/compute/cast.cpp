@@ -5,6 +5,7 @@
 #include "kernels/launch/dispatch.hpp"
 #include "runtime/access.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/host/host_stream.hpp"
 #include "runtime/stream_impl.hpp"
 
 namespace gpucloud {
@@ -26,7 +27,8 @@ void cast(BufferView dst, BufferView src, StreamView stream) {
       using Src = typename decltype(src_tag)::type;
       const kernels::CastBody<Dst, Src> body{dst.data_as<Dst>(), src.data_as<Src>(), dst.size()};
       const kernels::Grid grid = kernels::host_range_grid(kernels::elementwise_grid(dst.size()));
-      stream.impl()->launch_host_func([body, grid] { kernels::host_launch(grid, body); }, /*always_run=*/false);
+      detail::run_or_enqueue(*stream.impl(), dst.size_bytes() + src.size_bytes() <= detail::kInPlaceBytes,
+                             [body, grid] { kernels::host_launch(grid, body); });
     });
   });
 }
@@ -45,7 +47,8 @@ void fill_with(BufferView dst, Value value, StreamView stream, const char* call)
     using Dst = typename decltype(tag)::type;
     const kernels::FillBody<Dst> body{dst.data_as<Dst>(), kernels::convert<Dst>(value), dst.size()};
     const kernels::Grid grid = kernels::host_range_grid(kernels::elementwise_grid(dst.size()));
-    stream.impl()->launch_host_func([body, grid] { kernels::host_launch(grid, body); }, /*always_run=*/false);
+    detail::run_or_enqueue(*stream.impl(), dst.size_bytes() <= detail::kInPlaceBytes,
+                           [body, grid] { kernels::host_launch(grid, body); });
   });
 }
 }  // namespace

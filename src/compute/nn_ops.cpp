@@ -4,6 +4,7 @@
 #include "amp/amp_checks.hpp"
 #include "compute/nn_ops_launch.hpp"
 #include "memory/workspace.hpp"
+#include "runtime/host/host_stream.hpp"
 
 namespace gpucloud {
 
@@ -14,10 +15,11 @@ std::uint8_t type_code(BufferView v) {
   return v.dtype() == DType::float16 ? kF16 : v.dtype() == DType::bfloat16 ? kBF16 : kF32;
 }
 
+// On the host stream: in place when it is idle and the work (@p bytes of memory traffic) small.
 template <class Body>
-void run(StreamView s, const Body& body, Grid grid) {
+void run(StreamView s, const Body& body, Grid grid, std::size_t bytes) {
   const Grid walk = host_range_grid(grid);
-  s.impl()->launch_host_func([body, walk] { host_launch(walk, body); }, /*always_run=*/false);
+  detail::run_or_enqueue(*s.impl(), bytes <= detail::kInPlaceBytes, [body, walk] { host_launch(walk, body); });
 }
 }  // namespace
 
@@ -48,12 +50,12 @@ void mse_loss(BufferView pred, BufferView target, BufferView loss, BufferView gr
   if (gpu) {
     detail::cuda::nn_mse(body, grid, out, *stream.impl());
   } else {
-    stream.impl()->launch_host_func(
-        [body, grid, out] {
-          host_launch(grid, body);
-          finish_mse(body.partials, static_cast<std::int64_t>(grid_size(grid)), body.n, out);
-        },
-        false);
+    detail::run_or_enqueue(*stream.impl(),
+                           pred.size_bytes() + target.size_bytes() + grad.size_bytes() <= detail::kInPlaceBytes,
+                           [body, grid, out] {
+                             host_launch(grid, body);
+                             finish_mse(body.partials, static_cast<std::int64_t>(grid_size(grid)), body.n, out);
+                           });
   }
 }
 
@@ -68,7 +70,7 @@ void relu_backward(BufferView grad, BufferView activation, StreamView stream) {
   const ReluBackwardBody body{grad.data(), activation.data(), type_code(grad), type_code(activation),
                               static_cast<std::int64_t>(grad.size())};
   if (stream.device().is_cuda()) return detail::cuda::nn_relu_backward(body, grid, *stream.impl());
-  run(stream, body, grid);
+  run(stream, body, grid, grad.size_bytes() * 2 + activation.size_bytes());
 }
 
 void bias_grad(BufferView grad, std::int64_t rows, std::int64_t cols, BufferView out, StreamView stream) {
@@ -83,7 +85,7 @@ void bias_grad(BufferView grad, std::int64_t rows, std::int64_t cols, BufferView
   const Grid grid = elementwise_grid(static_cast<std::size_t>(cols));
   const BiasGradBody body{grad.data(), out.data(), type_code(grad), type_code(out), rows, cols};
   if (stream.device().is_cuda()) return detail::cuda::nn_bias_grad(body, grid, *stream.impl());
-  run(stream, body, grid);
+  run(stream, body, grid, grad.size_bytes() + out.size_bytes());
 }
 
 }  // namespace gpucloud

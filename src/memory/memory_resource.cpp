@@ -5,6 +5,7 @@
 #include "memory/host_memory.hpp"
 #include "memory/workspace.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/host/host_stream.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <cstdio>
@@ -64,6 +65,9 @@ void host_deallocate(void* p) noexcept { std::free(p); }
 void release_after(std::optional<StreamView> stream, std::function<void()> free_fn) noexcept {
   if (stream) {
     try {
+      // An idle host stream has run everything before this release: free now (what runs in
+      // place, such as a small mse_loss's partial sums, then leaves the stream idle).
+      if (stream->device().is_host() && static_cast<HostStream&>(*stream->impl()).run_now_if_idle(free_fn)) return;
       stream->impl()->launch_host_func(free_fn, /*always_run=*/true);
       return;
     } catch (...) {

@@ -1,5 +1,7 @@
 // Copies between every pair of memory kinds, and the cast/fill kernels, on every device.
 #include <gpucloud/compute/cast.hpp>
+#include <gpucloud/compute/gemm.hpp>
+#include <gpucloud/compute/nn_ops.hpp>
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/movement/copy.hpp>
 #include <gpucloud/runtime/error.hpp>
@@ -148,6 +150,48 @@ TEST(HostCopy, ACopyBehindQueuedWorkWaitsForItAndSeesWhatItWrote) {
   s.synchronize();
   EXPECT_EQ(dst[0], 2.0f);
   EXPECT_EQ(dst[n - 1], 2.0f);
+}
+
+// Small fills, casts, GEMMs and the nn kernels run in place on an idle host stream too, and
+// queue behind earlier work like any other.
+TEST(HostInPlace, SmallKernelsOnAnIdleStreamHaveRunWhenTheCallReturnsAndQueueBehindWork) {
+  gc::Stream s;
+  constexpr std::int64_t n = 64;
+  gc::TypedBuffer<float> a(n * n, gc::Device::host()), b(n * n, gc::Device::host()), c(n * n, gc::Device::host());
+  gc::TypedBuffer<float> loss(1, gc::Device::host()), grad(n * n, gc::Device::host()), bias(n, gc::Device::host());
+  gc::Buffer half(static_cast<std::size_t>(n * n), gc::DType::float16, gc::Device::host());
+  gc::GemmArgs g;
+  g.m = g.n = g.k = n;
+  auto all_calls = [&] {
+    gc::fill(a, 0.5, s);
+    gc::fill(b, 2.0, s);
+    gc::gemm(c, a, b, g, s);  // each entry: 64 * 0.5 * 2 = 64
+    gc::cast(half, c, s);
+    gc::mse_loss(c, a, loss, grad, s);
+    gc::relu_backward(grad, c, s);
+    gc::bias_grad(grad, n, n, bias, s);
+  };
+  all_calls();
+  EXPECT_TRUE(s.query());  // everything ran before the calls returned
+  EXPECT_EQ(c[0], 64.0f);
+  EXPECT_EQ(static_cast<const std::uint16_t*>(half.data())[0], 0x5400);  // 64 in fp16
+  EXPECT_GT(loss[0], 0.0f);
+  const float first_loss = loss[0], first_bias = bias[0];
+  // Behind queued work the same calls wait their turn and give the same answers.
+  std::fill(c.begin(), c.end(), 0.0f);
+  loss[0] = 0.0f;
+  bias[0] = 0.0f;
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  gc::launch_host_func(s, [gate] { gate.wait(); });
+  all_calls();
+  EXPECT_FALSE(s.query());
+  EXPECT_EQ(c[0], 0.0f);
+  release.set_value();
+  s.synchronize();
+  EXPECT_EQ(c[0], 64.0f);
+  EXPECT_EQ(loss[0], first_loss);
+  EXPECT_EQ(bias[0], first_bias);
 }
 
 TEST(HostCopy, ACopyBehindAFailureIsSkippedNotRunInPlace) {

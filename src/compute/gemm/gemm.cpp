@@ -9,6 +9,7 @@
 #include "kernels/compute/host_nn_ops.hpp"
 #include "runtime/access.hpp"
 #include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/host/host_stream.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <algorithm>
@@ -59,6 +60,9 @@ bool supports(Device device, Precision precision) {
 namespace {
 
 constexpr const char* kCall = "gemm";
+
+// Host products up to this many multiply-adds (128^3: tens of µs) run in place on an idle stream.
+constexpr std::int64_t kInPlaceMultiplyAdds = std::int64_t{1} << 21;
 
 bool is_fp8(DType t) { return t == DType::float8_e4m3 || t == DType::float8_e5m2; }
 
@@ -355,7 +359,11 @@ void gemm(BufferView c, BufferView a, BufferView b, const GemmArgs& args, Stream
     detail::cuda::gemm(c, a, b, plan, *stream.impl());
     return;
   }
-  stream.impl()->launch_host_func([c, a, b, plan] { host_gemm(c, a, b, plan); }, /*always_run=*/false);
+  // Small products (up to 128^3 multiply-adds, tens of µs) run in place on an idle stream, as
+  // NumPy's and torch's CPU matmul run on the caller: no hand-off to the worker.
+  const auto& g = plan.args;
+  const bool small = g.m * g.n * std::max<std::int64_t>(g.k, 1) * g.batch <= kInPlaceMultiplyAdds;
+  detail::run_or_enqueue(*stream.impl(), small, [c, a, b, plan] { host_gemm(c, a, b, plan); });
 }
 
 }  // namespace gpucloud
