@@ -67,8 +67,11 @@ void release_after(std::optional<StreamView> stream, std::function<void()> free_
     try {
       // An idle host stream has run everything before this release: free now (what runs in
       // place, such as a small mse_loss's partial sums, then leaves the stream idle).
-      if (stream->device().is_host() && static_cast<HostStream&>(*stream->impl()).run_now_if_idle(free_fn)) return;
-      stream->impl()->launch_host_func(free_fn, /*always_run=*/true);
+      if (stream->device().is_host()) {
+        run_or_enqueue(*stream->impl(), /*small=*/true, free_fn, /*always_run=*/true);
+      } else {
+        stream->impl()->launch_host_func(free_fn, /*always_run=*/true);
+      }
       return;
     } catch (...) {
       try {

@@ -197,6 +197,25 @@ TEST(Collectives, ReduceScatterAllGatherBroadcastBarrier) {
   EXPECT_EQ(wrong, 0u);
 }
 
+namespace {
+// Queues a short sleep on @p s: the collectives enqueued next run on its worker, not in place.
+void keep_busy(gc::Stream& s) {
+  gc::launch_host_func(s, [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
+}
+
+// The collective just enqueued on @p s had mismatched arguments across ranks: synchronize() raises
+// a CommunicationError that says they disagree and contains @p also (on one rank, nothing to raise).
+void expect_disagreement(gc::Stream& s, gc::Communicator& c, const std::string& also) {
+  try {
+    s.synchronize();
+    if (c.size() > 1) ADD_FAILURE() << "mismatched collectives must be an error";
+  } catch (const gc::CommunicationError& e) {
+    EXPECT_NE(std::string(e.what()).find("disagree"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(also), std::string::npos) << e.what();
+  }
+}
+}  // namespace
+
 // Collectives whose data fits in the agreement's payload travel inside it (all-reduces up to
 // 64 KiB, the others up to 4 KiB in all); larger ones take the MPI call. Inline ones run on the
 // caller's thread when the stream is idle and on its worker when it is busy, and a rank of either
@@ -216,7 +235,7 @@ TEST(Collectives, InlineAndFullPathsGiveTheSameExactAnswers) {
             std::size_t{65536}, std::size_t{65536} + elem, std::size_t{262144}}) {
         const std::size_t per = bytes / elem;
         // Busy: the collectives queue behind this, and run on the stream's worker.
-        if (busy) gc::launch_host_func(s, [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
+        if (busy) keep_busy(s);
         if (t != gc::DType::uint8) {
           gc::Buffer send = inputs(t, per * ranks, c.rank()), shard(per, t);
           c.reduce_scatter(send, shard, gc::ReduceOp::max, s);
@@ -262,26 +281,15 @@ TEST(Collectives, BadInputAndMismatchedCountsAreErrorsNotCorruption) {
   const std::size_t n = c.rank() == 0 ? 10 : 11;
   gc::Buffer data = inputs(gc::DType::float32, n, c.rank());
   c.all_reduce(data, data, gc::ReduceOp::sum, s);
-  try {
-    s.synchronize();
-    if (c.size() > 1) ADD_FAILURE() << "mismatched counts must be an error";
-  } catch (const gc::CommunicationError& e) {
-    EXPECT_NE(std::string(e.what()).find("disagree"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(c.rank())), std::string::npos) << e.what();
-  }
+  expect_disagreement(s, c, "rank " + std::to_string(c.rank()));
   for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(load(data, i), value(c.rank(), i));
   // Rank 0's data fits in the agreement (64 KiB) and the others' does not (and their streams are
   // busy, so rank 0 runs in place and they on their workers): still an error on every rank.
   const std::size_t straddle = c.rank() == 0 ? 16384 : 16385;
   gc::Buffer big = inputs(gc::DType::float32, straddle, c.rank());
-  if (c.rank() != 0) gc::launch_host_func(s, [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
+  if (c.rank() != 0) keep_busy(s);
   c.all_reduce(big, big, gc::ReduceOp::sum, s);
-  try {
-    s.synchronize();
-    if (c.size() > 1) ADD_FAILURE() << "mismatched counts across the inline boundary must be an error";
-  } catch (const gc::CommunicationError& e) {
-    EXPECT_NE(std::string(e.what()).find("disagree"), std::string::npos) << e.what();
-  }
+  expect_disagreement(s, c, "disagree");
   for (std::size_t i = 0; i < straddle; ++i) EXPECT_EQ(load(big, i), value(c.rank(), i));
   EXPECT_FALSE(c.broken());
   gc::Buffer ok = inputs(gc::DType::float32, 10, c.rank());  // the communicator still works

@@ -402,30 +402,25 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     }
   }
 
-  // Every rank must agree on the operation, reduce op, root, count and dtype; a mismatch is a
-  // CommunicationError on every rank instead of corrupted data, a hang or an MPI abort. Fills @p a's
-  // header (a.high[5]: the ranks when the data is inline, else 0) for an AgreementExchange, which
-  // combines the ranks' agreements: @p a carries this rank's inline payload in, and the combined one out.
-  void fill_agreement(const Signature& sig, Agreement& a) const {
+  // This rank's agreement on @p sig (in `own_agreement`; `order` held), for an AgreementExchange
+  // to combine with the other ranks'. Every rank must agree on the operation, reduce op, root,
+  // count and dtype (the header: each field as itself and negated, so max over ranks gives max and
+  // -min); a mismatch is a CommunicationError on every rank instead of corrupted data, a hang or an
+  // MPI abort. When @p inline_bytes fit, @p pack writes the payload, all @p inline_bytes of it
+  // (all-gather and broadcast zero what is not this rank's: the ranks' slots are ORed together),
+  // and a.high[5] holds the ranks; the payload is uninitialised beyond.
+  template <class Pack>
+  Agreement& make_agreement(const Signature& sig, std::size_t inline_bytes, const Pack& pack) {
+    Agreement& a = *own_agreement;
+    const bool inline_data = inline_bytes <= kInlineBytes;
+    if (inline_data) pack(*this, a.payload);
     std::int64_t fields[kFields];
-    detail::agreement_fields(sig, a.high[5], fields);
+    detail::agreement_fields(sig, inline_data ? size : 0, fields);
     for (int i = 0; i < kFields; ++i) {
       a.high[i] = fields[i];
       a.low[i] = -fields[i];
     }
-  }
-
-  // This rank's agreement on @p sig (in `own_agreement`; `order` held), its payload (when
-  // @p inline_bytes fit) written by @p pack, all @p inline_bytes of it (all-gather and broadcast
-  // zero what is not this rank's: the ranks' slots are ORed together); uninitialised beyond.
-  template <class Pack>
-  Agreement& make_agreement(const Signature& sig, std::size_t inline_bytes, const Pack& pack) {
-    Agreement* a = own_agreement.get();
-    const bool inline_data = inline_bytes <= kInlineBytes;
-    a->high[5] = inline_data ? size : 0;
-    if (inline_data) pack(*this, a->payload);
-    fill_agreement(sig, *a);
-    return *a;
+    return a;
   }
 
   // A collective whose data fits in the agreement (the agreement is the whole collective), run by

@@ -109,12 +109,12 @@ inline constexpr std::size_t kInPlaceBytes = std::size_t{1} << 20;
 
 /// Runs @p fn, work for the host stream @p stream: on the calling thread before returning when
 /// @p small and the stream is idle (HostStream::run_now_if_idle), else enqueued behind earlier
-/// work (skipped after an error, as any enqueued work).
+/// work (skipped after an error unless @p always_run, as any enqueued work).
 template <class Fn>
-void run_or_enqueue(StreamImpl& stream, bool small, Fn fn) {
+void run_or_enqueue(StreamImpl& stream, bool small, Fn fn, bool always_run = false) {
   auto& host = static_cast<HostStream&>(stream);
   if (small && host.run_now_if_idle(fn)) return;
-  host.launch_host_func(std::move(fn), /*always_run=*/false);
+  host.launch_host_func(std::move(fn), always_run);
 }
 
 /// One record of a host event: completes when the stream's worker reaches it.
