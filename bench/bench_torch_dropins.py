@@ -2,15 +2,18 @@
 """gpucloud.torch's drop-ins against torch's own, in the same process, interleaved round by round.
 
     bench_torch_dropins.py optimizer [--kind adamw|sgd] [--params 64] [--mib 64] [--steps 20] [--rounds 7]
+                                     [--threads N]
     mpirun -np 2 bench_torch_dropins.py hook [--mib 16] [--steps 20] [--rounds 7]
 
 optimizer: the time of opt.step() for gpucloud.torch.optim.AdamW (one fused multi-tensor pass)
 and torch.optim.AdamW(foreach=True) (torch's multi-tensor path) over the same parameters and
-gradients, or SGD with momentum. hook: a DDP step (backward with its bucket all-reduces) with gpucloud's
+gradients, or SGD with momentum; --threads N gives both sides N threads (torch.set_num_threads,
+GPUCLOUD_HOST_THREADS; default: each library's own default). hook: a DDP step (backward with its bucket all-reduces) with gpucloud's
 allreduce_hook and with DDP's default all-reduce over gloo. Prints each round and the median of
 torch_time / gpucloud_time (above 1: gpucloud is faster). Needs torch (the interop configuration).
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -47,7 +50,8 @@ def bench_optimizer(args):
     for opt in sides.values():  # warm-up: state allocated, fused optimizer built
         opt.step()
     print(f"{'AdamW' if args.kind == 'adamw' else 'SGD (momentum)'} step over {args.params} tensors, {sum(sizes) * 4 / (1 << 20):.1f} MiB of fp32 parameters, "
-          f"torch {torch.__version__} (foreach=True), {torch.get_num_threads()} torch threads")
+          f"torch {torch.__version__} (foreach=True), {torch.get_num_threads()} torch threads, "
+          f"GPUCLOUD_HOST_THREADS={os.environ.get('GPUCLOUD_HOST_THREADS', 'unset (the cores)')}")
     ratios = []
     for r in range(args.rounds):
         t = {}
@@ -124,7 +128,12 @@ def main():
     ap.add_argument("--mib", type=int, default=None)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="optimizer: torch's intra-op threads and gpucloud's host threads (GPUCLOUD_HOST_THREADS)")
     args = ap.parse_args()
+    if args.threads is not None:  # before gpucloud's host thread pool starts (at its first large launch)
+        os.environ["GPUCLOUD_HOST_THREADS"] = str(args.threads)
+        torch.set_num_threads(args.threads)
     if args.mib is None:
         args.mib = 64 if args.what == "optimizer" else 16
     (bench_optimizer if args.what == "optimizer" else bench_hook)(args)

@@ -67,13 +67,24 @@ GPUCLOUD_HD inline void update_scale(ScalerState* s, ScalerRule r) {
   s->found_inf = 0.0f;
 }
 
+/// Sets the found-inf flag @p flag to 1. Several host threads may set it at once (the host splits
+/// large launches over its cores): a relaxed atomic store there, a plain one on the GPU.
+GPUCLOUD_HD inline void raise_found_inf(float* flag) {
+#if defined(__CUDA_ARCH__)
+  *flag = 1.0f;
+#else
+  const float one = 1.0f;
+  __atomic_store(flag, &one, __ATOMIC_RELAXED);
+#endif
+}
+
 /// g = g / scale in place; found_inf = 1 if any g is inf or NaN (Depth 1: the gradients).
 struct UnscaleOp {
   ScalerState* state;
   GPUCLOUD_HD bool skip() const { return false; }
   GPUCLOUD_HD void operator()(const TensorListMeta<1>& m, int slot, std::int64_t i) const {
     const float v = load(m.addresses[0][slot], i, m.types[0][slot]);
-    if (!is_finite(v)) state->found_inf = 1.0f;
+    if (!is_finite(v)) raise_found_inf(&state->found_inf);
     store(m.addresses[0][slot], i, m.types[0][slot], v * (1.0f / state->scale));
   }
 };
@@ -207,10 +218,14 @@ struct SgdOp {
     std::int64_t begin, end;
     template <bool D, bool M, bool N, bool F>
     GPUCLOUD_HD void go() const {  // host only in practice: HD so the HD dispatch may call it
+      const SgdOp o = op;  // a local copy: its fields stay in registers, no store can alias them
       GPUCLOUD_HOST_SIMD
-      for (std::int64_t i = begin; i < end; ++i) p[i] = op.update<D, M, N, F>(p[i], g[i - begin], buf + i);
+      for (std::int64_t i = begin; i < end; ++i) p[i] = o.update<D, M, N, F>(p[i], g[i - begin], buf + i);
     }
   };
+  /// Runs @p loop (dispatch) compiled for the CPU's vector width: AVX-512, AVX2 or the baseline
+  /// (src/amp/amp_launch.cpp; the same operations in the same order in every version).
+  static void host_loop(const HostLoop& loop);
   /// The host's walk of elements [begin, end) of @p slot.
   void host_range(const TensorListMeta<4>& m, int slot, std::int64_t begin, std::int64_t end) const {
     const int w = m.types[3][slot] != kNone ? 3 : 0;
@@ -220,8 +235,8 @@ struct SgdOp {
     }
     thread_local std::vector<float> scratch;  // widened fp16/bf16 gradients
     const float* g = host_grads_fp32(m, slot, begin, end, scratch);
-    dispatch(HostLoop{*this, static_cast<float*>(m.addresses[w][slot]), g, static_cast<float*>(m.addresses[2][slot]),
-                      begin, end});
+    host_loop(HostLoop{*this, static_cast<float*>(m.addresses[w][slot]), g, static_cast<float*>(m.addresses[2][slot]),
+                       begin, end});
     if (w == 3) {
       for (std::int64_t i = begin; i < end; ++i)
         store(m.addresses[0][slot], i, m.types[0][slot], load(m.addresses[3][slot], i, kF32));
@@ -301,12 +316,16 @@ struct AdamOp {
     template <bool D, bool W, bool A>
     GPUCLOUD_HD void go() const {  // host only in practice: HD so the HD dispatch may call it
       const float step_size = op.scalars->step_size, bc2 = op.scalars->bias_correction2_sqrt;
+      const AdamOp o = op;  // a local copy: its fields stay in registers, no store can alias them
       GPUCLOUD_HOST_SIMD
       for (std::int64_t i = begin; i < end; ++i) {
-        p[i] = op.update<D, W, A>(p[i], g[i - begin], exp_avg + i, exp_avg_sq + i, max_sq + i, step_size, bc2);
+        p[i] = o.update<D, W, A>(p[i], g[i - begin], exp_avg + i, exp_avg_sq + i, max_sq + i, step_size, bc2);
       }
     }
   };
+  /// Runs @p loop (dispatch; @p amsgrad: with max_sq) compiled for the CPU's vector width, as
+  /// SgdOp::host_loop.
+  static void host_loop(const HostLoop& loop, bool amsgrad);
   /// The host's walk of elements [begin, end) of @p slot.
   void host_range(const TensorListMeta<6>& m, int slot, std::int64_t begin, std::int64_t end) const {
     const int w = m.types[5][slot] != kNone ? 5 : 0;
@@ -316,9 +335,10 @@ struct AdamOp {
     }
     thread_local std::vector<float> scratch;  // widened fp16/bf16 gradients
     const float* g = host_grads_fp32(m, slot, begin, end, scratch);
-    dispatch(HostLoop{*this, static_cast<float*>(m.addresses[w][slot]), g, static_cast<float*>(m.addresses[2][slot]),
-                      static_cast<float*>(m.addresses[3][slot]), static_cast<float*>(m.addresses[4][slot]), begin, end},
-             m.types[4][slot] != kNone);
+    host_loop(
+        HostLoop{*this, static_cast<float*>(m.addresses[w][slot]), g, static_cast<float*>(m.addresses[2][slot]),
+                 static_cast<float*>(m.addresses[3][slot]), static_cast<float*>(m.addresses[4][slot]), begin, end},
+        m.types[4][slot] != kNone);
     if (w == 5) {
       for (std::int64_t i = begin; i < end; ++i)
         store(m.addresses[0][slot], i, m.types[0][slot], load(m.addresses[5][slot], i, kF32));

@@ -1,6 +1,10 @@
 #include "amp/amp_launch.hpp"
 
+#include "runtime/host/host_stream.hpp"
+#include "runtime/host/parallel_for.hpp"
 #include "runtime/stream_impl.hpp"
+
+#include <algorithm>
 
 namespace gpucloud::detail::amp {
 
@@ -9,17 +13,77 @@ using namespace kernels;
 
 bool on_gpu(StreamView s) { return s.device().is_cuda(); }
 
-// Enqueues a host launch of @p body over @p meta on the host stream.
-template <int Depth, class Body>
-void host_enqueue(StreamView s, const TensorListMeta<Depth>& meta, const Body& body) {
-  s.impl()->launch_host_func([meta, body] { host_launch_mta(meta, body); }, /*always_run=*/false);
+// A host launch runs on the caller when it moves at most kInPlaceBytes and the stream is idle
+// (run_or_enqueue), and over the host's cores when its blocks hold at least two shares of
+// kParallelShare elements (a share is worth more than waking a sleeping pool thread).
+constexpr std::int64_t kParallelShare = 1 << 17;
+
+// Elements a launch covers (every list the same).
+template <int Depth>
+std::int64_t launch_elements(const TensorListMeta<Depth>& meta) {
+  std::int64_t n = 0;
+  for (std::int32_t b = 0; b < meta.blocks; ++b) {
+    const BlockChunk<Depth> c = chunk_of(meta, static_cast<std::uint32_t>(b));
+    n += c.end - c.begin;
+  }
+  return n;
 }
 
+// Runs @p block(b, g) for every block b of @p meta, g its host grid (one thread per block, or the
+// GPU's, host_walks_gpu_grid()), on the host stream @p s: in place when the launch moves at most
+// kInPlaceBytes (@p bytes_per_element each) and the stream is idle (run_or_enqueue), and split over
+// the host's cores when it is large (blocks own disjoint ranges and partial sums).
+template <int Depth, class Block>
+void host_blocks(StreamView s, const TensorListMeta<Depth>& meta, std::size_t bytes_per_element, Block block) {
+  const std::int64_t elements = launch_elements(meta);
+  const bool small = static_cast<std::size_t>(elements) * bytes_per_element <= detail::kInPlaceBytes;
+  detail::run_or_enqueue(*s.impl(), small, [meta, block, elements] {
+    const Grid g = host_block_grid(mta_grid(meta));
+    auto run = [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t b = begin; b < end; ++b) block(static_cast<std::uint32_t>(b), g, meta);
+    };
+    const std::int64_t blocks = meta.blocks;
+    if (elements < 2 * kParallelShare || blocks < 2) return run(0, blocks);
+    detail::parallel_for(blocks, std::max<std::int64_t>(1, blocks * kParallelShare / elements), run);
+  });
+}
+
+// Runs the multi-tensor @p body over @p meta on the host stream @p s (host_blocks).
+template <int Depth, class Body>
+void host_enqueue(StreamView s, const TensorListMeta<Depth>& meta, const Body& body) {
+  host_blocks(s, meta, Depth * sizeof(float), [body](std::uint32_t b, Grid g, const TensorListMeta<Depth>& m) {
+    for (std::uint32_t t = 0; t < g.threads; ++t) body(ThreadIndex{b, t}, g, m);
+  });
+}
+
+// Runs @p fn, a step's scalar bookkeeping, on the host stream @p s (in place when it is idle).
 template <class Fn>
 void host_task(StreamView s, Fn fn) {
-  s.impl()->launch_host_func(std::move(fn), /*always_run=*/false);
+  detail::run_or_enqueue(*s.impl(), /*small=*/true, std::move(fn));
 }
+
+// The optimizers' fp32 host loops, compiled for AVX-512, AVX2 and the baseline x86-64 (GCC's
+// target_clones: the loader picks the CPU's version, as compute/host/host_loops.cpp does), every
+// call inside inlined into each version (flatten). This file is compiled with -ffp-contract=off,
+// so no version fuses a multiply-add the others round twice: the same results from every one.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define GPUCLOUD_HOST_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), flatten))
+#else
+#define GPUCLOUD_HOST_CLONES
+#endif
+
+GPUCLOUD_HOST_CLONES void sgd_loop(const SgdOp::HostLoop& loop) { loop.op.dispatch(loop); }
+GPUCLOUD_HOST_CLONES void adam_loop(const AdamOp::HostLoop& loop, bool amsgrad) { loop.op.dispatch(loop, amsgrad); }
 }  // namespace
+
+}  // namespace gpucloud::detail::amp
+
+namespace gpucloud::kernels {
+void SgdOp::host_loop(const HostLoop& loop) { detail::amp::sgd_loop(loop); }
+void AdamOp::host_loop(const HostLoop& loop, bool amsgrad) { detail::amp::adam_loop(loop, amsgrad); }
+}  // namespace gpucloud::kernels
+
+namespace gpucloud::detail::amp {
 
 int unscale(const Rows1& grads, ScalerState* state, StreamView s) {
   return multi_tensor_apply<1>(grads, [&](const TensorListMeta<1>& meta) {
@@ -54,13 +118,10 @@ int sum_squares(const Rows1& tensors, float* partials, StreamView s) {
     float* out = partials + offset;
     offset += static_cast<std::size_t>(meta.blocks);
     if (on_gpu(s)) return cuda::amp_sum_squares(meta, out, *s.impl());
-    host_task(s, [meta, out] {
-      const Grid g = host_block_grid(mta_grid(meta));
-      for (std::uint32_t b = 0; b < g.blocks; ++b) {  // each block reduces its threads' sums
-        float block_sum = 0.0f;
-        for (std::uint32_t t = 0; t < g.threads; ++t) block_sum += thread_sum_of_squares(ThreadIndex{b, t}, g, meta);
-        out[b] = block_sum;
-      }
+    host_blocks(s, meta, sizeof(float), [out](std::uint32_t b, Grid g, const TensorListMeta<1>& m) {
+      float block_sum = 0.0f;  // each block reduces its threads' sums
+      for (std::uint32_t t = 0; t < g.threads; ++t) block_sum += thread_sum_of_squares(ThreadIndex{b, t}, g, m);
+      out[b] = block_sum;
     });
   });
 }

@@ -72,9 +72,11 @@ class EventImpl {
 /// The library's lifetime rule (docs/architecture.md): work enqueued on a stream keeps alive what
 /// it touches. Holds @p owners (shared_ptrs, null ones allowed) until @p stream has run the work
 /// enqueued so far, also after a failure; they are released on the stream's worker (host) or the
-/// cleanup thread (CUDA), never on CUDA's callback thread.
+/// cleanup thread (CUDA), never on CUDA's callback thread. A host stream that has already run
+/// everything (its work ran in place) lets them go here instead: nothing is left to touch them.
 template <class... Owners>
 void hold_until_done(StreamView stream, Owners... owners) {
+  if (!stream.device().is_cuda() && stream.impl()->query()) return;
   stream.impl()->launch_host_func([held = std::make_tuple(std::move(owners)...)] { (void)held; },
                                   /*always_run=*/true);
 }

@@ -671,3 +671,133 @@ TEST_P(AmpTest, Fp16ModelTrainsToItsFp32TwinsLossBecauseTheScalerBacksOff) {
 }
 
 GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(AmpTest);
+
+namespace {
+// A host stream held busy until open(): work enqueued meanwhile waits its turn behind it.
+struct Gate {
+  std::promise<void> release;
+  std::shared_future<void> opened = release.get_future().share();
+  void close_on(gc::StreamView s) {
+    gc::launch_host_func(s, [f = opened] { f.wait(); });
+  }
+  void open() { release.set_value(); }
+};
+
+// One AdamW step with a scaler (unscale, clip, step, update) over copies of @p init, on @p s.
+struct SmallStep {
+  std::vector<gc::Buffer> w, g;
+  gc::FusedAdam adam;
+  gc::LossScaler scaler;
+  static std::vector<gc::ParamGrad> bind(std::vector<gc::Buffer>& w, std::vector<gc::Buffer>& g) {
+    std::vector<gc::ParamGrad> pg;
+    for (std::size_t i = 0; i < w.size(); ++i) pg.push_back({w[i], g[i]});
+    return pg;
+  }
+  SmallStep(const std::vector<std::vector<float>>& init, gc::StreamView s)
+      : w(uploads(init, s)),
+        g(uploads(init, s)),
+        adam(bind(w, g), gc::AdamOptions::adamw(), s),
+        scaler(gc::Device::host(), s) {
+    s.synchronize();
+  }
+  static std::vector<gc::Buffer> uploads(const std::vector<std::vector<float>>& v, gc::StreamView s) {
+    std::vector<gc::Buffer> out;
+    for (const auto& x : v) out.push_back(upload(x, gc::Device::host(), s));
+    return out;
+  }
+  void run(gc::StreamView s) {
+    std::vector<gc::BufferView> grads(g.begin(), g.end());
+    scaler.unscale(grads, s);
+    gc::clip_grad_norm(grads, 1e-6f, s);
+    adam.step(s, &scaler);
+    scaler.update(s);
+  }
+};
+}  // namespace
+
+// A small step's every launch (unscale, the norm's sums, clipping, the update, the scaler's
+// bookkeeping) runs on the caller when the host stream is idle: done when the calls return, with
+// the results the same calls give queued behind other work.
+TEST(AmpHostInPlace, ASmallStepOnAnIdleStreamHasRunWhenTheCallsReturnAndMatchesTheQueuedStep) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> init;
+  for (std::size_t n : {300u, 4096u, 17u}) {
+    init.emplace_back(n);
+    for (auto& x : init.back()) x = normal(rng) * 65536.0f;
+  }
+  gc::Stream s;
+  SmallStep idle(init, s), queued(init, s);
+  idle.run(s);
+  EXPECT_TRUE(s.query());
+  Gate gate;
+  gate.close_on(s);
+  queued.run(s);
+  EXPECT_FALSE(s.query());  // behind the gate: nothing of it ran yet
+  gate.open();
+  s.synchronize();
+  EXPECT_EQ(idle.adam.step_count(s), 1u);
+  for (std::size_t i = 0; i < init.size(); ++i) {
+    EXPECT_EQ(download<float>(idle.w[i], s), download<float>(queued.w[i], s)) << "tensor " << i;
+    EXPECT_NE(download<float>(idle.w[i], s), init[i]) << "tensor " << i;
+    EXPECT_EQ(download<float>(idle.adam.exp_avg_sq(i), s), download<float>(queued.adam.exp_avg_sq(i), s));
+  }
+}
+
+// Launches of more than 2 x 128Ki elements are split over the host's cores by blocks: the same
+// bits as launches small enough to run on one thread, and an overflow in any block is seen.
+TEST(AmpHostParallel, ALargeLaunchSplitOverCoresMatchesSmallLaunchesBitForBit) {
+  gc::Stream s;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr std::size_t kTensors = 4, kSize = 200001;  // each < 2 x 128Ki: one tensor's launch is serial
+  std::vector<gc::Buffer> w_all, g_all, w_one, g_one;
+  for (std::size_t t = 0; t < kTensors; ++t) {
+    std::vector<float> w(kSize), g(kSize);
+    for (auto& x : w) x = normal(rng);
+    for (auto& x : g) x = normal(rng) * 1024.0f;
+    w_all.push_back(upload(w, gc::Device::host(), s));
+    w_one.push_back(upload(w, gc::Device::host(), s));
+    g_all.push_back(upload(g, gc::Device::host(), s));
+    g_one.push_back(upload(g, gc::Device::host(), s));
+  }
+  std::vector<gc::ParamGrad> all;
+  for (std::size_t t = 0; t < kTensors; ++t) all.push_back({w_all[t], g_all[t]});
+  gc::AdamOptions o = gc::AdamOptions::adamw();
+  o.amsgrad = true;
+  gc::SgdOptions so;
+  so.momentum = 0.9f;
+  so.nesterov = true;
+  gc::FusedAdam adam_all(all, o, s);
+  gc::FusedSGD sgd_all(all, so, s);
+  std::vector<std::unique_ptr<gc::FusedAdam>> adam_one;
+  std::vector<std::unique_ptr<gc::FusedSGD>> sgd_one;
+  for (std::size_t t = 0; t < kTensors; ++t) {
+    adam_one.push_back(std::make_unique<gc::FusedAdam>(std::vector<gc::ParamGrad>{{w_one[t], g_one[t]}}, o, s));
+    sgd_one.push_back(std::make_unique<gc::FusedSGD>(std::vector<gc::ParamGrad>{{w_one[t], g_one[t]}}, so, s));
+  }
+  gc::LossScaler scaler_all(gc::Device::host(), s), scaler_one(gc::Device::host(), s);
+  std::vector<gc::BufferView> grads_all(g_all.begin(), g_all.end());
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_EQ(scaler_all.unscale(grads_all, s), 1);  // one launch over all four tensors
+    adam_all.step(s, &scaler_all);
+    sgd_all.step(s, &scaler_all);
+    for (std::size_t t = 0; t < kTensors; ++t) {
+      scaler_one.unscale({g_one[t]}, s);
+      adam_one[t]->step(s, &scaler_one);
+      sgd_one[t]->step(s, &scaler_one);
+    }
+  }
+  for (std::size_t t = 0; t < kTensors; ++t) {
+    EXPECT_EQ(download<float>(w_all[t], s), download<float>(w_one[t], s)) << "tensor " << t;
+    EXPECT_EQ(download<float>(g_all[t], s), download<float>(g_one[t], s)) << "tensor " << t;
+    EXPECT_EQ(download<float>(adam_all.max_exp_avg_sq(t), s), download<float>(adam_one[t]->max_exp_avg_sq(0), s));
+  }
+  EXPECT_FALSE(scaler_all.state(s).found_inf);
+  // A NaN in the last element of the last tensor (the last block of the split) is found.
+  std::vector<float> g = download<float>(g_all.back(), s);
+  g.back() = std::nanf("");
+  gc::copy(g_all.back(), upload(g, gc::Device::host(), s), s);
+  scaler_all.unscale(grads_all, s);
+  EXPECT_TRUE(scaler_all.state(s).found_inf);
+}
