@@ -6,10 +6,13 @@
 
 #include <gpucloud/detail/hd.hpp>
 
+#include "kernels/compute/host_convert.hpp"
+#include "kernels/compute/host_nn_ops.hpp"
 #include "kernels/launch/multi_tensor.hpp"
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 // Marks the host loops written to vectorise: `omp simd` where the file is compiled with
@@ -87,6 +90,13 @@ struct UnscaleOp {
     if (!is_finite(v)) raise_found_inf(&state->found_inf);
     store(m.addresses[0][slot], i, m.types[0][slot], v * (1.0f / state->scale));
   }
+  /// The host's walk of elements [begin, end) of @p slot: the same, typed and vectorised.
+  void host_range(const TensorListMeta<1>& m, int slot, std::int64_t begin, std::int64_t end) const {
+    const std::uint8_t t = m.types[0][slot];
+    void* x = t == kF32 ? static_cast<void*>(static_cast<float*>(m.addresses[0][slot]) + begin)
+                        : static_cast<void*>(static_cast<std::uint16_t*>(m.addresses[0][slot]) + begin);
+    if (host::unscale_array(x, t, end - begin, 1.0f / state->scale)) raise_found_inf(&state->found_inf);
+  }
 };
 
 /// x = x * (*factor) in place (Depth 1), e.g. the gradient-clipping coefficient.
@@ -145,6 +155,25 @@ GPUCLOUD_HD inline void begin_step(StepScalars* s, const float* found_inf, doubl
 // host's loops over fp32 arrays (host_range) have no control flow and vectorise; the kernels and
 // every other dtype combination call the same update element by element.
 
+/// Elements [begin, end) of the fp16/bf16 array @p src (type @p t) widened into @p dst: the host's
+/// vectorised casts (host_convert.hpp), the same bits as load().
+inline void host_to_fp32(float* dst, const void* src, std::uint8_t t, std::int64_t begin, std::int64_t end) {
+  const std::uint16_t* s = static_cast<const std::uint16_t*>(src) + begin;
+  const auto n = static_cast<std::size_t>(end - begin);
+  if (t == kF16) return host::cast_array(dst, reinterpret_cast<const Half*>(s), n);
+  host::cast_array(dst, reinterpret_cast<const BFloat16*>(s), n);
+}
+
+/// Elements [begin, end) of the fp32 masters @p src rounded into the model's weights @p dst (type
+/// @p t): the vectorised casts, the same bits as store().
+inline void host_from_fp32(void* dst, std::uint8_t t, const float* src, std::int64_t begin, std::int64_t end) {
+  const auto n = static_cast<std::size_t>(end - begin);
+  if (t == kF32) return (void)std::memcpy(static_cast<float*>(dst) + begin, src + begin, n * sizeof(float));
+  std::uint16_t* d = static_cast<std::uint16_t*>(dst) + begin;
+  if (t == kF16) return host::cast_array(reinterpret_cast<Half*>(d), src + begin, n);
+  host::cast_array(reinterpret_cast<BFloat16*>(d), src + begin, n);
+}
+
 /// The gradients of elements [begin, end) of @p slot as fp32 for a host loop: the tensor itself
 /// when it is fp32, else widened into @p scratch. Index the result with i - begin.
 template <int Depth>
@@ -152,8 +181,7 @@ const float* host_grads_fp32(const TensorListMeta<Depth>& m, int slot, std::int6
                              std::vector<float>& scratch) {
   if (m.types[1][slot] == kF32) return static_cast<const float*>(m.addresses[1][slot]) + begin;
   scratch.resize(static_cast<std::size_t>(end - begin));
-  for (std::int64_t i = begin; i < end; ++i)
-    scratch[static_cast<std::size_t>(i - begin)] = load(m.addresses[1][slot], i, m.types[1][slot]);
+  host_to_fp32(scratch.data(), m.addresses[1][slot], m.types[1][slot], begin, end);
   return scratch.data();
 }
 
@@ -218,7 +246,7 @@ struct SgdOp {
     std::int64_t begin, end;
     template <bool D, bool M, bool N, bool F>
     GPUCLOUD_HD void go() const {  // host only in practice: HD so the HD dispatch may call it
-      const SgdOp o = op;  // a local copy: its fields stay in registers, no store can alias them
+      const SgdOp o = op;          // a local copy: its fields stay in registers, no store can alias them
       GPUCLOUD_HOST_SIMD
       for (std::int64_t i = begin; i < end; ++i) p[i] = o.update<D, M, N, F>(p[i], g[i - begin], buf + i);
     }
@@ -237,10 +265,9 @@ struct SgdOp {
     const float* g = host_grads_fp32(m, slot, begin, end, scratch);
     host_loop(HostLoop{*this, static_cast<float*>(m.addresses[w][slot]), g, static_cast<float*>(m.addresses[2][slot]),
                        begin, end});
-    if (w == 3) {
-      for (std::int64_t i = begin; i < end; ++i)
-        store(m.addresses[0][slot], i, m.types[0][slot], load(m.addresses[3][slot], i, kF32));
-    }
+    if (w == 3)
+      host_from_fp32(m.addresses[0][slot], m.types[0][slot], static_cast<const float*>(m.addresses[3][slot]), begin,
+                     end);
   }
 };
 
@@ -339,10 +366,9 @@ struct AdamOp {
         HostLoop{*this, static_cast<float*>(m.addresses[w][slot]), g, static_cast<float*>(m.addresses[2][slot]),
                  static_cast<float*>(m.addresses[3][slot]), static_cast<float*>(m.addresses[4][slot]), begin, end},
         m.types[4][slot] != kNone);
-    if (w == 5) {
-      for (std::int64_t i = begin; i < end; ++i)
-        store(m.addresses[0][slot], i, m.types[0][slot], load(m.addresses[5][slot], i, kF32));
-    }
+    if (w == 5)
+      host_from_fp32(m.addresses[0][slot], m.types[0][slot], static_cast<const float*>(m.addresses[5][slot]), begin,
+                     end);
   }
 };
 

@@ -1,4 +1,4 @@
-// Internal: the host's whole-range loops for relu_backward and bias_grad, typed per dtype (the
+// Internal: the host's whole-range loops for relu_backward, bias_grad and unscale, typed per dtype (the
 // shared bodies read each element through a dtype switch) and vectorised, compiled in
 // src/compute/host/host_loops.cpp for AVX-512, AVX2 and the baseline. The same arithmetic and
 // order as the bodies: bit for bit their results. Host only.
@@ -18,5 +18,9 @@ void bias_grad(const void* grad, void* out, std::uint8_t grad_t, std::uint8_t ou
 /// The host GEMM's epilogue on @p rows rows of C (row stride @p ldc, @p n columns, fp32): v + bias
 /// (bias may be null), then ReLU when @p relu; one pass, bias added before the clamp.
 void bias_relu_rows(float* c, std::int64_t ldc, std::int64_t rows, std::int64_t n, const float* bias, bool relu);
+
+/// The loss scaler's unscale of one array: x[i] = x[i] * inv_scale, rounded back to x's type
+/// (kF32/kF16/kBF16), as UnscaleOp does element by element; true when any x[i] was inf or NaN.
+bool unscale_array(void* x, std::uint8_t type, std::int64_t n, float inv_scale);
 
 }  // namespace gpucloud::kernels::host

@@ -248,6 +248,50 @@ TEST_P(AmpTest, UnscaleFindsOneNonFiniteValueAnywhereInThousandsOfTensors) {
   }
 }
 
+// Unscaling by a scale that is no power of two rounds: every dtype's result is v * (1 / scale)
+// rounded once, on any bits (subnormals, infinities, NaNs), in launches small enough to run in place
+// and large enough to be split over the host's cores.
+TEST_P(AmpTest, UnscaleRoundsEveryBitPatternOnceAndFlagsOnlyNonFiniteOnes) {
+  gc::Stream s(device());
+  std::mt19937 rng(21);
+  gc::LossScalerOptions o;
+  o.init_scale = 3.0f;
+  for (auto dtype : {gc::DType::float32, gc::DType::float16, gc::DType::bfloat16}) {
+    for (std::size_t n : {1000u, 300001u}) {
+      for (bool with_non_finite : {false, true}) {
+        std::vector<float> v(n);
+        for (auto& x : v) {
+          const std::uint32_t bits = static_cast<std::uint32_t>(rng());
+          std::memcpy(&x, &bits, sizeof x);
+          if (!with_non_finite && !std::isfinite(x)) x = 1.5f;
+        }
+        if (dtype != gc::DType::float32) {  // values fp16/bf16 can hold, their own subnormals included
+          gc::Buffer rounded(n, dtype, device());
+          upload_floats(rounded, v, s);
+          v = as_floats(rounded, s);
+          for (auto& x : v) {
+            if (!with_non_finite && !std::isfinite(x)) x = 1.5f;
+          }
+        }
+        gc::Buffer grads(n, dtype, device()), expect(n, dtype, device());
+        upload_floats(grads, v, s);
+        std::vector<float> scaled(v);
+        for (auto& x : scaled) x = x * (1.0f / 3.0f);
+        upload_floats(expect, scaled, s);
+        gc::LossScaler scaler(device(), s, o);
+        scaler.unscale({grads}, s);
+        EXPECT_EQ(scaler.state(s).found_inf, with_non_finite) << gc::dtype_name(dtype) << " n=" << n;
+        if (dtype == gc::DType::float32) {
+          EXPECT_EQ(download<std::uint32_t>(grads, s), download<std::uint32_t>(expect, s)) << "n=" << n;
+        } else {
+          EXPECT_EQ(download<std::uint16_t>(grads, s), download<std::uint16_t>(expect, s))
+              << gc::dtype_name(dtype) << " n=" << n;
+        }
+      }
+    }
+  }
+}
+
 namespace {
 // torch.optim reference in float64, one parameter tensor.
 struct RefParam {
