@@ -2,12 +2,17 @@
 // stream is ordered with the worker's like any enqueued work. Internal: compiled into the test.
 #include <gtest/gtest.h>
 
+#include "runtime/host/deadline.hpp"
 #include "runtime/host/host_stream.hpp"
 
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <thread>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -102,3 +107,43 @@ TEST(HostStreamInPlace, AThrowIsTheStreamsErrorAndLaterWorkIsSkippedUntilReporte
 }
 
 }  // namespace
+
+namespace {
+// A blocking call on @p s's worker under a 200 ms deadline that never returns by itself: the
+// watchdog abandons it and synchronize() raises its error. True when that happened in time.
+bool deadline_fires(HostStream& s) {
+  s.launch_host_func(
+      [] {
+        gpucloud::detail::run_with_deadline(
+            std::chrono::milliseconds(200), [] { std::this_thread::sleep_for(std::chrono::hours(1)); },
+            [] { return std::make_exception_ptr(std::runtime_error("deadline passed")); });
+      },
+      false);
+  const auto began = std::chrono::steady_clock::now();
+  try {
+    s.synchronize();
+  } catch (const std::runtime_error& e) {
+    return std::string(e.what()) == "deadline passed" && std::chrono::steady_clock::now() - began < 5s;
+  }
+  return false;
+}
+}  // namespace
+
+// The watchdog behind run_with_deadline is a thread: a fork() child has none of the parent's, so
+// it starts its own there, and a call that never returns is still abandoned instead of hanging.
+TEST(Deadline, AbandonsAStuckCallInTheParentAndInAForkChild) {
+  HostStream s;
+  EXPECT_TRUE(deadline_fires(s));  // the watchdog's thread now runs in this process
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);  // a hang fails the test instead of stalling it
+    HostStream child;
+    _exit(deadline_fires(child) ? 0 : 1);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child hung or crashed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(deadline_fires(s));  // and the parent's still does
+}

@@ -9,9 +9,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include <pthread.h>
 
 namespace gpucloud::detail {
 
@@ -30,15 +33,25 @@ constexpr int kRunning = 0, kDone = 1, kAbandoned = 2;
 
 // Never destroyed: a stream worker may still call in while static objects are destroyed at exit,
 // and the watchdog must keep watching until the process is gone (a hang at exit is still a hang).
+// Its thread is started at the first watched call, and again in a fork() child, which has no
+// threads but the one that forked: the calls it watched belong to the parent's threads.
 class Watchdog {
  public:
   static Watchdog& instance() {
-    static auto* w = new Watchdog();
+    static Watchdog* w = [] {
+      auto* dog = new Watchdog();
+      pthread_atfork(&Watchdog::before_fork, &Watchdog::after_fork_in_parent, &Watchdog::after_fork_in_child);
+      return dog;
+    }();
     return *w;
   }
 
   void add(Watched* w) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!running_) {
+      std::thread([this] { run(); }).detach();
+      running_ = true;
+    }
     watched_.push_back(w);
     if (w->deadline < wake_at_) wake_.notify_one();
   }
@@ -57,8 +70,19 @@ class Watchdog {
   }
 
  private:
-  Watchdog() {
-    std::thread([this] { run(); }).detach();
+  Watchdog() = default;
+
+  static void before_fork() noexcept { instance().mutex_.lock(); }
+  static void after_fork_in_parent() noexcept { instance().mutex_.unlock(); }
+  // Fresh synchronisation objects (the parent's condition variable may count its thread as a
+  // waiter, and the lock is held by before_fork), nothing watched, no thread yet.
+  static void after_fork_in_child() noexcept {
+    Watchdog& dog = instance();
+    new (&dog.mutex_) std::mutex();
+    new (&dog.wake_) std::condition_variable();
+    dog.watched_.clear();
+    dog.wake_at_ = Clock::time_point::max();
+    dog.running_ = false;
   }
 
   void run() {
@@ -93,6 +117,7 @@ class Watchdog {
   std::condition_variable wake_;
   Clock::time_point wake_at_ = Clock::time_point::max();
   std::vector<Watched*> watched_;
+  bool running_ = false;  // its thread has started (in this process)
 };
 
 }  // namespace
