@@ -62,25 +62,33 @@ void host_task(StreamView s, Fn fn) {
   detail::run_or_enqueue(*s.impl(), /*small=*/true, std::move(fn));
 }
 
+}  // namespace
+
 // The optimizers' fp32 host loops, compiled for AVX-512, AVX2 and the baseline x86-64 (GCC's
 // target_clones: the loader picks the CPU's version, as compute/host/host_loops.cpp does), every
 // call inside inlined into each version (flatten). This file is compiled with -ffp-contract=off,
 // so no version fuses a multiply-add the others round twice: the same results from every one.
+// External linkage on purpose: the loader resolves a local ifunc while it relocates the library,
+// before a sanitizer's runtime is up (ThreadSanitizer's instrumented resolver crashed there), a
+// global one at its first call.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define GPUCLOUD_HOST_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), flatten))
 #else
 #define GPUCLOUD_HOST_CLONES
 #endif
 
-GPUCLOUD_HOST_CLONES void sgd_loop(const SgdOp::HostLoop& loop) { loop.op.dispatch(loop); }
-GPUCLOUD_HOST_CLONES void adam_loop(const AdamOp::HostLoop& loop, bool amsgrad) { loop.op.dispatch(loop, amsgrad); }
-}  // namespace
+void sgd_host_loop(const SgdOp::HostLoop& loop);
+void adam_host_loop(const AdamOp::HostLoop& loop, bool amsgrad);
+GPUCLOUD_HOST_CLONES void sgd_host_loop(const SgdOp::HostLoop& loop) { loop.op.dispatch(loop); }
+GPUCLOUD_HOST_CLONES void adam_host_loop(const AdamOp::HostLoop& loop, bool amsgrad) {
+  loop.op.dispatch(loop, amsgrad);
+}
 
 }  // namespace gpucloud::detail::amp
 
 namespace gpucloud::kernels {
-void SgdOp::host_loop(const HostLoop& loop) { detail::amp::sgd_loop(loop); }
-void AdamOp::host_loop(const HostLoop& loop, bool amsgrad) { detail::amp::adam_loop(loop, amsgrad); }
+void SgdOp::host_loop(const HostLoop& loop) { detail::amp::sgd_host_loop(loop); }
+void AdamOp::host_loop(const HostLoop& loop, bool amsgrad) { detail::amp::adam_host_loop(loop, amsgrad); }
 }  // namespace gpucloud::kernels
 
 namespace gpucloud::detail::amp {
