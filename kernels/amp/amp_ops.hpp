@@ -81,6 +81,15 @@ GPUCLOUD_HD inline void raise_found_inf(float* flag) {
 #endif
 }
 
+/// Elements [begin, end) of @p slot times @p factor on the host (host::scale_array); true when one
+/// of them was inf or NaN.
+inline bool host_scale(const TensorListMeta<1>& m, int slot, std::int64_t begin, std::int64_t end, float factor) {
+  const std::uint8_t t = m.types[0][slot];
+  void* x = t == kF32 ? static_cast<void*>(static_cast<float*>(m.addresses[0][slot]) + begin)
+                      : static_cast<void*>(static_cast<std::uint16_t*>(m.addresses[0][slot]) + begin);
+  return host::scale_array(x, t, end - begin, factor);
+}
+
 /// g = g / scale in place; found_inf = 1 if any g is inf or NaN (Depth 1: the gradients).
 struct UnscaleOp {
   ScalerState* state;
@@ -92,10 +101,7 @@ struct UnscaleOp {
   }
   /// The host's walk of elements [begin, end) of @p slot: the same, typed and vectorised.
   void host_range(const TensorListMeta<1>& m, int slot, std::int64_t begin, std::int64_t end) const {
-    const std::uint8_t t = m.types[0][slot];
-    void* x = t == kF32 ? static_cast<void*>(static_cast<float*>(m.addresses[0][slot]) + begin)
-                        : static_cast<void*>(static_cast<std::uint16_t*>(m.addresses[0][slot]) + begin);
-    if (host::unscale_array(x, t, end - begin, 1.0f / state->scale)) raise_found_inf(&state->found_inf);
+    if (host_scale(m, slot, begin, end, 1.0f / state->scale)) raise_found_inf(&state->found_inf);
   }
 };
 
@@ -105,6 +111,10 @@ struct ScaleByOp {
   GPUCLOUD_HD bool skip() const { return false; }
   GPUCLOUD_HD void operator()(const TensorListMeta<1>& m, int slot, std::int64_t i) const {
     store(m.addresses[0][slot], i, m.types[0][slot], load(m.addresses[0][slot], i, m.types[0][slot]) * *factor);
+  }
+  /// The host's walk of elements [begin, end) of @p slot: the same, typed and vectorised.
+  void host_range(const TensorListMeta<1>& m, int slot, std::int64_t begin, std::int64_t end) const {
+    (void)host_scale(m, slot, begin, end, *factor);
   }
 };
 

@@ -1,5 +1,5 @@
-// Internal: the host's whole-range loops for relu_backward, bias_grad and unscale, typed per dtype (the
-// shared bodies read each element through a dtype switch) and vectorised, compiled in
+// Internal: the host's whole-range loops for relu_backward, bias_grad and scaling (unscale, clipping), typed per dtype
+// (the shared bodies read each element through a dtype switch) and vectorised, compiled in
 // src/compute/host/host_loops.cpp for AVX-512, AVX2 and the baseline. The same arithmetic and
 // order as the bodies: bit for bit their results. Host only.
 #pragma once
@@ -19,8 +19,9 @@ void bias_grad(const void* grad, void* out, std::uint8_t grad_t, std::uint8_t ou
 /// (bias may be null), then ReLU when @p relu; one pass, bias added before the clamp.
 void bias_relu_rows(float* c, std::int64_t ldc, std::int64_t rows, std::int64_t n, const float* bias, bool relu);
 
-/// The loss scaler's unscale of one array: x[i] = x[i] * inv_scale, rounded back to x's type
-/// (kF32/kF16/kBF16), as UnscaleOp does element by element; true when any x[i] was inf or NaN.
-bool unscale_array(void* x, std::uint8_t type, std::int64_t n, float inv_scale);
+/// x[i] = x[i] * factor, rounded back to x's type (kF32/kF16/kBF16), as UnscaleOp (the loss
+/// scaler's 1 / scale) and ScaleByOp (a clipping coefficient) do element by element; true when any
+/// x[i] was inf or NaN before.
+bool scale_array(void* x, std::uint8_t type, std::int64_t n, float factor);
 
 }  // namespace gpucloud::kernels::host

@@ -521,6 +521,37 @@ TEST_P(AmpTest, StepCountIsAnIntegerPastTwoToThe24) {
   EXPECT_EQ(adam.step_count(s), big + 1);  // a float count would stay at 2^25
 }
 
+// Clipping multiplies every gradient by the coefficient min(max_norm / (norm + 1e-6), 1) computed
+// in fp32 from the norm it returns, each product rounded once into the gradient's dtype: in
+// launches run in place and split over the host's cores.
+TEST_P(AmpTest, ClippingScalesEveryDtypeByTheCoefficientRoundedOnce) {
+  gc::Stream s(device());
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 30.0f);
+  for (auto dtype : {gc::DType::float32, gc::DType::float16, gc::DType::bfloat16}) {
+    for (std::size_t n : {1000u, 300001u}) {
+      std::vector<float> v(n);
+      for (auto& x : v) x = normal(rng);
+      gc::Buffer grads(n, dtype, device());
+      upload_floats(grads, v, s);
+      v = as_floats(grads, s);  // what the dtype holds
+      gc::Buffer norm = gc::clip_grad_norm({grads}, 3.0f, s);
+      const float coef = 3.0f / (download<float>(norm, s)[0] + 1e-6f);
+      ASSERT_LT(coef, 1.0f);
+      std::vector<float> scaled(v);
+      for (auto& x : scaled) x = x * coef;
+      gc::Buffer expect(n, dtype, device());
+      upload_floats(expect, scaled, s);
+      if (dtype == gc::DType::float32) {
+        EXPECT_EQ(download<std::uint32_t>(grads, s), download<std::uint32_t>(expect, s)) << "n=" << n;
+      } else {
+        EXPECT_EQ(download<std::uint16_t>(grads, s), download<std::uint16_t>(expect, s))
+            << gc::dtype_name(dtype) << " n=" << n;
+      }
+    }
+  }
+}
+
 TEST_P(AmpTest, ClipGradNormMatchesTorch) {
   gc::Stream s(device());
   std::vector<float> a(70000), b(123);

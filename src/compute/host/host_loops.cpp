@@ -1,4 +1,4 @@
-// The host's vectorised array loops (casts, relu_backward, bias_grad, unscale), each compiled for
+// The host's vectorised array loops (casts, relu_backward, bias_grad, scaling), each compiled for
 // AVX-512, AVX2 and the baseline x86-64 with GCC's target_clones; the dynamic loader picks the version the
 // CPU runs (an ifunc), as NumPy and oneDNN dispatch at run time. The typed loops are inlined into
 // every version. Elsewhere (another compiler or CPU) one portable version is built.
@@ -80,7 +80,7 @@ GPUCLOUD_ALWAYS_INLINE void bias_grad_loop(const void* grad, void* out, std::int
 }
 
 template <class T>
-GPUCLOUD_ALWAYS_INLINE bool unscale_loop(void* data, std::int64_t n, float inv_scale) {
+GPUCLOUD_ALWAYS_INLINE bool scale_loop(void* data, std::int64_t n, float factor) {
   T* x = static_cast<T*>(data);
   unsigned bad = 0;
   _Pragma("omp simd reduction(|:bad)") for (std::int64_t i = 0; i < n; ++i) {
@@ -88,7 +88,7 @@ GPUCLOUD_ALWAYS_INLINE bool unscale_loop(void* data, std::int64_t n, float inv_s
     std::uint32_t bits;
     std::memcpy(&bits, &v, sizeof bits);
     bad |= (bits & 0x7f800000u) == 0x7f800000u ? 1u : 0u;  // inf or NaN (kernels::is_finite)
-    x[i] = narrow<T>(v * inv_scale);
+    x[i] = narrow<T>(v * factor);
   }
   return bad != 0;
 }
@@ -151,10 +151,10 @@ GPUCLOUD_HOST_CLONES void bias_grad(const void* grad, void* out, std::uint8_t gr
   }
 }
 
-GPUCLOUD_HOST_CLONES bool unscale_array(void* x, std::uint8_t type, std::int64_t n, float inv_scale) {
-  if (type == kF16) return unscale_loop<Half>(x, n, inv_scale);
-  if (type == kBF16) return unscale_loop<BFloat16>(x, n, inv_scale);
-  return unscale_loop<float>(x, n, inv_scale);
+GPUCLOUD_HOST_CLONES bool scale_array(void* x, std::uint8_t type, std::int64_t n, float factor) {
+  if (type == kF16) return scale_loop<Half>(x, n, factor);
+  if (type == kBF16) return scale_loop<BFloat16>(x, n, factor);
+  return scale_loop<float>(x, n, factor);
 }
 
 GPUCLOUD_HOST_CLONES void bias_relu_rows(float* c, std::int64_t ldc, std::int64_t rows, std::int64_t n,
