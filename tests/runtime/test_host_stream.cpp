@@ -129,9 +129,20 @@ bool deadline_fires(HostStream& s) {
 }
 }  // namespace
 
+TEST(Deadline, AbandonsAStuckCallAndTheStreamGoesOn) {
+  HostStream s;
+  EXPECT_TRUE(deadline_fires(s));
+  EXPECT_TRUE(deadline_fires(s));  // a new worker ran the second
+}
+
 // The watchdog behind run_with_deadline is a thread: a fork() child has none of the parent's, so
 // it starts its own there, and a call that never returns is still abandoned instead of hanging.
-TEST(Deadline, AbandonsAStuckCallInTheParentAndInAForkChild) {
+// ThreadSanitizer does not support threads started after a fork of a threaded process, so it is
+// left to the other configurations (as HostStream.AForkChildGetsItsOwnWorkerAndAnErrorForWorkInFlight).
+TEST(Deadline, AForkChildStartsItsOwnWatchdog) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not support new threads after fork()";
+#else
   HostStream s;
   EXPECT_TRUE(deadline_fires(s));  // the watchdog's thread now runs in this process
   const pid_t pid = fork();
@@ -146,4 +157,5 @@ TEST(Deadline, AbandonsAStuckCallInTheParentAndInAForkChild) {
   EXPECT_TRUE(WIFEXITED(status)) << "the child hung or crashed (signal " << WTERMSIG(status) << ")";
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_TRUE(deadline_fires(s));  // and the parent's still does
+#endif
 }
