@@ -171,11 +171,4 @@ Grid mta_grid(const TensorListMeta<Depth>& meta) {
   return Grid{static_cast<std::uint32_t>(meta.blocks), kMtaThreads};
 }
 
-/// Runs @p body over @p meta's blocks on the calling thread (the host backend's launch), one
-/// thread per block unless the GPU's shape is asked for (host_block_grid).
-template <int Depth, class Body>
-void host_launch_mta(const TensorListMeta<Depth>& meta, const Body& body) {
-  host_launch(host_block_grid(mta_grid(meta)), [&](ThreadIndex t, Grid g) { body(t, g, meta); });
-}
-
 }  // namespace gpucloud::kernels
