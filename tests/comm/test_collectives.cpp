@@ -268,6 +268,64 @@ TEST(Collectives, InlineAndFullPathsGiveTheSameExactAnswers) {
   }
 }
 
+// Large all-reduces run as a ring of point-to-point messages cut into 64 KiB segments, 16 in flight
+// (from 64 KiB on 2 ranks, from size - 1 MiB on more): every dtype and op, in and out of place,
+// every mix of in-place (idle, up to 1 MiB) and worker (busy) ranks, counts that divide neither by
+// the ranks nor by the segments, and more segments than slots. Inputs that are not small integers
+// must come out as the same bytes on every rank.
+TEST(Collectives, RingAllReducesAreExactAndTheSameBytesOnEveryRank) {
+  auto& c = world();
+  gc::Stream s;
+  const std::size_t ring_from = c.size() == 2 ? (std::size_t{64} << 10) : std::size_t(c.size() - 1) << 20;
+  std::size_t wrong = 0;
+  for (int mix = 0; mix < 3; ++mix) {
+    const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
+    for_each_dtype([&](gc::DType t) {
+      const std::size_t elem = gc::dtype_size(t);
+      // Just above the ring's limit; above 1 MiB (on the worker); above 16 segments a rank (2 ranks).
+      for (std::size_t bytes : {ring_from + 3 * elem, (std::size_t{1} << 20) + 5 * elem,
+                                c.size() == 2 ? (std::size_t{33} << 16) + 7 * elem : 0}) {
+        if (bytes <= ring_from) continue;
+        const std::size_t n = bytes / elem;
+        for (auto op : {gc::ReduceOp::sum, gc::ReduceOp::average, gc::ReduceOp::max, gc::ReduceOp::min}) {
+          if (op == gc::ReduceOp::average && !gc::is_floating(t)) continue;
+          if (t != gc::DType::float32 && op != gc::ReduceOp::sum && op != gc::ReduceOp::max) continue;
+          if (busy) keep_busy(s);
+          gc::Buffer send = inputs(t, n, c.rank()), recv(n, t), in_place = inputs(t, n, c.rank());
+          c.all_reduce(send, recv, op, s);
+          c.all_reduce(in_place, in_place, op, s);
+          s.synchronize();
+          for (std::size_t i = 0; i < n; ++i) {
+            const double want = expected(op, c.size(), i);
+            const double tol = op == gc::ReduceOp::average ? std::abs(want) * 1e-2 : 0.0;
+            wrong += std::abs(load(recv, i) - want) > tol;
+            wrong += std::abs(load(in_place, i) - want) > tol;
+            if (wrong > 0) break;
+          }
+          for (std::size_t i = 0; i < n; ++i) wrong += load(send, i) != value(c.rank(), i);  // send untouched
+        }
+      }
+    });
+    EXPECT_EQ(wrong, 0u) << "mix " << mix;
+  }
+  // Rounding: fractions in fp32 and fp16, summed in a different order per block, give each rank
+  // the same bytes (compared as a checksum over the ranks).
+  for (auto t : {gc::DType::float32, gc::DType::float16}) {
+    const std::size_t n = ring_from / gc::dtype_size(t) + 4099;
+    gc::Buffer b(n, t);
+    for (std::size_t i = 0; i < n; ++i) store(b, i, 1.0 / (3.0 + static_cast<double>((i * 7 + c.rank() * 13) % 101)));
+    c.all_reduce(b, b, gc::ReduceOp::sum, s);
+    s.synchronize();
+    std::uint64_t sum = 0;
+    const auto* bytes = static_cast<const unsigned char*>(b.data());
+    for (std::size_t i = 0; i < b.size_bytes(); ++i) sum = sum * 1099511628211ull + bytes[i];
+    std::uint64_t low = sum, high = sum;
+    MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(low, high) << gc::dtype_name(t) << ": the ranks' results differ";
+  }
+}
+
 TEST(Collectives, BadInputAndMismatchedCountsAreErrorsNotCorruption) {
   auto& c = world();
   gc::Stream s;

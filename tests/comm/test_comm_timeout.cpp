@@ -15,6 +15,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -74,6 +75,53 @@ int cut_link(gc::Communicator& c) {
   std::printf("cut: rank %d FAILED: never cut\n", c.rank());
   return 1;
 }
+// "stall": 2 ranks all-reduce 512 KiB in place over and over on idle streams: a ring of polled
+// messages on each caller's thread (the agreement before it takes a few µs of each call). 200 ms
+// in, rank 1 stops itself (SIGSTOP) between two polls, nearly always inside the ring: rank 0 must
+// get the CommunicationError within its 1 s timeout instead of waiting for ever, with the
+// communicator broken; it then leaves and the job ends (the stopped rank with it).
+int stall(gc::Communicator& c) {
+  c.set_timeout(std::chrono::milliseconds(1000));
+  gc::Stream s;
+  gc::Buffer data(1 << 17, gc::DType::float32);
+  gc::fill(data, 0.0, s);
+  s.synchronize();
+  const auto began = std::chrono::steady_clock::now();
+  std::thread stopper;
+  if (c.rank() == 1) {
+    stopper = std::thread([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::printf("stall: rank 1 stops\n");
+      std::fflush(stdout);
+      std::raise(SIGSTOP);
+    });
+  }
+  long long calls = 0, waited = 0;
+  try {
+    for (;; ++calls) {
+      c.all_reduce(data, data, gc::ReduceOp::sum, s);
+      s.synchronize();
+      if (std::chrono::steady_clock::now() - began > std::chrono::seconds(20)) break;
+    }
+  } catch (const gc::CommunicationError& e) {
+    waited = static_cast<long long>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began).count());
+    // Rank 1 only runs again when the job is being ended (mpirun continues it to terminate it).
+    const bool ok = c.rank() != 0 || (c.broken() && std::string(e.what()).find("waited") != std::string::npos &&
+                                      waited >= 1000 && waited < 6000);
+    std::printf("stall: rank %d CommunicationError at %lld ms after %lld calls: %s\n%s\n", c.rank(), waited, calls,
+                e.what(),
+                c.rank() != 0 ? ""
+                : ok          ? "STALL TEST PASSED"
+                              : "STALL TEST FAILED");
+    std::fflush(stdout);
+    if (stopper.joinable()) stopper.detach();
+    return ok ? 0 : 1;  // exit() runs the library's handler, which ends the job
+  }
+  std::printf("stall: rank %d FAILED: %lld calls and no error\n", c.rank(), calls);
+  if (stopper.joinable()) stopper.detach();
+  return 1;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,6 +129,7 @@ int main(int argc, char** argv) {
   gc::Communicator c = gc::Communicator::mpi_world();
   if (argc > 1 && std::string(argv[1]) == "late") return late_rank(c);
   if (argc > 1 && std::string(argv[1]) == "cut") return cut_link(c);
+  if (argc > 1 && std::string(argv[1]) == "stall") return stall(c);
   gc::Communicator again = gc::Communicator::mpi_world();  // for the dropped stream, below
   gc::Communicator idle = gc::Communicator::mpi_world();   // for the in-place collective, below
   if (c.rank() != 0) {                                     // never joins: waits, or leaves the job at once

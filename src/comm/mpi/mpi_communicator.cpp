@@ -1,5 +1,7 @@
-// The MPI backend of Communicator: host buffers, nonblocking MPI collectives run on the stream's
-// worker and polled against the timeout; fp16/bf16 reductions through custom MPI ops.
+// The MPI backend of Communicator: host buffers; every collective after an agreement of the ranks
+// on it. Small ones travel inside the agreement, large all-reduces in a polled ring of
+// point-to-point messages (both on the caller's thread when the stream is idle), the rest in MPI's
+// blocking collectives on the stream's worker under a watchdog; fp16/bf16 through custom MPI ops.
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/runtime/error.hpp>
 
@@ -7,6 +9,7 @@
 #include "comm/communicator_impl.hpp"
 #include "comm/host_checks.hpp"
 #include "comm/mpi/mpi_check.hpp"
+#include "comm/mpi/ring_all_reduce.hpp"
 #include "comm/nccl/nccl_communicator.hpp"
 #include "runtime/access.hpp"
 #include "runtime/host/deadline.hpp"
@@ -35,6 +38,11 @@ namespace gpucloud {
 namespace {
 // How the job ends after a collective timed out (CommunicationError's message).
 constexpr const char* kEnds = "the job ends at exit (MPI_Abort) since MPI cannot finalise with the collective pending";
+
+// An all-reduce of at most this many bytes that runs as a RingAllReduce runs on the caller's
+// thread when the stream is idle (as inline collectives do); larger ones stay asynchronous on the
+// worker, so a caller overlapping communication with compute is not held for the transfer.
+constexpr std::size_t kInPlaceRingBytes = std::size_t{1} << 20;
 }  // namespace
 
 using detail::Collective;
@@ -395,6 +403,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     if (finalized || broken) {
       (void)own_agreement.release();
       (void)peer_agreement.release();
+      (void)ring_scratch.release();
       return;
     }
     for (MPI_Comm* c : {&agreement, &cross, &local, &world}) {
@@ -423,37 +432,64 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return a;
   }
 
-  // A collective whose data fits in the agreement (the agreement is the whole collective), run by
-  // the calling thread when @p stream is idle and no other collective of this communicator is in
-  // flight: no hand-off to the worker, which on busy cores costs more than the message. It polls
-  // the exchange against the timeout instead of the watchdog; after a timeout the pending messages
-  // are left to MPI (their buffers never freed: the missing rank may still write them) and the
-  // stream holds the CommunicationError, as when the worker's call is abandoned. False: enqueue it.
-  template <class Pack, class Unpack>
+  // Drives a polled exchange (an AgreementExchange, a RingAllReduce) until @p test() is true, the
+  // core yielded every 4th test: yielding every time lets a peer's message sit while the other
+  // processes on an oversubscribed core run (4 ranks on 2 cores: 8 B in 19-20 µs instead of 7-10,
+  // the raw MPI_Allreduce's 7-11); never yielding starves them. On the caller's thread (@p timed)
+  // it throws the timeout's CommunicationError once the collective has taken `timeout` since
+  // @p began, its messages left to MPI; on the worker the watchdog's deadline bounds it instead.
+  struct Poll {
+    MpiCommunicator& c;
+    const char* call;
+    std::chrono::steady_clock::time_point began;
+    bool timed;
+    template <class Test>
+    void operator()(Test test) const {
+      const std::chrono::milliseconds limit = c.timeout.load();
+      for (unsigned tests = 1; !test(); ++tests) {
+        if (timed && std::chrono::steady_clock::now() - began >= limit) {
+          std::rethrow_exception(c.timed_out(call, began, kEnds));
+        }
+        if (tests % 4 == 0) std::this_thread::yield();
+      }
+    }
+  };
+
+  // The ring all-reduce's scratch (kRingScratchBytes), made at its first use (`order` held) and,
+  // like the agreement's buffers, never freed once a timeout broke the communicator.
+  std::unique_ptr<unsigned char[]> ring_scratch;
+  unsigned char* scratch() {
+    if (!ring_scratch) ring_scratch.reset(new unsigned char[detail::kRingScratchBytes]);
+    return ring_scratch.get();
+  }
+
+  // A collective run by the calling thread when @p stream is idle and no other collective of this
+  // communicator is in flight: no hand-off to the worker, which on busy cores costs more than the
+  // message. Either its data fits in the agreement (@p inline_bytes: the agreement is the whole
+  // collective, @p unpack reads the result) or @p body only polls MPI (a RingAllReduce). Both are
+  // polled against the timeout instead of the watchdog; after a timeout the pending messages are
+  // left to MPI (their buffers never freed: the missing rank may still write them) and the stream
+  // holds the CommunicationError, as when the worker's call is abandoned. False: enqueue it.
+  template <class Pack, class Unpack, class Body>
   bool run_in_place(StreamView stream, const char* call, const Signature& sig, std::size_t inline_bytes,
-                    const Pack& pack, const Unpack& unpack) {
+                    const Pack& pack, const Unpack& unpack, const Body& body) {
     std::unique_lock<std::mutex> lock(order, std::try_to_lock);
     if (!lock.owns_lock()) return false;
     return static_cast<detail::HostStream&>(*stream.impl()).run_now_if_idle([&] {
       detail::NvtxRange range(call);
       check_usable(call);
-      const auto began = std::chrono::steady_clock::now();
-      const std::chrono::milliseconds limit = timeout.load();
+      const Poll poll{*this, call, std::chrono::steady_clock::now(), true};
       Agreement& a = make_agreement(sig, inline_bytes, pack);
       AgreementExchange exchange(a, *peer_agreement, agreement, rank, size);
-      // Polled, the core yielded every 4th test: yielding every time lets the peer's message sit
-      // while the other processes on an oversubscribed core run (4 ranks on 2 cores: 8 B in
-      // 19-20 µs instead of 7-10, the raw MPI_Allreduce's 7-11); never yielding starves them.
-      for (unsigned tests = 1; !exchange.test(); ++tests) {
-        if (std::chrono::steady_clock::now() - began >= limit) {  // its messages are left to MPI
-          std::rethrow_exception(timed_out(call, began, kEnds));
-        }
-        if (tests % 4 == 0) std::this_thread::yield();
-      }
+      poll([&] { return exchange.test(); });
       detail::check_agreement(call, where, a.high, a.low);
-      unpack(*this, a.payload);
+      if (inline_bytes <= kInlineBytes) {
+        unpack(*this, a.payload);
+      } else {
+        body(*this, poll);
+      }
       busy_ns.fetch_add(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count(),
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - poll.began).count(),
           std::memory_order_relaxed);
     });
   }
@@ -461,19 +497,21 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // The one way a collective is issued: in one order per communicator, after every rank agreed on
   // @p sig. When its data fits in kInlineBytes (@p inline_bytes), @p pack writes it into the
   // agreement's payload and @p unpack reads the result from it: the agreement was the whole
-  // collective, run in place when the stream is idle (run_in_place). Otherwise it runs on the
-  // stream's worker, holding this communicator, and @p body runs the MPI calls after the
-  // agreement: the blocking (tuned) collectives, under the timeout's deadline: a watchdog abandons
-  // the worker of one that never completes, and the stream's waiters get the CommunicationError.
+  // collective, run in place when the stream is idle (run_in_place). Otherwise @p body(comm, poll)
+  // runs after the agreement: either MPI's blocking (tuned) collectives, or (@p polled: the body
+  // only waits through `poll`, and may run in place) a RingAllReduce. On the stream's worker it
+  // holds this communicator and runs under the timeout's deadline: a watchdog abandons the worker
+  // of a collective that never completes, and the stream's waiters get the CommunicationError.
   template <class Pack, class Unpack, class Body>
   void enqueue(StreamView stream, const char* call, Signature sig, std::size_t inline_bytes, Pack pack, Unpack unpack,
-               Body body) {
-    if (inline_bytes <= kInlineBytes && run_in_place(stream, call, sig, inline_bytes, pack, unpack)) return;
+               Body body, bool polled = false) {
+    if ((inline_bytes <= kInlineBytes || polled) && run_in_place(stream, call, sig, inline_bytes, pack, unpack, body))
+      return;
     auto self = shared_from_this();
     launch_host_func(stream, [self, call, sig, inline_bytes, pack, unpack, body] {
       detail::NvtxRange range(call);
       self->check_usable(call);
-      const auto began = std::chrono::steady_clock::now();  // the communicator's own timing (busy_seconds)
+      const Poll poll{*self, call, std::chrono::steady_clock::now(), false};  // busy_seconds' timing too
       detail::run_with_deadline(
           self->timeout,
           [&] {
@@ -485,12 +523,12 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
             if (inline_bytes <= kInlineBytes) {
               unpack(*self, a.payload);
             } else {
-              body(*self);
+              body(*self, poll);
             }
           },
-          [&] { return self->timed_out(call, began, kEnds); });
+          [&] { return self->timed_out(call, poll.began, kEnds); });
       self->busy_ns.fetch_add(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count(),
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - poll.began).count(),
           std::memory_order_relaxed);
     });
   }
@@ -699,21 +737,32 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
   constexpr const char* call = "Communicator::all_reduce";
   check_all_reduce(send, recv, op, stream, call);
   const auto n = static_cast<std::int64_t>(recv.size());
+  // Large all-reduces run as a ring of polled point-to-point messages (faster than OpenMPI's tuned
+  // call here, and abandonable on any thread); where it applies is the same on every rank.
+  const bool ring = detail::ring_all_reduce_applies(recv.size_bytes(), size);
   enqueue(
       stream, call,
       {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
       inline_size(n, 1, recv.dtype()), pack_whole(send), unpack_reduced(recv, op),
-      [send, recv, op, n](MpiCommunicator& c) {
-        const MPI_Datatype type = mpi_type(recv.dtype(), call);
-        const std::size_t elem = dtype_size(recv.dtype());
-        const bool in_place = send.data() == recv.data();
-        c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
-          auto* out = static_cast<unsigned char*>(recv.data()) + at * elem;
-          const void* in = in_place ? MPI_IN_PLACE : static_cast<const unsigned char*>(send.data()) + at * elem;
-          GPUCLOUD_MPI_CHECK(MPI_Allreduce(in, out, static_cast<int>(count), type, mpi_op(op, recv.dtype()), c.world));
-        });
+      [send, recv, op, n, ring](MpiCommunicator& c, const auto& poll) {
+        if (ring) {
+          detail::RingAllReduce exchange(send.data(), recv.data(), n, recv.dtype(), op, c.agreement, c.rank, c.size,
+                                         c.scratch());
+          poll([&] { return exchange.test(); });
+        } else {
+          const MPI_Datatype type = mpi_type(recv.dtype(), call);
+          const std::size_t elem = dtype_size(recv.dtype());
+          const bool in_place = send.data() == recv.data();
+          c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
+            auto* out = static_cast<unsigned char*>(recv.data()) + at * elem;
+            const void* in = in_place ? MPI_IN_PLACE : static_cast<const unsigned char*>(send.data()) + at * elem;
+            GPUCLOUD_MPI_CHECK(
+                MPI_Allreduce(in, out, static_cast<int>(count), type, mpi_op(op, recv.dtype()), c.world));
+          });
+        }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
-      });
+      },
+      ring && recv.size_bytes() <= kInPlaceRingBytes);
 }
 
 void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
@@ -724,7 +773,7 @@ void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, 
           {Collective::hierarchical_all_reduce, static_cast<std::int64_t>(op), -1, total,
            static_cast<std::int64_t>(send.dtype())},
           inline_size(total, 1, send.dtype()), pack_whole(send), unpack_reduced(recv, op),  // tiny: flat, inline
-          [send, recv, op, total](MpiCommunicator& c) {
+          [send, recv, op, total](MpiCommunicator& c, const auto&) {
             const MPI_Datatype type = mpi_type(send.dtype(), call);
             const MPI_Op mop = mpi_op(op, send.dtype());
             const std::size_t elem = dtype_size(send.dtype());
@@ -776,7 +825,7 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
         copy_bytes(recv.data(), payload + static_cast<std::size_t>(c.rank) * bytes, bytes);
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      [send, recv, op, n](MpiCommunicator& c) {
+      [send, recv, op, n](MpiCommunicator& c, const auto&) {
         GPUCLOUD_MPI_CHECK(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
                                                     mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()), c.world));
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
@@ -800,7 +849,7 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
         copy_bytes(payload + at, send.data(), slot);
       },
       [recv](MpiCommunicator&, const unsigned char* payload) { copy_bytes(recv.data(), payload, recv.size_bytes()); },
-      [send, recv, n](MpiCommunicator& c) {
+      [send, recv, n](MpiCommunicator& c, const auto&) {
         const MPI_Datatype type = mpi_type(send.dtype(), call);
         GPUCLOUD_MPI_CHECK(
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
@@ -825,7 +874,7 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
       [buffer](MpiCommunicator&, const unsigned char* payload) {
         copy_bytes(buffer.data(), payload, buffer.size_bytes());
       },
-      [buffer, root, n](MpiCommunicator& c) {
+      [buffer, root, n](MpiCommunicator& c, const auto&) {
         const MPI_Datatype type = mpi_type(buffer.dtype(), call);
         const std::size_t elem = dtype_size(buffer.dtype());
         c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
@@ -841,7 +890,7 @@ void MpiCommunicator::barrier(StreamView stream) {
   enqueue(
       stream, call, {Collective::barrier}, 0, [](MpiCommunicator&, unsigned char*) {},
       [](MpiCommunicator&, const unsigned char*) {},  // the agreement is the barrier
-      [](MpiCommunicator& c) { GPUCLOUD_MPI_CHECK(MPI_Barrier(c.world)); });
+      [](MpiCommunicator& c, const auto&) { GPUCLOUD_MPI_CHECK(MPI_Barrier(c.world)); });
 }
 
 }  // namespace gpucloud

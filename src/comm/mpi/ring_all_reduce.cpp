@@ -1,0 +1,179 @@
+#include "comm/mpi/ring_all_reduce.hpp"
+
+#include <gpucloud/detail/float_bits.hpp>
+
+#include "comm/mpi/mpi_check.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+namespace gpucloud::detail {
+
+bool ring_all_reduce_applies(std::size_t bytes, int size) {
+  constexpr std::size_t kAboveInline = std::size_t{64} << 10;  // the agreement carries up to 64 KiB
+  if (size < 2 || bytes <= kAboveInline) return false;
+  return size == 2 || bytes >= static_cast<std::size_t>(size - 1) * (std::size_t{1} << 20);
+}
+
+namespace {
+
+template <class T, class Op>
+void reduce_as(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n, Op op) {
+  // Element by element through memcpy: the buffers need not be aligned to T (a segment of a
+  // user's buffer); GCC turns the copies into plain (vector) loads and stores.
+  for (std::int64_t i = 0; i < n; ++i) {
+    T a, b;
+    std::memcpy(&a, partial + i * static_cast<std::int64_t>(sizeof(T)), sizeof(T));
+    std::memcpy(&b, mine + i * static_cast<std::int64_t>(sizeof(T)), sizeof(T));
+    const T r = op(a, b);
+    std::memcpy(out + i * static_cast<std::int64_t>(sizeof(T)), &r, sizeof(T));
+  }
+}
+
+template <class Op>
+void reduce_narrow(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n,
+                   bool half, Op op) {
+  reduce_as<std::uint16_t>(partial, mine, out, n, [&](std::uint16_t a, std::uint16_t b) {
+    const float x = half ? half_bits_to_float(a) : bfloat16_bits_to_float(a);
+    const float y = half ? half_bits_to_float(b) : bfloat16_bits_to_float(b);
+    const float r = op(x, y);
+    return half ? float_to_half_bits(r) : float_to_bfloat16_bits(r);
+  });
+}
+
+template <class Op>
+void reduce_typed(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n, DType t,
+                  Op op) {
+  switch (t) {
+    case DType::float32:
+      return reduce_as<float>(partial, mine, out, n, op);
+    case DType::float64:
+      return reduce_as<double>(partial, mine, out, n, op);
+    case DType::int32:
+      return reduce_as<std::int32_t>(partial, mine, out, n, op);
+    case DType::int64:
+      return reduce_as<std::int64_t>(partial, mine, out, n, op);
+    case DType::float16:
+    case DType::bfloat16:
+      return reduce_narrow(partial, mine, out, n, t == DType::float16, op);
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+void reduce_elements(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n,
+                     DType t, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::average:
+      return reduce_typed(partial, mine, out, n, t, [](auto x, auto y) {
+        using T = decltype(x);
+        if constexpr (std::is_integral_v<T>) {  // wraps, as MPI_SUM does (signed overflow is undefined)
+          using U = std::make_unsigned_t<T>;
+          return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
+        } else {
+          return x + y;
+        }
+      });
+    case ReduceOp::max:
+      return reduce_typed(partial, mine, out, n, t, [](auto x, auto y) { return x > y ? x : y; });
+    case ReduceOp::min:
+      return reduce_typed(partial, mine, out, n, t, [](auto x, auto y) { return x < y ? x : y; });
+  }
+}
+
+RingAllReduce::RingAllReduce(const void* send, void* recv, std::int64_t count, DType t, ReduceOp op, MPI_Comm comm,
+                             int rank, int size, unsigned char* scratch)
+    : send_(static_cast<const unsigned char*>(send)),
+      recv_(static_cast<unsigned char*>(recv)),
+      count_(count),
+      dtype_(t),
+      op_(op),
+      elem_(dtype_size(t)),
+      comm_(comm),
+      rank_(rank),
+      size_(size),
+      scratch_(scratch) {
+  segment_elems_ = static_cast<std::int64_t>(kRingSegmentBytes / elem_);
+  if (size_ < 2) {  // alone: the result is the input
+    if (send_ != recv_ && count_ > 0) std::memcpy(recv_, send_, static_cast<std::size_t>(count_) * elem_);
+    return;
+  }
+  const std::int64_t longest = count_ / size_ + (count_ % size_ != 0 ? 1 : 0);
+  segments_ = std::max<std::int64_t>(1, (longest + segment_elems_ - 1) / segment_elems_);
+  for (int s = 0; s < kRingSlots && s < segments_; ++s) start(s, s);
+}
+
+void RingAllReduce::piece(int b, std::int64_t segment, std::int64_t& offset, std::int64_t& length) const {
+  const std::int64_t q = count_ / size_, m = count_ % size_;
+  const std::int64_t begin = b * q + std::min<std::int64_t>(b, m), len = q + (b < m ? 1 : 0);
+  const std::int64_t at = std::min(len, segment * segment_elems_);
+  offset = begin + at;
+  length = std::min(segment_elems_, len - at);
+}
+
+void RingAllReduce::start(int s, std::int64_t segment) {
+  slots_[s].segment = segment;
+  slots_[s].step = 0;
+  slots_[s].active = true;
+  ++live_;
+  post(s);
+}
+
+// Step t < size - 1 (reduce-scatter): send block r - t - 1 (this rank's own data at t = 0, the
+// block reduced at step t - 1 after), receive block r - t - 2 into the slot's scratch. Step
+// size - 1 + u (all-gather): send block r - u (at u = 0 the one this rank finished), receive
+// block r - u - 1 into recv. Both messages of a step complete before the next is posted, so no
+// buffer is written while a send still reads it.
+void RingAllReduce::post(int s) {
+  Slot& slot = slots_[s];
+  const int t = slot.step, to = block(rank_ + 1), from = block(rank_ - 1), tag = kRingFirstTag + s;
+  std::int64_t send_at = 0, send_n = 0, recv_at = 0, recv_n = 0;
+  const unsigned char* source = recv_;
+  unsigned char* into = nullptr;
+  if (t < size_ - 1) {
+    piece(block(rank_ - t - 1), slot.segment, send_at, send_n);
+    piece(block(rank_ - t - 2), slot.segment, recv_at, recv_n);
+    if (t == 0) source = send_;
+    into = scratch_ + static_cast<std::size_t>(s) * kRingSegmentBytes;
+  } else {
+    const int u = t - (size_ - 1);
+    piece(block(rank_ - u), slot.segment, send_at, send_n);
+    piece(block(rank_ - u - 1), slot.segment, recv_at, recv_n);
+    into = recv_ + static_cast<std::size_t>(recv_at) * elem_;
+  }
+  const auto bytes = [this](std::int64_t n) { return static_cast<int>(static_cast<std::size_t>(n) * elem_); };
+  GPUCLOUD_MPI_CHECK(MPI_Irecv(into, bytes(recv_n), MPI_BYTE, from, tag, comm_, &slot.requests[0]));
+  GPUCLOUD_MPI_CHECK(MPI_Isend(source + static_cast<std::size_t>(send_at) * elem_, bytes(send_n), MPI_BYTE, to, tag,
+                               comm_, &slot.requests[1]));
+}
+
+void RingAllReduce::completed(int s) {
+  Slot& slot = slots_[s];
+  if (slot.step < size_ - 1) {  // the partial result of the ranks upstream, then this rank's share
+    std::int64_t at = 0, n = 0;
+    piece(block(rank_ - slot.step - 2), slot.segment, at, n);
+    const std::size_t offset = static_cast<std::size_t>(at) * elem_;
+    reduce_elements(scratch_ + static_cast<std::size_t>(s) * kRingSegmentBytes, send_ + offset, recv_ + offset, n,
+                    dtype_, op_);
+  }
+  if (++slot.step < 2 * (size_ - 1)) return post(s);
+  slot.active = false;
+  --live_;
+  if (slot.segment + kRingSlots < segments_) start(s, slot.segment + kRingSlots);
+}
+
+bool RingAllReduce::test() {
+  for (int s = 0; s < kRingSlots; ++s) {
+    if (!slots_[s].active) continue;
+    int complete = 0;
+    GPUCLOUD_MPI_CHECK(MPI_Testall(2, slots_[s].requests, &complete, MPI_STATUSES_IGNORE));
+    if (complete) completed(s);
+  }
+  return live_ == 0;
+}
+
+}  // namespace gpucloud::detail
