@@ -268,12 +268,12 @@ TEST(Collectives, InlineAndFullPathsGiveTheSameExactAnswers) {
   }
 }
 
-// Large all-reduces run as a ring of point-to-point messages cut into 64 KiB segments, 16 in flight
-// (from 64 KiB on 2 ranks, from size - 1 MiB on more): every dtype and op, in and out of place,
-// every mix of in-place (idle, up to 1 MiB) and worker (busy) ranks, counts that divide neither by
+// Large all-reduces (and reduce-scatters, all-gathers) run as a ring of point-to-point messages
+// cut into 64 KiB segments, 16 in flight (from 64 KiB on 2 ranks, from size - 1 MiB on more): every dtype and op, in
+// and out of place, every mix of in-place (idle, up to 1 MiB) and worker (busy) ranks, counts that divide neither by
 // the ranks nor by the segments, and more segments than slots. Inputs that are not small integers
 // must come out as the same bytes on every rank.
-TEST(Collectives, RingAllReducesAreExactAndTheSameBytesOnEveryRank) {
+TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
   auto& c = world();
   gc::Stream s;
   const std::size_t ring_from = c.size() == 2 ? (std::size_t{64} << 10) : std::size_t(c.size() - 1) << 20;
@@ -307,6 +307,33 @@ TEST(Collectives, RingAllReducesAreExactAndTheSameBytesOnEveryRank) {
       }
     });
     EXPECT_EQ(wrong, 0u) << "mix " << mix;
+  }
+  // Reduce-scatter, all-gather and broadcast take the ring from above 4 KiB in all on 2 ranks (from
+  // size - 1 MiB on more), every root; per-rank parts of more than 16 segments included.
+  for (int mix = 0; mix < 3; ++mix) {
+    const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
+    for (auto t : {gc::DType::float32, gc::DType::float16, gc::DType::int64}) {
+      const std::size_t elem = gc::dtype_size(t), ranks = static_cast<std::size_t>(c.size());
+      const std::size_t other_from = c.size() == 2 ? 4096 : ring_from;
+      for (std::size_t per : {other_from / ranks / elem + 1, (std::size_t{33} << 16) / elem + 3}) {
+        if (busy) keep_busy(s);
+        gc::Buffer send = inputs(t, per * ranks, c.rank()), shard(per, t);
+        c.reduce_scatter(send, shard, gc::ReduceOp::sum, s);
+        gc::Buffer mine = inputs(t, per, c.rank()), gathered(per * ranks, t);
+        c.all_gather(mine, gathered, s);
+        gc::Buffer bcast = inputs(t, per * ranks, c.rank());
+        c.broadcast(bcast, c.size() - 1 - mix % c.size(), s);
+        s.synchronize();
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < per * ranks; ++i) bad += load(bcast, i) != value(c.size() - 1 - mix % c.size(), i);
+        for (std::size_t i = 0; i < per; ++i)
+          bad += load(shard, i) != expected(gc::ReduceOp::sum, c.size(), static_cast<std::size_t>(c.rank()) * per + i);
+        for (std::size_t r = 0; r < ranks; ++r) {
+          for (std::size_t i = 0; i < per; ++i) bad += load(gathered, r * per + i) != value(static_cast<int>(r), i);
+        }
+        EXPECT_EQ(bad, 0u) << "mix " << mix << ", " << gc::dtype_name(t) << ", " << per << " per rank";
+      }
+    }
   }
   // Rounding: fractions in fp32 and fp16, summed in a different order per block, give each rank
   // the same bytes (compared as a checksum over the ranks).

@@ -9,7 +9,7 @@
 #include "comm/communicator_impl.hpp"
 #include "comm/host_checks.hpp"
 #include "comm/mpi/mpi_check.hpp"
-#include "comm/mpi/ring_all_reduce.hpp"
+#include "comm/mpi/ring.hpp"
 #include "comm/nccl/nccl_communicator.hpp"
 #include "runtime/access.hpp"
 #include "runtime/host/deadline.hpp"
@@ -39,9 +39,10 @@ namespace {
 // How the job ends after a collective timed out (CommunicationError's message).
 constexpr const char* kEnds = "the job ends at exit (MPI_Abort) since MPI cannot finalise with the collective pending";
 
-// An all-reduce of at most this many bytes that runs as a RingAllReduce runs on the caller's
-// thread when the stream is idle (as inline collectives do); larger ones stay asynchronous on the
-// worker, so a caller overlapping communication with compute is not held for the transfer.
+// A collective of at most this many bytes in all that runs as a RingCollective runs on the
+// caller's thread when the stream is idle (as inline collectives do); larger ones stay
+// asynchronous on the worker, so a caller overlapping communication with compute is not held for
+// the transfer.
 constexpr std::size_t kInPlaceRingBytes = std::size_t{1} << 20;
 }  // namespace
 
@@ -432,7 +433,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return a;
   }
 
-  // Drives a polled exchange (an AgreementExchange, a RingAllReduce) until @p test() is true, the
+  // Drives a polled exchange (an AgreementExchange, a RingCollective) until @p test() is true, the
   // core yielded every 4th test: yielding every time lets a peer's message sit while the other
   // processes on an oversubscribed core run (4 ranks on 2 cores: 8 B in 19-20 µs instead of 7-10,
   // the raw MPI_Allreduce's 7-11); never yielding starves them. On the caller's thread (@p timed)
@@ -466,7 +467,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // A collective run by the calling thread when @p stream is idle and no other collective of this
   // communicator is in flight: no hand-off to the worker, which on busy cores costs more than the
   // message. Either its data fits in the agreement (@p inline_bytes: the agreement is the whole
-  // collective, @p unpack reads the result) or @p body only polls MPI (a RingAllReduce). Both are
+  // collective, @p unpack reads the result) or @p body only polls MPI (a RingCollective). Both are
   // polled against the timeout instead of the watchdog; after a timeout the pending messages are
   // left to MPI (their buffers never freed: the missing rank may still write them) and the stream
   // holds the CommunicationError, as when the worker's call is abandoned. False: enqueue it.
@@ -499,7 +500,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // agreement's payload and @p unpack reads the result from it: the agreement was the whole
   // collective, run in place when the stream is idle (run_in_place). Otherwise @p body(comm, poll)
   // runs after the agreement: either MPI's blocking (tuned) collectives, or (@p polled: the body
-  // only waits through `poll`, and may run in place) a RingAllReduce. On the stream's worker it
+  // only waits through `poll`, and may run in place) a RingCollective. On the stream's worker it
   // holds this communicator and runs under the timeout's deadline: a watchdog abandons the worker
   // of a collective that never completes, and the stream's waiters get the CommunicationError.
   template <class Pack, class Unpack, class Body>
@@ -724,6 +725,16 @@ auto unpack_reduced(BufferView recv, ReduceOp op) {
   };
 }
 
+// Runs a RingCollective on the communicator's agreement duplicate, waiting through @p poll (on
+// the caller's thread against the timeout, or on the worker under the watchdog).
+template <class Poll>
+void run_ring(MpiCommunicator& c, const Poll& poll, detail::RingKind kind, BufferView send, BufferView recv,
+              std::int64_t n, ReduceOp op) {
+  detail::RingCollective ring(kind, send.data(), recv.data(), n, recv.dtype(), op, c.agreement, c.rank, c.size,
+                              c.scratch());
+  poll([&] { return ring.test(); });
+}
+
 // Per-rank counts of reduce-scatter and all-gather go to MPI as one int.
 void check_count(BufferView v, std::int64_t max_count, const char* call, const char* arg) {
   GPUCLOUD_EXPECTS(static_cast<std::int64_t>(v.size()) <= max_count, call,
@@ -739,16 +750,14 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
   const auto n = static_cast<std::int64_t>(recv.size());
   // Large all-reduces run as a ring of polled point-to-point messages (faster than OpenMPI's tuned
   // call here, and abandonable on any thread); where it applies is the same on every rank.
-  const bool ring = detail::ring_all_reduce_applies(recv.size_bytes(), size);
+  const bool ring = detail::ring_applies(recv.size_bytes(), size, kInlineBytes);
   enqueue(
       stream, call,
       {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
       inline_size(n, 1, recv.dtype()), pack_whole(send), unpack_reduced(recv, op),
       [send, recv, op, n, ring](MpiCommunicator& c, const auto& poll) {
         if (ring) {
-          detail::RingAllReduce exchange(send.data(), recv.data(), n, recv.dtype(), op, c.agreement, c.rank, c.size,
-                                         c.scratch());
-          poll([&] { return exchange.test(); });
+          run_ring(c, poll, detail::RingKind::all_reduce, send, recv, n, op);
         } else {
           const MPI_Datatype type = mpi_type(recv.dtype(), call);
           const std::size_t elem = dtype_size(recv.dtype());
@@ -816,6 +825,7 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
   detail::check_no_overlap(recv, send, call, "send");
   check_count(recv, max_count, call, "recv");
   const auto n = static_cast<std::int64_t>(recv.size());
+  const bool ring = detail::ring_applies(send.size_bytes(), size, kInlineOtherBytes);
   enqueue(
       stream, call,
       {Collective::reduce_scatter, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
@@ -825,11 +835,16 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
         copy_bytes(recv.data(), payload + static_cast<std::size_t>(c.rank) * bytes, bytes);
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      [send, recv, op, n](MpiCommunicator& c, const auto&) {
-        GPUCLOUD_MPI_CHECK(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
-                                                    mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()), c.world));
+      [send, recv, op, n, ring](MpiCommunicator& c, const auto& poll) {
+        if (ring) {
+          run_ring(c, poll, detail::RingKind::reduce_scatter, send, recv, n, op);
+        } else {
+          GPUCLOUD_MPI_CHECK(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
+                                                      mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()), c.world));
+        }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
-      });
+      },
+      ring && send.size_bytes() <= kInPlaceRingBytes);
 }
 
 void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView stream) {
@@ -840,6 +855,7 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   detail::check_no_overlap(recv, send, call, "send");
   check_count(send, max_count, call, "send");
   const auto n = static_cast<std::int64_t>(send.size());
+  const bool ring = detail::ring_applies(recv.size_bytes(), size, kInlineOtherBytes);
   enqueue(
       stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
       inline_size(n, size, send.dtype(), kInlineOtherBytes),
@@ -849,11 +865,13 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
         copy_bytes(payload + at, send.data(), slot);
       },
       [recv](MpiCommunicator&, const unsigned char* payload) { copy_bytes(recv.data(), payload, recv.size_bytes()); },
-      [send, recv, n](MpiCommunicator& c, const auto&) {
+      [send, recv, n, ring](MpiCommunicator& c, const auto& poll) {
+        if (ring) return run_ring(c, poll, detail::RingKind::all_gather, send, recv, n, ReduceOp::sum);
         const MPI_Datatype type = mpi_type(send.dtype(), call);
         GPUCLOUD_MPI_CHECK(
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
-      });
+      },
+      ring && recv.size_bytes() <= kInPlaceRingBytes);
 }
 
 void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) {
@@ -861,6 +879,7 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
   check_host(buffer, stream, call, "buffer");
   (void)mpi_type(buffer.dtype(), call);
   const auto n = static_cast<std::int64_t>(buffer.size());
+  const bool ring = detail::ring_applies(buffer.size_bytes(), size, kInlineOtherBytes);
   enqueue(
       stream, call, {Collective::broadcast, -1, root, n, static_cast<std::int64_t>(buffer.dtype())},
       inline_size(n, 1, buffer.dtype(), kInlineOtherBytes),
@@ -874,14 +893,20 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
       [buffer](MpiCommunicator&, const unsigned char* payload) {
         copy_bytes(buffer.data(), payload, buffer.size_bytes());
       },
-      [buffer, root, n](MpiCommunicator& c, const auto&) {
+      [buffer, root, n, ring](MpiCommunicator& c, const auto& poll) {
+        if (ring) {
+          detail::RingCollective chain(detail::RingKind::broadcast, buffer.data(), buffer.data(), n, buffer.dtype(),
+                                       ReduceOp::sum, c.agreement, c.rank, c.size, c.scratch(), root);
+          return poll([&] { return chain.test(); });
+        }
         const MPI_Datatype type = mpi_type(buffer.dtype(), call);
         const std::size_t elem = dtype_size(buffer.dtype());
         c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
           GPUCLOUD_MPI_CHECK(MPI_Bcast(static_cast<unsigned char*>(buffer.data()) + at * elem, static_cast<int>(count),
                                        type, root, c.world));
         });
-      });
+      },
+      ring && buffer.size_bytes() <= kInPlaceRingBytes);
 }
 
 void MpiCommunicator::barrier(StreamView stream) {

@@ -1,4 +1,4 @@
-#include "comm/mpi/ring_all_reduce.hpp"
+#include "comm/mpi/ring.hpp"
 
 #include <gpucloud/detail/float_bits.hpp>
 
@@ -10,9 +10,8 @@
 
 namespace gpucloud::detail {
 
-bool ring_all_reduce_applies(std::size_t bytes, int size) {
-  constexpr std::size_t kAboveInline = std::size_t{64} << 10;  // the agreement carries up to 64 KiB
-  if (size < 2 || bytes <= kAboveInline) return false;
+bool ring_applies(std::size_t bytes, int size, std::size_t inline_limit) {
+  if (size < 2 || bytes <= inline_limit) return false;
   return size == 2 || bytes >= static_cast<std::size_t>(size - 1) * (std::size_t{1} << 20);
 }
 
@@ -85,9 +84,10 @@ void reduce_elements(const unsigned char* partial, const unsigned char* mine, un
   }
 }
 
-RingAllReduce::RingAllReduce(const void* send, void* recv, std::int64_t count, DType t, ReduceOp op, MPI_Comm comm,
-                             int rank, int size, unsigned char* scratch)
-    : send_(static_cast<const unsigned char*>(send)),
+RingCollective::RingCollective(RingKind kind, const void* send, void* recv, std::int64_t count, DType t, ReduceOp op,
+                               MPI_Comm comm, int rank, int size, unsigned char* scratch, int root)
+    : kind_(kind),
+      send_(static_cast<const unsigned char*>(send)),
       recv_(static_cast<unsigned char*>(recv)),
       count_(count),
       dtype_(t),
@@ -96,77 +96,117 @@ RingAllReduce::RingAllReduce(const void* send, void* recv, std::int64_t count, D
       comm_(comm),
       rank_(rank),
       size_(size),
+      root_(root),
       scratch_(scratch) {
   segment_elems_ = static_cast<std::int64_t>(kRingSegmentBytes / elem_);
-  if (size_ < 2) {  // alone: the result is the input
-    if (send_ != recv_ && count_ > 0) std::memcpy(recv_, send_, static_cast<std::size_t>(count_) * elem_);
+  const std::size_t bytes = static_cast<std::size_t>(count_) * elem_;
+  // An all-gather starts from this rank's block in place; alone, every collective is a copy.
+  if (kind_ == RingKind::all_gather && bytes != 0) std::memcpy(recv_ + rank_ * bytes, send_, bytes);
+  if (size_ < 2) {
+    if (kind_ != RingKind::all_gather && send_ != recv_ && bytes != 0) std::memcpy(recv_, send_, bytes);
     return;
   }
-  const std::int64_t longest = count_ / size_ + (count_ % size_ != 0 ? 1 : 0);
+  first_step_ = kind_ == RingKind::all_gather ? size_ - 1 : 0;
+  end_step_ = kind_ == RingKind::reduce_scatter ? size_ - 1 : 2 * (size_ - 1);
+  if (kind_ == RingKind::broadcast) {  // step 0 receives from upstream, step 1 sends downstream
+    const int d = block(rank_ - root_);
+    first_step_ = d == 0 ? 1 : 0;
+    end_step_ = d == size_ - 1 ? 1 : 2;
+  }
+  const std::int64_t longest = kind_ == RingKind::all_reduce ? count_ / size_ + (count_ % size_ != 0 ? 1 : 0) : count_;
   segments_ = std::max<std::int64_t>(1, (longest + segment_elems_ - 1) / segment_elems_);
   for (int s = 0; s < kRingSlots && s < segments_; ++s) start(s, s);
 }
 
-void RingAllReduce::piece(int b, std::int64_t segment, std::int64_t& offset, std::int64_t& length) const {
-  const std::int64_t q = count_ / size_, m = count_ % size_;
-  const std::int64_t begin = b * q + std::min<std::int64_t>(b, m), len = q + (b < m ? 1 : 0);
+void RingCollective::piece(int b, std::int64_t segment, std::int64_t& offset, std::int64_t& length) const {
+  std::int64_t begin = kind_ == RingKind::broadcast ? 0 : b * count_, len = count_;  // else equal blocks
+  if (kind_ == RingKind::all_reduce) {
+    const std::int64_t q = count_ / size_, m = count_ % size_;
+    begin = b * q + std::min<std::int64_t>(b, m);
+    len = q + (b < m ? 1 : 0);
+  }
   const std::int64_t at = std::min(len, segment * segment_elems_);
   offset = begin + at;
   length = std::min(segment_elems_, len - at);
 }
 
-void RingAllReduce::start(int s, std::int64_t segment) {
+void RingCollective::start(int s, std::int64_t segment) {
   slots_[s].segment = segment;
-  slots_[s].step = 0;
+  slots_[s].step = first_step_;
   slots_[s].active = true;
   ++live_;
   post(s);
 }
 
 // Step t < size - 1 (reduce-scatter): send block r - t - 1 (this rank's own data at t = 0, the
-// block reduced at step t - 1 after), receive block r - t - 2 into the slot's scratch. Step
-// size - 1 + u (all-gather): send block r - u (at u = 0 the one this rank finished), receive
-// block r - u - 1 into recv. Both messages of a step complete before the next is posted, so no
-// buffer is written while a send still reads it.
-void RingAllReduce::post(int s) {
+// partial result of step t - 1 after), receive block r - t - 2 into one of the slot's scratch
+// halves. Step size - 1 + u (all-gather): send block r - u (at u = 0 the one this rank finished),
+// receive block r - u - 1 into recv. Both messages of a step complete before the next is posted,
+// so no buffer is written while a send still reads it.
+void RingCollective::post(int s) {
+  if (kind_ == RingKind::broadcast) return post_broadcast(s);
   Slot& slot = slots_[s];
   const int t = slot.step, to = block(rank_ + 1), from = block(rank_ - 1), tag = kRingFirstTag + s;
   std::int64_t send_at = 0, send_n = 0, recv_at = 0, recv_n = 0;
-  const unsigned char* source = recv_;
+  const unsigned char* source = nullptr;
   unsigned char* into = nullptr;
   if (t < size_ - 1) {
     piece(block(rank_ - t - 1), slot.segment, send_at, send_n);
     piece(block(rank_ - t - 2), slot.segment, recv_at, recv_n);
-    if (t == 0) source = send_;
-    into = scratch_ + static_cast<std::size_t>(s) * kRingSegmentBytes;
+    if (t == 0) {
+      source = send_ + static_cast<std::size_t>(send_at) * elem_;
+    } else if (kind_ == RingKind::all_reduce) {  // partial results live in recv
+      source = recv_ + static_cast<std::size_t>(send_at) * elem_;
+    } else {  // reduce-scatter: in the half the last step reduced into
+      source = half(s, t - 1);
+    }
+    into = half(s, t);
   } else {
     const int u = t - (size_ - 1);
     piece(block(rank_ - u), slot.segment, send_at, send_n);
     piece(block(rank_ - u - 1), slot.segment, recv_at, recv_n);
+    source = recv_ + static_cast<std::size_t>(send_at) * elem_;
     into = recv_ + static_cast<std::size_t>(recv_at) * elem_;
   }
   const auto bytes = [this](std::int64_t n) { return static_cast<int>(static_cast<std::size_t>(n) * elem_); };
   GPUCLOUD_MPI_CHECK(MPI_Irecv(into, bytes(recv_n), MPI_BYTE, from, tag, comm_, &slot.requests[0]));
-  GPUCLOUD_MPI_CHECK(MPI_Isend(source + static_cast<std::size_t>(send_at) * elem_, bytes(send_n), MPI_BYTE, to, tag,
-                               comm_, &slot.requests[1]));
+  GPUCLOUD_MPI_CHECK(MPI_Isend(source, bytes(send_n), MPI_BYTE, to, tag, comm_, &slot.requests[1]));
 }
 
-void RingAllReduce::completed(int s) {
+// A broadcast's segment: received from the rank before in the chain, then sent to the next.
+void RingCollective::post_broadcast(int s) {
   Slot& slot = slots_[s];
-  if (slot.step < size_ - 1) {  // the partial result of the ranks upstream, then this rank's share
-    std::int64_t at = 0, n = 0;
-    piece(block(rank_ - slot.step - 2), slot.segment, at, n);
-    const std::size_t offset = static_cast<std::size_t>(at) * elem_;
-    reduce_elements(scratch_ + static_cast<std::size_t>(s) * kRingSegmentBytes, send_ + offset, recv_ + offset, n,
-                    dtype_, op_);
+  std::int64_t at = 0, n = 0;
+  piece(0, slot.segment, at, n);
+  unsigned char* data = recv_ + static_cast<std::size_t>(at) * elem_;
+  const int bytes = static_cast<int>(static_cast<std::size_t>(n) * elem_), tag = kRingFirstTag + s;
+  if (slot.step == 0) {
+    GPUCLOUD_MPI_CHECK(MPI_Irecv(data, bytes, MPI_BYTE, block(rank_ - 1), tag, comm_, &slot.requests[0]));
+  } else {
+    GPUCLOUD_MPI_CHECK(MPI_Isend(data, bytes, MPI_BYTE, block(rank_ + 1), tag, comm_, &slot.requests[0]));
   }
-  if (++slot.step < 2 * (size_ - 1)) return post(s);
+}
+
+void RingCollective::completed(int s) {
+  Slot& slot = slots_[s];
+  const int t = slot.step;
+  if (kind_ != RingKind::broadcast && t < size_ - 1) {  // the partial result upstream, then this rank's share
+    std::int64_t at = 0, n = 0;
+    piece(block(rank_ - t - 2), slot.segment, at, n);
+    const std::size_t offset = static_cast<std::size_t>(at) * elem_;
+    unsigned char* out = recv_ + offset;
+    if (kind_ == RingKind::reduce_scatter) {  // into the half it came in, this rank's block into recv
+      out = t == size_ - 2 ? recv_ + offset - static_cast<std::size_t>(rank_ * count_) * elem_ : half(s, t);
+    }
+    reduce_elements(half(s, t), send_ + offset, out, n, dtype_, op_);
+  }
+  if (++slot.step < end_step_) return post(s);
   slot.active = false;
   --live_;
   if (slot.segment + kRingSlots < segments_) start(s, slot.segment + kRingSlots);
 }
 
-bool RingAllReduce::test() {
+bool RingCollective::test() {
   for (int s = 0; s < kRingSlots; ++s) {
     if (!slots_[s].active) continue;
     int complete = 0;

@@ -1,0 +1,94 @@
+// Internal: the MPI backend's large all-reduce, reduce-scatter and all-gather (not API). A ring
+// (reduce-scatter steps, then all-gather steps) over point-to-point messages, cut into segments
+// that move concurrently, so the reduction of one segment overlaps the transfer of the others.
+// Progressed by test() without blocking, so the caller's thread can run it against a timeout;
+// OpenMPI's tuned blocking collectives cannot be abandoned that way, and on this project's machine
+// they are slower (docs/collectives.md).
+#pragma once
+
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/runtime/dtype.hpp>
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpucloud::detail {
+
+/// Whether a collective moving @p bytes in all (the all-reduced vector; every rank's part of a
+/// reduce-scatter or all-gather together) over @p size ranks runs as a RingCollective; every rank
+/// decides the same from the agreed count and dtype. From above @p inline_limit (what travels
+/// inside the agreement) on 2 ranks; from (size - 1) MiB on more, where the ring's 2 (size - 1)
+/// steps stop costing more than MPI's latency-bound algorithms (4 ranks on 2 cores: about 2 MiB).
+bool ring_applies(std::size_t bytes, int size, std::size_t inline_limit);
+
+/// Segments in flight at once, each in its own scratch slot and under its own message tag.
+constexpr int kRingSlots = 16;
+/// Bytes of one segment (and of each of a slot's two scratch halves).
+constexpr std::size_t kRingSegmentBytes = std::size_t{64} << 10;
+/// Bytes of the scratch one RingCollective uses.
+constexpr std::size_t kRingScratchBytes = 2 * kRingSlots * kRingSegmentBytes;
+/// The first message tag a ring uses (tags [kRingFirstTag, kRingFirstTag + kRingSlots)).
+constexpr int kRingFirstTag = 1;
+
+/// Which collective a RingCollective runs.
+enum class RingKind { all_reduce, reduce_scatter, all_gather, broadcast };
+
+/// One collective over the ranks of @p comm. all_reduce: recv = reduce(send), @p count elements,
+/// send == recv in place; blocks of count / size (the first count % size one longer).
+/// reduce_scatter: recv (@p count) = block `rank` of reduce(send) (size x count). all_gather: recv
+/// (size x count) = every rank's send (@p count). broadcast: recv (@p count, send unused) = @p root's,
+/// segments passed down the chain root, root+1, ..., root-1. Reductions run along the ring: block b is
+/// reduced by ranks b+1, b+2, ..., b once and copied to the others, so every rank ends with the
+/// same bytes. Blocks are cut into segments of kRingSegmentBytes; slot s carries segments s,
+/// s + kRingSlots, ... through the steps, one at a time. The buffers and @p scratch
+/// (kRingScratchBytes) must stay put until it completes, or for ever if it is abandoned. Average
+/// is not divided here (the caller divides).
+class RingCollective {
+ public:
+  RingCollective(RingKind kind, const void* send, void* recv, std::int64_t count, DType t, ReduceOp op, MPI_Comm comm,
+                 int rank, int size, unsigned char* scratch, int root = 0);
+  RingCollective(const RingCollective&) = delete;
+  RingCollective& operator=(const RingCollective&) = delete;
+
+  /// Progresses without blocking; true once this rank has the result.
+  bool test();
+
+ private:
+  struct Slot {
+    std::int64_t segment = 0;
+    int step = 0;
+    bool active = false;
+    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  };
+  void start(int slot, std::int64_t segment);
+  void post(int slot);
+  void completed(int slot);
+  void post_broadcast(int slot);
+  // Element offset (in the whole vector) and length of @p segment of block @p block.
+  void piece(int block, std::int64_t segment, std::int64_t& offset, std::int64_t& length) const;
+  int block(int k) const { return ((k % size_) + size_) % size_; }
+  unsigned char* half(int slot, int step) const {
+    return scratch_ + (2 * static_cast<std::size_t>(slot) + static_cast<std::size_t>(step % 2)) * kRingSegmentBytes;
+  }
+
+  RingKind kind_;
+  const unsigned char* send_;
+  unsigned char* recv_;
+  std::int64_t count_, segment_elems_, segments_ = 1;
+  DType dtype_;
+  ReduceOp op_;
+  std::size_t elem_;
+  MPI_Comm comm_;
+  int rank_, size_, root_, first_step_ = 0, end_step_ = 0, live_ = 0;
+  unsigned char* scratch_;
+  Slot slots_[kRingSlots];
+};
+
+/// out[i] = partial[i] (op) mine[i] for @p n elements of @p t (@p out may be @p mine): fp16/bf16 through fp32, rounded
+/// once; integer sums wrap, as MPI_SUM's do.
+void reduce_elements(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n,
+                     DType t, ReduceOp op);
+
+}  // namespace gpucloud::detail
