@@ -217,7 +217,7 @@ void expect_disagreement(gc::Stream& s, gc::Communicator& c, const std::string& 
 }  // namespace
 
 // Collectives whose data fits in the agreement's payload travel inside it (all-reduces up to
-// 64 KiB, the others up to 4 KiB in all); larger ones take the MPI call. Inline ones run on the
+// 64 KiB, the others up to 4 KiB in all); larger ones take the ring (2 ranks) or the MPI call. Inline ones run on the
 // caller's thread when the stream is idle and on its worker when it is busy, and a rank of either
 // kind meets the other: every mix (all idle, all busy, rank 0 busy), every dtype, each collective,
 // the sizes around both boundaries.
