@@ -290,6 +290,8 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
         for (auto op : {gc::ReduceOp::sum, gc::ReduceOp::average, gc::ReduceOp::max, gc::ReduceOp::min}) {
           if (op == gc::ReduceOp::average && !gc::is_floating(t)) continue;
           if (t != gc::DType::float32 && op != gc::ReduceOp::sum && op != gc::ReduceOp::max) continue;
+          // On more ranks the ring starts at (size - 1) MiB: fewer combinations keep the test short.
+          if (c.size() > 2 && mix != 2 && (t != gc::DType::float32 || op != gc::ReduceOp::sum)) continue;
           if (busy) keep_busy(s);
           gc::Buffer send = inputs(t, n, c.rank()), recv(n, t), in_place = inputs(t, n, c.rank());
           c.all_reduce(send, recv, op, s);
@@ -316,6 +318,7 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
       const std::size_t elem = gc::dtype_size(t), ranks = static_cast<std::size_t>(c.size());
       const std::size_t other_from = c.size() == 2 ? 4096 : ring_from;
       for (std::size_t per : {other_from / ranks / elem + 1, (std::size_t{33} << 16) / elem + 3}) {
+        if (c.size() > 2 && per > other_from / ranks / elem + 1) continue;  // more segments: 2 ranks
         if (busy) keep_busy(s);
         gc::Buffer send = inputs(t, per * ranks, c.rank()), shard(per, t);
         c.reduce_scatter(send, shard, gc::ReduceOp::sum, s);

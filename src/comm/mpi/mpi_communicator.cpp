@@ -60,43 +60,17 @@ struct NarrowTypes {
 
 NarrowTypes& narrow();
 
-template <class T, class Combine>
-void combine_as(const unsigned char* in, unsigned char* inout, std::int64_t n, Combine combine) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    T x, y;
-    std::memcpy(&x, in + i * sizeof(T), sizeof(T));
-    std::memcpy(&y, inout + i * sizeof(T), sizeof(T));
-    const T r = combine(x, y);
-    std::memcpy(inout + i * sizeof(T), &r, sizeof(T));
-  }
+// MPI's user op over 2-byte fp16 / bf16 elements: inout = in (op) inout, widened, combined in
+// fp32, rounded once (the ring's and the agreement's reduction).
+void reduce_narrow(void* in, void* inout, int* len, MPI_Datatype* type, ReduceOp op) {
+  detail::reduce_elements(static_cast<const unsigned char*>(in), static_cast<const unsigned char*>(inout),
+                          static_cast<unsigned char*>(inout), *len,
+                          *type == narrow().f16 ? DType::float16 : DType::bfloat16, op);
 }
 
-template <class Combine>
-void combine_narrow(const unsigned char* in, unsigned char* inout, std::int64_t n, bool half, Combine combine) {
-  combine_as<std::uint16_t>(in, inout, n, [&](std::uint16_t a, std::uint16_t b) {
-    const float x = half ? detail::half_bits_to_float(a) : detail::bfloat16_bits_to_float(a);
-    const float y = half ? detail::half_bits_to_float(b) : detail::bfloat16_bits_to_float(b);
-    const float r = combine(x, y);
-    return half ? detail::float_to_half_bits(r) : detail::float_to_bfloat16_bits(r);
-  });
-}
-
-// MPI's user op over 2-byte fp16 / bf16 elements: widened, combined in fp32, rounded once.
-template <class Combine>
-void reduce_narrow(void* in, void* inout, int* len, MPI_Datatype* type, Combine combine) {
-  combine_narrow(static_cast<const unsigned char*>(in), static_cast<unsigned char*>(inout), *len, *type == narrow().f16,
-                 combine);
-}
-
-void narrow_sum(void* in, void* inout, int* len, MPI_Datatype* t) {
-  reduce_narrow(in, inout, len, t, [](float x, float y) { return x + y; });
-}
-void narrow_max(void* in, void* inout, int* len, MPI_Datatype* t) {
-  reduce_narrow(in, inout, len, t, [](float x, float y) { return x > y ? x : y; });
-}
-void narrow_min(void* in, void* inout, int* len, MPI_Datatype* t) {
-  reduce_narrow(in, inout, len, t, [](float x, float y) { return x < y ? x : y; });
-}
+void narrow_sum(void* in, void* inout, int* len, MPI_Datatype* t) { reduce_narrow(in, inout, len, t, ReduceOp::sum); }
+void narrow_max(void* in, void* inout, int* len, MPI_Datatype* t) { reduce_narrow(in, inout, len, t, ReduceOp::max); }
+void narrow_min(void* in, void* inout, int* len, MPI_Datatype* t) { reduce_narrow(in, inout, len, t, ReduceOp::min); }
 
 NarrowTypes& narrow() {
   static NarrowTypes t;
@@ -204,25 +178,6 @@ bool consistent(const Agreement& a) {
   return true;
 }
 
-template <class Combine>
-void combine_typed(DType t, const unsigned char* in, unsigned char* inout, std::int64_t n, Combine combine) {
-  switch (t) {
-    case DType::float32:
-      return combine_as<float>(in, inout, n, combine);
-    case DType::float64:
-      return combine_as<double>(in, inout, n, combine);
-    case DType::int32:
-      return combine_as<std::int32_t>(in, inout, n, combine);
-    case DType::int64:
-      return combine_as<std::int64_t>(in, inout, n, combine);
-    case DType::float16:
-    case DType::bfloat16:
-      return combine_narrow(in, inout, n, t == DType::float16, combine);
-    default:
-      return;
-  }
-}
-
 // The messages of an agreement: the header, and the payload when the data is inline and the
 // headers so far agree (a disagreement's payload is never used, and its sizes may be anything).
 int wire_bytes(const Agreement& a) {
@@ -245,26 +200,7 @@ void combine_agreements(const Agreement& in, Agreement& io) {
     return;
   }
   const std::int64_t n = in.high[3] * (kind == Collective::reduce_scatter ? in.high[5] : 1);
-  switch (static_cast<ReduceOp>(in.high[1])) {
-    case ReduceOp::sum:
-    case ReduceOp::average:
-      combine_typed(t, in.payload, io.payload, n, [](auto x, auto y) {
-        using T = decltype(x);
-        if constexpr (std::is_integral_v<T>) {  // wraps, as MPI_SUM does (signed overflow is undefined)
-          using U = std::make_unsigned_t<T>;
-          return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
-        } else {
-          return x + y;
-        }
-      });
-      break;
-    case ReduceOp::max:
-      combine_typed(t, in.payload, io.payload, n, [](auto x, auto y) { return x > y ? x : y; });
-      break;
-    case ReduceOp::min:
-      combine_typed(t, in.payload, io.payload, n, [](auto x, auto y) { return x < y ? x : y; });
-      break;
-  }
+  detail::reduce_elements(in.payload, io.payload, io.payload, n, t, static_cast<ReduceOp>(in.high[1]));
 }
 
 // The agreement's all-reduce, over point-to-point messages on the communicator's own duplicate
