@@ -1,7 +1,8 @@
 // The MPI backend of Communicator: host buffers; every collective after an agreement of the ranks
-// on it. Small ones travel inside the agreement, large all-reduces in a polled ring of
-// point-to-point messages (both on the caller's thread when the stream is idle), the rest in MPI's
-// blocking collectives on the stream's worker under a watchdog; fp16/bf16 through custom MPI ops.
+// on it. Small ones travel inside the agreement, large ones (on 2 ranks; from (p - 1) MiB on more)
+// in a polled ring of point-to-point messages (both on the caller's thread when the stream is idle),
+// the rest in MPI's blocking collectives on the stream's worker under a watchdog; fp16/bf16 reduce
+// through custom MPI ops.
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/runtime/error.hpp>
 
