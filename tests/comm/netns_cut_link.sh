@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A node cut off mid all-reduce (#18): 2 network-namespace nodes x 2 ranks all-reduce 1 MiB in a
+# A node cut off mid all-reduce (#18): 2 network-namespace nodes x 2 ranks all-reduce 1 and 4 MiB in a
 # loop; once every rank has done a few rounds, node 2's link goes down. Passes when, within the
 # timeout plus a few seconds, both ranks of node 1 report a CommunicationError naming the
 # all-reduce, and no rank process is left on either node (node 2's ranks time out too, but their

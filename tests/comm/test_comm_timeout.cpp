@@ -13,6 +13,7 @@
 #include <gpucloud/runtime/stream.hpp>
 
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <csignal>
@@ -49,12 +50,13 @@ int late_rank(gc::Communicator& c) {
   if (c.rank() == 0) std::printf(all_ok ? "LATE RANK TEST PASSED\n" : "LATE RANK TEST FAILED\n");
   return all_ok ? 0 : 1;
 }
-// "cut": every rank all-reduces 1 MiB over and over, printing "cut: ready" after 5 rounds; the
+// "cut": every rank all-reduces 1 MiB and 4 MiB in turn over and over (on 4 ranks, MPI's own
+// collective on the worker, then gpucloud's ring on the worker), printing "cut: ready" after 5 rounds; the
 // test script then takes one node's link down. Every rank must get a CommunicationError naming the
 // all-reduce within its timeout (GPUCLOUD_COMM_TIMEOUT), say so and leave (the job then ends).
 int cut_link(gc::Communicator& c) {
   gc::Stream s;
-  gc::Buffer data(1 << 18, gc::DType::float32);
+  gc::Buffer data(1 << 20, gc::DType::float32);
   const auto began = std::chrono::steady_clock::now();
   auto since = [&] {
     return static_cast<long long>(
@@ -62,7 +64,8 @@ int cut_link(gc::Communicator& c) {
   };
   try {
     for (int round = 0; round < 100000; ++round) {
-      c.all_reduce(data, data, gc::ReduceOp::sum, s);
+      const gc::BufferView v = round % 2 == 0 ? data.view().slice(0, 1 << 18) : data.view();
+      c.all_reduce(v, v, gc::ReduceOp::sum, s);
       s.synchronize();
       if (round == 5) std::printf("cut: rank %d ready\n", c.rank());
       std::fflush(stdout);
@@ -75,15 +78,26 @@ int cut_link(gc::Communicator& c) {
   std::printf("cut: rank %d FAILED: never cut\n", c.rank());
   return 1;
 }
-// "stall": 2 ranks all-reduce 512 KiB in place over and over on idle streams: a ring of polled
-// messages on each caller's thread (the agreement before it takes a few µs of each call). 200 ms
-// in, rank 1 stops itself (SIGSTOP) between two polls, nearly always inside the ring: rank 0 must
-// get the CommunicationError within its 1 s timeout instead of waiting for ever, with the
-// communicator broken; it then leaves and the job ends (the stopped rank with it).
-int stall(gc::Communicator& c) {
+// "stall" / "stall-worker": 2 ranks all-reduce 512 KiB / 4 MiB in place over and over on idle
+// streams: a ring of polled messages on each caller's thread, or (above 1 MiB) on the stream's
+// worker (the agreement before it takes a few µs of each call). 200 ms in, rank 1 stops itself
+// (SIGSTOP) between two polls, nearly always inside the ring: rank 0 must get the
+// CommunicationError within its 1 s timeout instead of waiting for ever, with the communicator
+// broken, and nothing of the abandoned collective may keep a core busy afterwards (a thread left
+// polling, or spinning in a blocking MPI call). It then leaves and the job ends (the stopped rank
+// with it).
+// User and system CPU time of the process so far, all threads.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+int stall(gc::Communicator& c, std::size_t floats) {
   c.set_timeout(std::chrono::milliseconds(1000));
   gc::Stream s;
-  gc::Buffer data(1 << 17, gc::DType::float32);
+  gc::Buffer data(floats, gc::DType::float32);
   gc::fill(data, 0.0, s);
   s.synchronize();
   const auto began = std::chrono::steady_clock::now();
@@ -107,8 +121,15 @@ int stall(gc::Communicator& c) {
     waited = static_cast<long long>(
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began).count());
     // Rank 1 only runs again when the job is being ended (mpirun continues it to terminate it).
-    const bool ok = c.rank() != 0 || (c.broken() && std::string(e.what()).find("waited") != std::string::npos &&
-                                      waited >= 1000 && waited < 6000);
+    bool ok = c.rank() != 0 || (c.broken() && std::string(e.what()).find("waited") != std::string::npos &&
+                                waited >= 1000 && waited < 6000);
+    if (c.rank() == 0) {  // CPU time of the whole process over 500 ms of this thread sleeping
+      const double before = cpu_seconds();
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      const double busy = cpu_seconds() - before;
+      std::printf("stall: rank 0 used %.0f ms of CPU in the 500 ms after the error\n", busy * 1e3);
+      ok = ok && busy < 0.1;
+    }
     std::printf("stall: rank %d CommunicationError at %lld ms after %lld calls: %s\n%s\n", c.rank(), waited, calls,
                 e.what(),
                 c.rank() != 0 ? ""
@@ -129,7 +150,8 @@ int main(int argc, char** argv) {
   gc::Communicator c = gc::Communicator::mpi_world();
   if (argc > 1 && std::string(argv[1]) == "late") return late_rank(c);
   if (argc > 1 && std::string(argv[1]) == "cut") return cut_link(c);
-  if (argc > 1 && std::string(argv[1]) == "stall") return stall(c);
+  if (argc > 1 && std::string(argv[1]) == "stall") return stall(c, std::size_t{1} << 17);
+  if (argc > 1 && std::string(argv[1]) == "stall-worker") return stall(c, std::size_t{1} << 20);
   gc::Communicator again = gc::Communicator::mpi_world();  // for the dropped stream, below
   gc::Communicator idle = gc::Communicator::mpi_world();   // for the in-place collective, below
   if (c.rank() != 0) {                                     // never joins: waits, or leaves the job at once

@@ -210,8 +210,8 @@ void combine_agreements(const Agreement& in, Agreement& io) {
 // caller's thread). Recursive doubling: log2(p) rounds, where p is the largest power of two up to
 // the size; the ranks above p first fold their agreement into rank - p and get the result back at
 // the end. Each pair combines the lower rank's side first, so every rank ends with the same bytes,
-// as MPI's all-reduce. Driven by test() (the caller polls, in place) or wait() (the worker blocks,
-// under the watchdog's deadline). @p a (this rank's agreement in, the combined one out) and @p peer
+// as MPI's all-reduce. Driven by test(), polled (in place or on the worker) against the timeout.
+// @p a (this rank's agreement in, the combined one out) and @p peer
 // (what peers send) must stay put until the exchange completes, or for ever if it is abandoned.
 class AgreementExchange {
  public:
@@ -223,27 +223,19 @@ class AgreementExchange {
   AgreementExchange& operator=(const AgreementExchange&) = delete;
 
   /// Progresses without blocking; true once this rank has the combined agreement.
-  bool test() { return advance(false); }
-  /// Blocks until this rank has the combined agreement.
-  void wait() { (void)advance(true); }
+  bool test() {
+    for (;;) {
+      if (phase_ == Phase::done) return true;
+      int complete = 0;
+      GPUCLOUD_MPI_CHECK(MPI_Testall(2, requests_, &complete, MPI_STATUSES_IGNORE));
+      if (!complete) return false;
+      completed();
+    }
+  }
 
  private:
   enum class Phase { start, fold, round, send_back, receive_result, done };
   static constexpr int kMaxWire = static_cast<int>(sizeof(Agreement));
-
-  bool advance(bool block) {
-    for (;;) {
-      if (phase_ == Phase::done) return true;
-      if (block) {
-        GPUCLOUD_MPI_CHECK(MPI_Waitall(2, requests_, MPI_STATUSES_IGNORE));
-      } else {
-        int complete = 0;
-        GPUCLOUD_MPI_CHECK(MPI_Testall(2, requests_, &complete, MPI_STATUSES_IGNORE));
-        if (!complete) return false;
-      }
-      completed();
-    }
-  }
 
   // The messages of the current phase have completed: combine, then post the next phase's.
   void completed() {
@@ -373,19 +365,20 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // Drives a polled exchange (an AgreementExchange, a RingCollective) until @p test() is true, the
   // core yielded every 4th test: yielding every time lets a peer's message sit while the other
   // processes on an oversubscribed core run (4 ranks on 2 cores: 8 B in 19-20 µs instead of 7-10,
-  // the raw MPI_Allreduce's 7-11); never yielding starves them. On the caller's thread (@p timed)
-  // it throws the timeout's CommunicationError once the collective has taken `timeout` since
-  // @p began, its messages left to MPI; on the worker the watchdog's deadline bounds it instead.
+  // the raw MPI_Allreduce's 7-11); never yielding starves them. It throws the timeout's
+  // CommunicationError once the collective has taken `timeout` since @p began, its messages left
+  // to MPI: on the caller's thread that is the timeout; on the worker the watchdog's deadline
+  // fires at the same time, and the throw ends the abandoned worker's loop (a blocking MPI call
+  // would keep it spinning until the process ends).
   struct Poll {
     MpiCommunicator& c;
     const char* call;
     std::chrono::steady_clock::time_point began;
-    bool timed;
     template <class Test>
     void operator()(Test test) const {
       const std::chrono::milliseconds limit = c.timeout.load();
       for (unsigned tests = 1; !test(); ++tests) {
-        if (timed && std::chrono::steady_clock::now() - began >= limit) {
+        if (std::chrono::steady_clock::now() - began >= limit) {
           std::rethrow_exception(c.timed_out(call, began, kEnds));
         }
         if (tests % 4 == 0) std::this_thread::yield();
@@ -416,7 +409,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return static_cast<detail::HostStream&>(*stream.impl()).run_now_if_idle([&] {
       detail::NvtxRange range(call);
       check_usable(call);
-      const Poll poll{*this, call, std::chrono::steady_clock::now(), true};
+      const Poll poll{*this, call, std::chrono::steady_clock::now()};
       Agreement& a = make_agreement(sig, inline_bytes, pack);
       AgreementExchange exchange(a, *peer_agreement, agreement, rank, size);
       poll([&] { return exchange.test(); });
@@ -449,14 +442,15 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     launch_host_func(stream, [self, call, sig, inline_bytes, pack, unpack, body] {
       detail::NvtxRange range(call);
       self->check_usable(call);
-      const Poll poll{*self, call, std::chrono::steady_clock::now(), false};  // busy_seconds' timing too
+      const Poll poll{*self, call, std::chrono::steady_clock::now()};  // busy_seconds' timing too
       detail::run_with_deadline(
           self->timeout,
           [&] {
             std::lock_guard<std::mutex> lock(self->order);  // inside the deadline: its holder may be stuck
             self->check_usable(call);
             Agreement& a = self->make_agreement(sig, inline_bytes, pack);
-            AgreementExchange(a, *self->peer_agreement, self->agreement, self->rank, self->size).wait();
+            AgreementExchange exchange(a, *self->peer_agreement, self->agreement, self->rank, self->size);
+            poll([&] { return exchange.test(); });
             detail::check_agreement(call, self->where, a.high, a.low);
             if (inline_bytes <= kInlineBytes) {
               unpack(*self, a.payload);
