@@ -429,14 +429,17 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // @p sig. When its data fits in kInlineBytes (@p inline_bytes), @p pack writes it into the
   // agreement's payload and @p unpack reads the result from it: the agreement was the whole
   // collective, run in place when the stream is idle (run_in_place). Otherwise @p body(comm, poll)
-  // runs after the agreement: either MPI's blocking (tuned) collectives, or (@p polled: the body
-  // only waits through `poll`, and may run in place) a RingCollective. On the stream's worker it
-  // holds this communicator and runs under the timeout's deadline: a watchdog abandons the worker
-  // of a collective that never completes, and the stream's waiters get the CommunicationError.
+  // runs after the agreement: either MPI's blocking (tuned) collectives, or a RingCollective that
+  // only waits through `poll` (@p ring_bytes, its bytes in all, non-zero), in place when the stream
+  // is idle up to kInPlaceRingBytes. On the stream's worker it holds this communicator and runs
+  // under the timeout's deadline: a watchdog abandons the worker of a collective that never
+  // completes, and the stream's waiters get the CommunicationError.
   template <class Pack, class Unpack, class Body>
   void enqueue(StreamView stream, const char* call, Signature sig, std::size_t inline_bytes, Pack pack, Unpack unpack,
-               Body body, bool polled = false) {
-    if ((inline_bytes <= kInlineBytes || polled) && run_in_place(stream, call, sig, inline_bytes, pack, unpack, body))
+               Body body, std::size_t ring_bytes = 0) {
+    const bool ring_in_place = ring_bytes != 0 && ring_bytes <= kInPlaceRingBytes;
+    if ((inline_bytes <= kInlineBytes || ring_in_place) &&
+        run_in_place(stream, call, sig, inline_bytes, pack, unpack, body))
       return;
     auto self = shared_from_this();
     launch_host_func(stream, [self, call, sig, inline_bytes, pack, unpack, body] {
@@ -657,12 +660,12 @@ auto unpack_reduced(BufferView recv, ReduceOp op) {
 }
 
 // Runs a RingCollective on the communicator's agreement duplicate, waiting through @p poll (on
-// the caller's thread against the timeout, or on the worker under the watchdog).
+// the caller's thread, or on the worker under the watchdog; both against the timeout).
 template <class Poll>
 void run_ring(MpiCommunicator& c, const Poll& poll, detail::RingKind kind, BufferView send, BufferView recv,
-              std::int64_t n, ReduceOp op) {
+              std::int64_t n, ReduceOp op, int root = 0) {
   detail::RingCollective ring(kind, send.data(), recv.data(), n, recv.dtype(), op, c.agreement, c.rank, c.size,
-                              c.scratch());
+                              c.scratch(), root);
   poll([&] { return ring.test(); });
 }
 
@@ -702,7 +705,7 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring && recv.size_bytes() <= kInPlaceRingBytes);
+      ring ? recv.size_bytes() : 0);
 }
 
 void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
@@ -775,7 +778,7 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring && send.size_bytes() <= kInPlaceRingBytes);
+      ring ? send.size_bytes() : 0);
 }
 
 void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView stream) {
@@ -802,7 +805,7 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
         GPUCLOUD_MPI_CHECK(
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
       },
-      ring && recv.size_bytes() <= kInPlaceRingBytes);
+      ring ? recv.size_bytes() : 0);
 }
 
 void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) {
@@ -825,11 +828,7 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
         copy_bytes(buffer.data(), payload, buffer.size_bytes());
       },
       [buffer, root, n, ring](MpiCommunicator& c, const auto& poll) {
-        if (ring) {
-          detail::RingCollective chain(detail::RingKind::broadcast, buffer.data(), buffer.data(), n, buffer.dtype(),
-                                       ReduceOp::sum, c.agreement, c.rank, c.size, c.scratch(), root);
-          return poll([&] { return chain.test(); });
-        }
+        if (ring) return run_ring(c, poll, detail::RingKind::broadcast, buffer, buffer, n, ReduceOp::sum, root);
         const MPI_Datatype type = mpi_type(buffer.dtype(), call);
         const std::size_t elem = dtype_size(buffer.dtype());
         c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
@@ -837,7 +836,7 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
                                        type, root, c.world));
         });
       },
-      ring && buffer.size_bytes() <= kInPlaceRingBytes);
+      ring ? buffer.size_bytes() : 0);
 }
 
 void MpiCommunicator::barrier(StreamView stream) {
