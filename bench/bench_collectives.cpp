@@ -17,6 +17,7 @@
 //                                            all_reduce_auto, with the model's predictions)
 //   ... bench_collectives --max-mib=256       (sizes up to 256 MiB instead of 16: 8 B x 8^k, then
 //                                            the powers of two above 16 MiB)
+//   ... bench_collectives --sizes=131072,1048576   (these sizes in bytes instead)
 #include <gpucloud/gpucloud.hpp>
 
 #include "cuda_baselines.hpp"
@@ -58,6 +59,7 @@ enum Kind { kFlat = 0, kHierarchical = 1, kReduceScatter = 2, kAllGather = 3, kB
 
 bool with_auto = false;  // --auto: measure the cost model first and add all_reduce_auto (kind 5)
 std::int64_t max_bytes = std::int64_t{64} << 20;  // --max-mib=N
+std::vector<std::int64_t> only_sizes;             // --sizes=B,B,...: these sizes instead of the default ladder
 std::optional<gc::AllReduceCostModel> model;      // measured on this job with --auto
 
 double median(std::vector<double> v) {
@@ -179,10 +181,12 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
 // own choice would differ between ranks, and the ranks would then run different collectives.
 void register_all() {
   for (int kind = 0; kind < (with_auto ? 6 : 5); ++kind) {
-    std::vector<std::int64_t> sizes;
-    for (std::int64_t bytes = 8; bytes <= std::min<std::int64_t>(max_bytes, std::int64_t{16} << 20); bytes *= 8)
+    std::vector<std::int64_t> sizes = only_sizes;
+    for (std::int64_t bytes = 8; sizes.empty() && bytes <= std::min<std::int64_t>(max_bytes, std::int64_t{16} << 20);
+         bytes *= 8)
       sizes.push_back(bytes);
-    for (std::int64_t bytes = std::int64_t{32} << 20; bytes <= max_bytes; bytes *= 2) sizes.push_back(bytes);
+    for (std::int64_t bytes = std::int64_t{32} << 20; only_sizes.empty() && bytes <= max_bytes; bytes *= 2)
+      sizes.push_back(bytes);
     for (const std::int64_t bytes : sizes) {
       const std::int64_t iterations = bytes <= (32 << 10)    ? 500
                                       : bytes <= (256 << 10) ? 200
@@ -220,7 +224,19 @@ int main(int argc, char** argv) {
       }
       max_bytes = static_cast<std::int64_t>(mib) << 20;
     }
-    if (!nccl && !automatic && !max) {
+    const bool listed = std::strncmp(argv[i], "--sizes=", 8) == 0;
+    for (const char* at = argv[i] + 8; listed && *at != '\0';) {
+      char* end = nullptr;
+      const long long bytes = std::strtoll(at, &end, 10);
+      if (end == at || bytes < 1 || bytes > (std::int64_t{4} << 30) || (*end != ',' && *end != '\0')) {
+        std::fprintf(stderr, "bench_collectives: --sizes: '%s' is not a list of byte counts in [1, 4 GiB]\n",
+                     argv[i] + 8);
+        return 2;
+      }
+      only_sizes.push_back(bytes);
+      at = *end == ',' ? end + 1 : end;
+    }
+    if (!nccl && !automatic && !max && !listed) {
       ++i;
       continue;
     }

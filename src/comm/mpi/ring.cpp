@@ -12,7 +12,7 @@ namespace gpucloud::detail {
 
 bool ring_applies(std::size_t bytes, int size, std::size_t inline_limit) {
   if (size < 2 || bytes <= inline_limit) return false;
-  return size == 2 || bytes >= static_cast<std::size_t>(size - 1) * (std::size_t{1} << 20);
+  return size == 2 || bytes >= static_cast<std::size_t>(size - 2) * (std::size_t{512} << 10);
 }
 
 namespace {

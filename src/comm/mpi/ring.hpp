@@ -19,8 +19,9 @@ namespace gpucloud::detail {
 /// Whether a collective moving @p bytes in all (the all-reduced vector; every rank's part of a
 /// reduce-scatter or all-gather together) over @p size ranks runs as a RingCollective; every rank
 /// decides the same from the agreed count and dtype. From above @p inline_limit (what travels
-/// inside the agreement) on 2 ranks; from (size - 1) MiB on more, where the ring's 2 (size - 1)
-/// steps stop costing more than MPI's latency-bound algorithms (4 ranks on 2 cores: about 2 MiB).
+/// inside the agreement) on 2 ranks; from (size - 2) x 512 KiB on more, where the ring's 2 (size - 1)
+/// steps stop costing more than MPI's latency-bound algorithms run on the stream's worker (3 ranks
+/// on 2 cores: about 512 KiB, 4 ranks: about 1 MiB; docs/collectives.md).
 bool ring_applies(std::size_t bytes, int size, std::size_t inline_limit);
 
 /// Segments in flight at once, each in its own scratch slot and under its own message tag.
