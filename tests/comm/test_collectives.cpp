@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace gc = gpucloud;
@@ -269,23 +270,27 @@ TEST(Collectives, InlineAndFullPathsGiveTheSameExactAnswers) {
 }
 
 // Large all-reduces (and reduce-scatters, all-gathers) run as a ring of point-to-point messages
-// cut into 64 KiB segments, 16 in flight (from 64 KiB on 2 ranks, from (size - 2) x 512 KiB on more): every dtype and
-// op, in and out of place, every mix of in-place (idle, up to 1 MiB) and worker (busy) ranks, counts that divide
-// neither by the ranks nor by the segments, and more segments than slots. Inputs that are not small integers must come
-// out as the same bytes on every rank.
+// cut into 64 KiB segments, 16 in flight (from 64 KiB on 2 ranks, from (size - 2) x 512 KiB on more; below that on 4,
+// 8 or 16 ranks, halving and doubling, cut the same way): every dtype and op, in and out of place, every mix of
+// in-place (idle, up to 1 MiB) and worker (busy) ranks, counts that divide neither by the ranks nor by the segments,
+// and more segments than slots. Inputs that are not small integers must come out as the same bytes on every rank.
 TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
   auto& c = world();
   gc::Stream s;
   const std::size_t ring_from = c.size() == 2 ? (std::size_t{64} << 10) : std::size_t(c.size() - 2) << 19;
+  const bool halving = c.size() == 4 || c.size() == 8 || c.size() == 16;
   std::size_t wrong = 0;
   for (int mix = 0; mix < 3; ++mix) {
     const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
     for_each_dtype([&](gc::DType t) {
       const std::size_t elem = gc::dtype_size(t);
-      // Just above the ring's limit; above 1 MiB (on the worker); above 16 segments a rank (2 ranks).
-      for (std::size_t bytes : {ring_from + 3 * elem, (std::size_t{1} << 20) + 5 * elem,
-                                c.size() == 2 ? (std::size_t{33} << 16) + 7 * elem : 0}) {
-        if (bytes <= ring_from) continue;
+      // Just above the ring's limit; above 1 MiB (on the worker); above 16 segments a rank (2 ranks);
+      // halving and doubling (4 or 8 ranks) just above the inline limit and just below the ring's.
+      const std::size_t mib = std::size_t{1} << 20;
+      for (std::size_t bytes : {ring_from + 3 * elem, mib + 5 * elem > ring_from ? mib + 5 * elem : 0,
+                                c.size() == 2 ? (std::size_t{33} << 16) + 7 * elem : 0,
+                                halving ? (std::size_t{64} << 10) + 3 * elem : 0, halving ? ring_from - 5 * elem : 0}) {
+        if (bytes == 0) continue;
         const std::size_t n = bytes / elem;
         for (auto op : {gc::ReduceOp::sum, gc::ReduceOp::average, gc::ReduceOp::max, gc::ReduceOp::min}) {
           if (op == gc::ReduceOp::average && !gc::is_floating(t)) continue;
@@ -340,8 +345,11 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
   }
   // Rounding: fractions in fp32 and fp16, summed in a different order per block, give each rank
   // the same bytes (compared as a checksum over the ranks).
-  for (auto t : {gc::DType::float32, gc::DType::float16}) {
-    const std::size_t n = ring_from / gc::dtype_size(t) + 4099;
+  for (auto [t, from] : {std::pair{gc::DType::float32, ring_from}, std::pair{gc::DType::float16, ring_from},
+                         std::pair{gc::DType::float32, halving ? std::size_t{64} << 10 : 0},
+                         std::pair{gc::DType::float16, halving ? std::size_t{64} << 10 : 0}}) {
+    if (from == 0) continue;
+    const std::size_t n = from / gc::dtype_size(t) + 4099;
     gc::Buffer b(n, t);
     for (std::size_t i = 0; i < n; ++i) store(b, i, 1.0 / (3.0 + static_cast<double>((i * 7 + c.rank() * 13) % 101)));
     c.all_reduce(b, b, gc::ReduceOp::sum, s);

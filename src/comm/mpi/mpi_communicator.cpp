@@ -684,14 +684,17 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
   const auto n = static_cast<std::int64_t>(recv.size());
   // Large all-reduces run as a ring of polled point-to-point messages (faster than OpenMPI's tuned
   // call here, and abandonable on any thread); where it applies is the same on every rank.
+  // Below the ring's sizes, 4, 8 or 16 ranks halve and double the same way (fewer steps).
   const bool ring = detail::ring_applies(recv.size_bytes(), size, kInlineBytes);
+  const bool halving = detail::halving_applies(recv.size_bytes(), size, kInlineBytes);
   enqueue(
       stream, call,
       {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
       inline_size(n, 1, recv.dtype()), pack_whole(send), unpack_reduced(recv, op),
-      [send, recv, op, n, ring](MpiCommunicator& c, const auto& poll) {
-        if (ring) {
-          run_ring(c, poll, detail::RingKind::all_reduce, send, recv, n, op);
+      [send, recv, op, n, ring, halving](MpiCommunicator& c, const auto& poll) {
+        if (ring || halving) {
+          run_ring(c, poll, ring ? detail::RingKind::all_reduce : detail::RingKind::all_reduce_halving, send, recv, n,
+                   op);
         } else {
           const MPI_Datatype type = mpi_type(recv.dtype(), call);
           const std::size_t elem = dtype_size(recv.dtype());
@@ -705,7 +708,7 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring ? recv.size_bytes() : 0);
+      ring || halving ? recv.size_bytes() : 0);
 }
 
 void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {

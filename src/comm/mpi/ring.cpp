@@ -1,11 +1,13 @@
 #include "comm/mpi/ring.hpp"
 
 #include <gpucloud/detail/float_bits.hpp>
+#include <gpucloud/runtime/error.hpp>
 
 #include "comm/mpi/mpi_check.hpp"
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 namespace gpucloud::detail {
@@ -13,6 +15,11 @@ namespace gpucloud::detail {
 bool ring_applies(std::size_t bytes, int size, std::size_t inline_limit) {
   if (size < 2 || bytes <= inline_limit) return false;
   return size == 2 || bytes >= static_cast<std::size_t>(size - 2) * (std::size_t{512} << 10);
+}
+
+bool halving_applies(std::size_t bytes, int size, std::size_t inline_limit) {
+  const bool power_of_two = size >= 4 && size <= 16 && (size & (size - 1)) == 0;
+  return power_of_two && bytes > inline_limit && !ring_applies(bytes, size, inline_limit);
 }
 
 namespace {
@@ -98,7 +105,9 @@ RingCollective::RingCollective(RingKind kind, const void* send, void* recv, std:
       size_(size),
       root_(root),
       scratch_(scratch) {
-  segment_elems_ = static_cast<std::int64_t>(kRingSegmentBytes / elem_);
+  const bool halving = kind_ == RingKind::all_reduce_halving;
+  // A halving step receives a segment of up to size / 2 blocks into the slot's scratch.
+  segment_elems_ = static_cast<std::int64_t>((halving ? 4 * kRingSegmentBytes / size_ : kRingSegmentBytes) / elem_);
   const std::size_t bytes = static_cast<std::size_t>(count_) * elem_;
   // An all-gather starts from this rank's block in place; alone, every collective is a copy.
   if (kind_ == RingKind::all_gather && bytes != 0) std::memcpy(recv_ + rank_ * bytes, send_, bytes);
@@ -108,19 +117,26 @@ RingCollective::RingCollective(RingKind kind, const void* send, void* recv, std:
   }
   first_step_ = kind_ == RingKind::all_gather ? size_ - 1 : 0;
   end_step_ = kind_ == RingKind::reduce_scatter ? size_ - 1 : 2 * (size_ - 1);
+  if (halving) {
+    GPUCLOUD_EXPECTS(size_ <= kMaxHalvingRanks && (size_ & (size_ - 1)) == 0, "RingCollective",
+                     "halving needs a power-of-two number of ranks up to 16, not " + std::to_string(size_));
+    while ((1 << log_size_) < size_) ++log_size_;
+    end_step_ = 2 * log_size_;
+  }
   if (kind_ == RingKind::broadcast) {  // step 0 receives from upstream, step 1 sends downstream
     const int d = block(rank_ - root_);
     first_step_ = d == 0 ? 1 : 0;
     end_step_ = d == size_ - 1 ? 1 : 2;
   }
-  const std::int64_t longest = kind_ == RingKind::all_reduce ? count_ / size_ + (count_ % size_ != 0 ? 1 : 0) : count_;
+  const bool blocks = kind_ == RingKind::all_reduce || halving;
+  const std::int64_t longest = blocks ? count_ / size_ + (count_ % size_ != 0 ? 1 : 0) : count_;
   segments_ = std::max<std::int64_t>(1, (longest + segment_elems_ - 1) / segment_elems_);
   for (int s = 0; s < kRingSlots && s < segments_; ++s) start(s, s);
 }
 
 void RingCollective::piece(int b, std::int64_t segment, std::int64_t& offset, std::int64_t& length) const {
   std::int64_t begin = kind_ == RingKind::broadcast ? 0 : b * count_, len = count_;  // else equal blocks
-  if (kind_ == RingKind::all_reduce) {
+  if (kind_ == RingKind::all_reduce || kind_ == RingKind::all_reduce_halving) {
     const std::int64_t q = count_ / size_, m = count_ % size_;
     begin = b * q + std::min<std::int64_t>(b, m);
     len = q + (b < m ? 1 : 0);
@@ -145,6 +161,7 @@ void RingCollective::start(int s, std::int64_t segment) {
 // so no buffer is written while a send still reads it.
 void RingCollective::post(int s) {
   if (kind_ == RingKind::broadcast) return post_broadcast(s);
+  if (kind_ == RingKind::all_reduce_halving) return post_halving(s);
   Slot& slot = slots_[s];
   const int t = slot.step, to = block(rank_ + 1), from = block(rank_ - 1), tag = kRingFirstTag + s;
   std::int64_t send_at = 0, send_n = 0, recv_at = 0, recv_n = 0;
@@ -171,6 +188,55 @@ void RingCollective::post(int s) {
   const auto bytes = [this](std::int64_t n) { return static_cast<int>(static_cast<std::size_t>(n) * elem_); };
   GPUCLOUD_MPI_CHECK(MPI_Irecv(into, bytes(recv_n), MPI_BYTE, from, tag, comm_, &slot.requests[0]));
   GPUCLOUD_MPI_CHECK(MPI_Isend(source, bytes(send_n), MPI_BYTE, to, tag, comm_, &slot.requests[1]));
+  slot.pending = 2;
+}
+
+// Halving step t < log2(size), m = size >> (t + 1): of the 2m blocks this rank still reduces
+// (those agreeing with it above bit m), keep the m on its side of bit m and send the other m to
+// rank ^ m, one message per block, received into the slot's scratch. Doubling step log2(size) + u,
+// m = 1 << u: send the m finished blocks this rank holds, receive the partner's m into recv. Both
+// sides post a step's messages in block order, so same-tag messages match in order.
+void RingCollective::post_halving(int s) {
+  Slot& slot = slots_[s];
+  const int t = slot.step, tag = kRingFirstTag + s;
+  const bool halving = t < log_size_;
+  const int m = halving ? size_ >> (t + 1) : 1 << (t - log_size_), partner = rank_ ^ m;
+  const int into = halving ? (rank_ & ~(2 * m - 1)) + (rank_ & m) : partner & ~(m - 1);
+  const int from = halving ? (rank_ & ~(2 * m - 1)) + (partner & m) : rank_ & ~(m - 1);
+  const unsigned char* source = halving && t == 0 ? send_ : recv_;
+  slot.pending = 0;
+  for (int i = 0; i < m; ++i) {
+    std::int64_t at = 0, n = 0;
+    piece(into + i, slot.segment, at, n);
+    unsigned char* to = halving ? half(s, 0) + static_cast<std::size_t>(i * segment_elems_) * elem_
+                                : recv_ + static_cast<std::size_t>(at) * elem_;
+    GPUCLOUD_MPI_CHECK(MPI_Irecv(to, static_cast<int>(static_cast<std::size_t>(n) * elem_), MPI_BYTE, partner, tag,
+                                 comm_, &slot.requests[slot.pending++]));
+  }
+  for (int i = 0; i < m; ++i) {
+    std::int64_t at = 0, n = 0;
+    piece(from + i, slot.segment, at, n);
+    GPUCLOUD_MPI_CHECK(MPI_Isend(source + static_cast<std::size_t>(at) * elem_,
+                                 static_cast<int>(static_cast<std::size_t>(n) * elem_), MPI_BYTE, partner, tag, comm_,
+                                 &slot.requests[slot.pending++]));
+  }
+}
+
+// A halving step's blocks arrived: each reduced with this rank's (its input at step 0, its partial
+// result after) into recv.
+void RingCollective::completed_halving(int s) {
+  Slot& slot = slots_[s];
+  const int t = slot.step;
+  if (t >= log_size_) return;
+  const int m = size_ >> (t + 1), first = (rank_ & ~(2 * m - 1)) + (rank_ & m);
+  const unsigned char* mine = t == 0 ? send_ : recv_;
+  for (int i = 0; i < m; ++i) {
+    std::int64_t at = 0, n = 0;
+    piece(first + i, slot.segment, at, n);
+    const std::size_t offset = static_cast<std::size_t>(at) * elem_;
+    reduce_elements(half(s, 0) + static_cast<std::size_t>(i * segment_elems_) * elem_, mine + offset, recv_ + offset, n,
+                    dtype_, op_);
+  }
 }
 
 // A broadcast's segment: received from the rank before in the chain, then sent to the next.
@@ -185,12 +251,15 @@ void RingCollective::post_broadcast(int s) {
   } else {
     GPUCLOUD_MPI_CHECK(MPI_Isend(data, bytes, MPI_BYTE, block(rank_ + 1), tag, comm_, &slot.requests[0]));
   }
+  slot.pending = 1;
 }
 
 void RingCollective::completed(int s) {
   Slot& slot = slots_[s];
   const int t = slot.step;
-  if (kind_ != RingKind::broadcast && t < size_ - 1) {  // the partial result upstream, then this rank's share
+  if (kind_ == RingKind::all_reduce_halving) {
+    completed_halving(s);
+  } else if (kind_ != RingKind::broadcast && t < size_ - 1) {  // the partial result upstream, then this rank's share
     std::int64_t at = 0, n = 0;
     piece(block(rank_ - t - 2), slot.segment, at, n);
     const std::size_t offset = static_cast<std::size_t>(at) * elem_;
@@ -210,7 +279,7 @@ bool RingCollective::test() {
   for (int s = 0; s < kRingSlots; ++s) {
     if (!slots_[s].active) continue;
     int complete = 0;
-    GPUCLOUD_MPI_CHECK(MPI_Testall(2, slots_[s].requests, &complete, MPI_STATUSES_IGNORE));
+    GPUCLOUD_MPI_CHECK(MPI_Testall(slots_[s].pending, slots_[s].requests, &complete, MPI_STATUSES_IGNORE));
     if (complete) completed(s);
   }
   return live_ == 0;

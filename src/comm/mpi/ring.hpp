@@ -24,6 +24,13 @@ namespace gpucloud::detail {
 /// on 2 cores: about 512 KiB, 4 ranks: about 1 MiB; docs/collectives.md).
 bool ring_applies(std::size_t bytes, int size, std::size_t inline_limit);
 
+/// Whether an all-reduce of @p bytes over @p size ranks that ring_applies() leaves to MPI runs as
+/// recursive halving then doubling instead (RingKind::all_reduce_halving): 4, 8 or 16 ranks, above
+/// @p inline_limit. Its 2 log2(size) steps beat the ring's 2 (size - 1) below the ring's sizes, and
+/// polled on the caller's thread it skips the hand-off MPI's blocking call needs (4 ranks on 2
+/// cores, 128 KiB-1 MiB: docs/collectives.md).
+bool halving_applies(std::size_t bytes, int size, std::size_t inline_limit);
+
 /// Segments in flight at once, each in its own scratch slot and under its own message tag.
 constexpr int kRingSlots = 16;
 /// Bytes of one segment (and of each of a slot's two scratch halves).
@@ -33,8 +40,8 @@ constexpr std::size_t kRingScratchBytes = 2 * kRingSlots * kRingSegmentBytes;
 /// The first message tag a ring uses (tags [kRingFirstTag, kRingFirstTag + kRingSlots)).
 constexpr int kRingFirstTag = 1;
 
-/// Which collective a RingCollective runs.
-enum class RingKind { all_reduce, reduce_scatter, all_gather, broadcast };
+/// Which collective a RingCollective runs, and how.
+enum class RingKind { all_reduce, reduce_scatter, all_gather, broadcast, all_reduce_halving };
 
 /// One collective over the ranks of @p comm. all_reduce: recv = reduce(send), @p count elements,
 /// send == recv in place; blocks of count / size (the first count % size one longer).
@@ -42,8 +49,12 @@ enum class RingKind { all_reduce, reduce_scatter, all_gather, broadcast };
 /// (size x count) = every rank's send (@p count). broadcast: recv (@p count, send unused) = @p root's,
 /// segments passed down the chain root, root+1, ..., root-1. Reductions run along the ring: block b is
 /// reduced by ranks b+1, b+2, ..., b once and copied to the others, so every rank ends with the
-/// same bytes. Blocks are cut into segments of kRingSegmentBytes; slot s carries segments s,
-/// s + kRingSlots, ... through the steps, one at a time. The buffers and @p scratch
+/// same bytes. all_reduce_halving (a power-of-two @p size up to 16): the same blocks, reduced by
+/// recursive halving (step k exchanges half of the blocks still held with rank ^ (size >> (k + 1)))
+/// then gathered by recursive doubling; block b is reduced along a tree once and ends on rank b,
+/// so again every rank has the same bytes. Blocks are cut into segments of kRingSegmentBytes
+/// (all_reduce_halving: 4 x kRingSegmentBytes / size, a step moving one per block it exchanges);
+/// slot s carries segments s, s + kRingSlots, ... through the steps, one at a time. The buffers and @p scratch
 /// (kRingScratchBytes) must stay put until it completes, or for ever if it is abandoned. Average
 /// is not divided here (the caller divides).
 class RingCollective {
@@ -57,16 +68,20 @@ class RingCollective {
   bool test();
 
  private:
+  static constexpr int kMaxHalvingRanks = 16;
   struct Slot {
     std::int64_t segment = 0;
     int step = 0;
     bool active = false;
-    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int pending = 0;  // requests posted for the current step, from requests[0]
+    MPI_Request requests[kMaxHalvingRanks];
   };
   void start(int slot, std::int64_t segment);
   void post(int slot);
   void completed(int slot);
   void post_broadcast(int slot);
+  void post_halving(int slot);
+  void completed_halving(int slot);
   // Element offset (in the whole vector) and length of @p segment of block @p block.
   void piece(int block, std::int64_t segment, std::int64_t& offset, std::int64_t& length) const;
   int block(int k) const { return ((k % size_) + size_) % size_; }
@@ -82,7 +97,7 @@ class RingCollective {
   ReduceOp op_;
   std::size_t elem_;
   MPI_Comm comm_;
-  int rank_, size_, root_, first_step_ = 0, end_step_ = 0, live_ = 0;
+  int rank_, size_, root_, first_step_ = 0, end_step_ = 0, live_ = 0, log_size_ = 0;
   unsigned char* scratch_;
   Slot slots_[kRingSlots];
 };
