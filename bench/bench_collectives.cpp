@@ -182,8 +182,8 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
 void register_all() {
   for (int kind = 0; kind < (with_auto ? 6 : 5); ++kind) {
     std::vector<std::int64_t> sizes = only_sizes;
-    for (std::int64_t bytes = 8; sizes.empty() && bytes <= std::min<std::int64_t>(max_bytes, std::int64_t{16} << 20);
-         bytes *= 8)
+    for (std::int64_t bytes = 8;
+         only_sizes.empty() && bytes <= std::min<std::int64_t>(max_bytes, std::int64_t{16} << 20); bytes *= 8)
       sizes.push_back(bytes);
     for (std::int64_t bytes = std::int64_t{32} << 20; only_sizes.empty() && bytes <= max_bytes; bytes *= 2)
       sizes.push_back(bytes);
