@@ -669,6 +669,18 @@ void run_ring(MpiCommunicator& c, const Poll& poll, detail::RingKind kind, Buffe
   poll([&] { return ring.test(); });
 }
 
+// One phase of the hierarchical all-reduce over @p comm (the node's, or the ranks holding the same
+// shard on every node): @p n elements of @p t from @p send (or recv) to @p recv.
+template <class Poll>
+void run_phase(MpiCommunicator& c, const Poll& poll, MPI_Comm comm, detail::RingKind kind, detail::RingSteps steps,
+               const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) {
+  int rank = 0, size = 1;
+  GPUCLOUD_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  GPUCLOUD_MPI_CHECK(MPI_Comm_size(comm, &size));
+  detail::RingCollective ring(kind, send, recv, n, t, op, comm, rank, size, c.scratch(), 0, steps);
+  poll([&] { return ring.test(); });
+}
+
 // Per-rank counts of reduce-scatter and all-gather go to MPI as one int.
 void check_count(BufferView v, std::int64_t max_count, const char* call, const char* arg) {
   GPUCLOUD_EXPECTS(static_cast<std::int64_t>(v.size()) <= max_count, call,
@@ -684,9 +696,9 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
   const auto n = static_cast<std::int64_t>(recv.size());
   // Large all-reduces run as a ring of polled point-to-point messages (faster than OpenMPI's tuned
   // call here, and abandonable on any thread); where it applies is the same on every rank.
-  // Below the ring's sizes, 4, 8 or 16 ranks halve and double the same way (fewer steps).
-  const bool ring = detail::ring_applies(recv.size_bytes(), size, kInlineBytes);
-  const bool halving = detail::halving_applies(recv.size_bytes(), size, kInlineBytes);
+  // 4, 8 or 16 ranks halve and double instead below the ring's sizes, or on more than one node.
+  const bool halving = detail::halving_applies(recv.size_bytes(), size, nodes, kInlineBytes);
+  const bool ring = !halving && detail::ring_applies(recv.size_bytes(), size, kInlineBytes);
   enqueue(
       stream, call,
       {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
@@ -715,43 +727,36 @@ void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, 
   constexpr const char* call = "Communicator::hierarchical_all_reduce";
   check_all_reduce(send, recv, op, stream, call);
   const auto total = static_cast<std::int64_t>(send.size());
-  enqueue(stream, call,
-          {Collective::hierarchical_all_reduce, static_cast<std::int64_t>(op), -1, total,
-           static_cast<std::int64_t>(send.dtype())},
-          inline_size(total, 1, send.dtype()), pack_whole(send), unpack_reduced(recv, op),  // tiny: flat, inline
-          [send, recv, op, total](MpiCommunicator& c, const auto&) {
-            const MPI_Datatype type = mpi_type(send.dtype(), call);
-            const MPI_Op mop = mpi_op(op, send.dtype());
-            const std::size_t elem = dtype_size(send.dtype());
-            const int L = c.local_size;
-            c.in_pieces(total, [&](std::int64_t at, std::int64_t n) {
-              const auto* in = static_cast<const unsigned char*>(send.data()) + at * elem;
-              auto* out = static_cast<unsigned char*>(recv.data()) + at * elem;
-              // Shards of the piece over the node's ranks; the first n % L get one more.
-              std::vector<int> counts(L), displs(L);
-              for (int i = 0, pos = 0; i < L; ++i) {
-                counts[i] = static_cast<int>(n / L + (i < n % L ? 1 : 0));
-                displs[i] = pos;
-                pos += counts[i];
-              }
-              // This rank's shard is computed in place, in recv, where the all-gather expects it.
-              const int me = c.local_rank;
-              unsigned char* mine = out + static_cast<std::size_t>(displs[me]) * elem;
-              // (1) reduce-scatter inside the node
-              if (in == out) {  // in place: MPI leaves the shard at the front of recv
-                GPUCLOUD_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, out, counts.data(), type, mop, c.local));
-                if (displs[me] != 0) std::memmove(mine, out, static_cast<std::size_t>(counts[me]) * elem);
-              } else {
-                GPUCLOUD_MPI_CHECK(MPI_Reduce_scatter(in, mine, counts.data(), type, mop, c.local));
-              }
-              // (2) all-reduce of the shard among the ranks holding it on the other nodes
-              GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mine, counts[me], type, mop, c.cross));
-              // (3) all-gather inside the node
-              GPUCLOUD_MPI_CHECK(
-                  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, counts.data(), displs.data(), type, c.local));
-            });
-            if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
-          });
+  enqueue(
+      stream, call,
+      {Collective::hierarchical_all_reduce, static_cast<std::int64_t>(op), -1, total,
+       static_cast<std::int64_t>(send.dtype())},
+      inline_size(total, 1, send.dtype()), pack_whole(send), unpack_reduced(recv, op),  // tiny: flat, inline
+      [send, recv, op, total](MpiCommunicator& c, const auto& poll) {
+        const std::size_t elem = dtype_size(send.dtype());
+        c.in_pieces(total, [&](std::int64_t at, std::int64_t n) {
+          const auto* in = static_cast<const unsigned char*>(send.data()) + at * elem;
+          auto* out = static_cast<unsigned char*>(recv.data()) + at * elem;
+          // Shards of the piece over the node's ranks, the first n % L one longer: the ring
+          // all-reduce's blocks, so its two halves are phases (1) and (3).
+          const std::int64_t L = c.local_size, me = c.local_rank;
+          const std::int64_t shard = n / L + (me < n % L ? 1 : 0), offset = me * (n / L) + std::min(me, n % L);
+          unsigned char* mine = out + static_cast<std::size_t>(offset) * elem;
+          // (1) reduce-scatter inside the node: this rank's shard of the sum into recv
+          run_phase(c, poll, c.local, detail::RingKind::all_reduce, detail::RingSteps::reduce_scatter_half, in, out, n,
+                    send.dtype(), op);
+          // (2) all-reduce of the shard among the ranks holding it on the other nodes, in place
+          const std::size_t bytes = static_cast<std::size_t>(shard) * elem;
+          const auto across = detail::halving_applies(bytes, c.nodes, c.nodes, 0) ? detail::RingKind::all_reduce_halving
+                                                                                  : detail::RingKind::all_reduce;
+          run_phase(c, poll, c.cross, across, detail::RingSteps::all, mine, mine, shard, send.dtype(), op);
+          // (3) all-gather inside the node
+          run_phase(c, poll, c.local, detail::RingKind::all_reduce, detail::RingSteps::all_gather_half, out, out, n,
+                    send.dtype(), op);
+        });
+        if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
+      },
+      recv.size_bytes());  // every phase polled: on the caller's thread when idle, up to 1 MiB
 }
 
 void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {

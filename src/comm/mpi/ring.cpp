@@ -17,9 +17,9 @@ bool ring_applies(std::size_t bytes, int size, std::size_t inline_limit) {
   return size == 2 || bytes >= static_cast<std::size_t>(size - 2) * (std::size_t{512} << 10);
 }
 
-bool halving_applies(std::size_t bytes, int size, std::size_t inline_limit) {
+bool halving_applies(std::size_t bytes, int size, int nodes, std::size_t inline_limit) {
   const bool power_of_two = size >= 4 && size <= 16 && (size & (size - 1)) == 0;
-  return power_of_two && bytes > inline_limit && !ring_applies(bytes, size, inline_limit);
+  return power_of_two && bytes > inline_limit && (nodes > 1 || !ring_applies(bytes, size, inline_limit));
 }
 
 namespace {
@@ -92,7 +92,7 @@ void reduce_elements(const unsigned char* partial, const unsigned char* mine, un
 }
 
 RingCollective::RingCollective(RingKind kind, const void* send, void* recv, std::int64_t count, DType t, ReduceOp op,
-                               MPI_Comm comm, int rank, int size, unsigned char* scratch, int root)
+                               MPI_Comm comm, int rank, int size, unsigned char* scratch, int root, RingSteps steps)
     : kind_(kind),
       send_(static_cast<const unsigned char*>(send)),
       recv_(static_cast<unsigned char*>(recv)),
@@ -117,6 +117,11 @@ RingCollective::RingCollective(RingKind kind, const void* send, void* recv, std:
   }
   first_step_ = kind_ == RingKind::all_gather ? size_ - 1 : 0;
   end_step_ = kind_ == RingKind::reduce_scatter ? size_ - 1 : 2 * (size_ - 1);
+  if (steps != RingSteps::all) {
+    GPUCLOUD_EXPECTS(kind_ == RingKind::all_reduce, "RingCollective", "only a ring all-reduce runs half its steps");
+    if (steps == RingSteps::reduce_scatter_half) end_step_ = size_ - 1;
+    if (steps == RingSteps::all_gather_half) first_step_ = size_ - 1;
+  }
   if (halving) {
     GPUCLOUD_EXPECTS(size_ <= kMaxHalvingRanks && (size_ & (size_ - 1)) == 0, "RingCollective",
                      "halving needs a power-of-two number of ranks up to 16, not " + std::to_string(size_));
@@ -191,23 +196,26 @@ void RingCollective::post(int s) {
   slot.pending = 2;
 }
 
-// Halving step t < log2(size), m = size >> (t + 1): of the 2m blocks this rank still reduces
-// (those agreeing with it above bit m), keep the m on its side of bit m and send the other m to
-// rank ^ m, one message per block, received into the slot's scratch. Doubling step log2(size) + u,
-// m = 1 << u: send the m finished blocks this rank holds, receive the partner's m into recv. Both
-// sides post a step's messages in block order, so same-tag messages match in order.
+// Halving step t < log2(size), M = 1 << t: of the blocks this rank still reduces (those equal to
+// it modulo M), keep the ones equal to it modulo 2M and send the others (equal to rank ^ M modulo
+// 2M) to rank ^ M, one message per block, received into the slot's scratch. Doubling step
+// log2(size) + u, M = size >> (u + 1): send the blocks this rank holds (equal to it modulo 2M),
+// receive rank ^ M's into recv. Low bits first while halving, so ranks numbered node by node
+// exchange the large halves inside a node and only the small pieces across nodes (as MPI's
+// Rabenseifner does). Both sides post a step's messages in block order: same-tag messages match
+// in order.
 void RingCollective::post_halving(int s) {
   Slot& slot = slots_[s];
   const int t = slot.step, tag = kRingFirstTag + s;
   const bool halving = t < log_size_;
-  const int m = halving ? size_ >> (t + 1) : 1 << (t - log_size_), partner = rank_ ^ m;
-  const int into = halving ? (rank_ & ~(2 * m - 1)) + (rank_ & m) : partner & ~(m - 1);
-  const int from = halving ? (rank_ & ~(2 * m - 1)) + (partner & m) : rank_ & ~(m - 1);
+  const int mask = halving ? 1 << t : size_ >> (t - log_size_ + 1), partner = rank_ ^ mask, stride = 2 * mask;
+  const int m = size_ / stride, into = (halving ? rank_ : partner) & (stride - 1);
+  const int from = (halving ? partner : rank_) & (stride - 1);
   const unsigned char* source = halving && t == 0 ? send_ : recv_;
   slot.pending = 0;
   for (int i = 0; i < m; ++i) {
     std::int64_t at = 0, n = 0;
-    piece(into + i, slot.segment, at, n);
+    piece(into + i * stride, slot.segment, at, n);
     unsigned char* to = halving ? half(s, 0) + static_cast<std::size_t>(i * segment_elems_) * elem_
                                 : recv_ + static_cast<std::size_t>(at) * elem_;
     GPUCLOUD_MPI_CHECK(MPI_Irecv(to, static_cast<int>(static_cast<std::size_t>(n) * elem_), MPI_BYTE, partner, tag,
@@ -215,7 +223,7 @@ void RingCollective::post_halving(int s) {
   }
   for (int i = 0; i < m; ++i) {
     std::int64_t at = 0, n = 0;
-    piece(from + i, slot.segment, at, n);
+    piece(from + i * stride, slot.segment, at, n);
     GPUCLOUD_MPI_CHECK(MPI_Isend(source + static_cast<std::size_t>(at) * elem_,
                                  static_cast<int>(static_cast<std::size_t>(n) * elem_), MPI_BYTE, partner, tag, comm_,
                                  &slot.requests[slot.pending++]));
@@ -228,11 +236,11 @@ void RingCollective::completed_halving(int s) {
   Slot& slot = slots_[s];
   const int t = slot.step;
   if (t >= log_size_) return;
-  const int m = size_ >> (t + 1), first = (rank_ & ~(2 * m - 1)) + (rank_ & m);
+  const int stride = 2 << t, m = size_ / stride, first = rank_ & (stride - 1);
   const unsigned char* mine = t == 0 ? send_ : recv_;
   for (int i = 0; i < m; ++i) {
     std::int64_t at = 0, n = 0;
-    piece(first + i, slot.segment, at, n);
+    piece(first + i * stride, slot.segment, at, n);
     const std::size_t offset = static_cast<std::size_t>(at) * elem_;
     reduce_elements(half(s, 0) + static_cast<std::size_t>(i * segment_elems_) * elem_, mine + offset, recv_ + offset, n,
                     dtype_, op_);

@@ -24,12 +24,13 @@ namespace gpucloud::detail {
 /// on 2 cores: about 512 KiB, 4 ranks: about 1 MiB; docs/collectives.md).
 bool ring_applies(std::size_t bytes, int size, std::size_t inline_limit);
 
-/// Whether an all-reduce of @p bytes over @p size ranks that ring_applies() leaves to MPI runs as
-/// recursive halving then doubling instead (RingKind::all_reduce_halving): 4, 8 or 16 ranks, above
-/// @p inline_limit. Its 2 log2(size) steps beat the ring's 2 (size - 1) below the ring's sizes, and
-/// polled on the caller's thread it skips the hand-off MPI's blocking call needs (4 ranks on 2
-/// cores, 128 KiB-1 MiB: docs/collectives.md).
-bool halving_applies(std::size_t bytes, int size, std::size_t inline_limit);
+/// Whether an all-reduce of @p bytes over @p size ranks on @p nodes nodes runs as recursive halving
+/// then doubling (RingKind::all_reduce_halving) rather than a ring or MPI's collective: 4, 8 or 16
+/// ranks, above @p inline_limit; on one node where ring_applies() is false (its 2 log2(size) steps
+/// beat the ring's 2 (size - 1) there, and polled on the caller's thread it skips the hand-off MPI's
+/// blocking call needs), on more at every size (only 1/size of the vector per rank crosses nodes
+/// each way, the ring's 2 (size - 1)/size of it at each boundary: docs/collectives.md).
+bool halving_applies(std::size_t bytes, int size, int nodes, std::size_t inline_limit);
 
 /// Segments in flight at once, each in its own scratch slot and under its own message tag.
 constexpr int kRingSlots = 16;
@@ -43,6 +44,11 @@ constexpr int kRingFirstTag = 1;
 /// Which collective a RingCollective runs, and how.
 enum class RingKind { all_reduce, reduce_scatter, all_gather, broadcast, all_reduce_halving };
 
+/// Which of a ring all-reduce's steps a RingCollective runs: all of them, or one half (the
+/// hierarchical all-reduce's node phases: the reduce-scatter half leaves block `rank` of the sum in
+/// recv, the all-gather half spreads every rank's block `rank` of recv to the others).
+enum class RingSteps { all, reduce_scatter_half, all_gather_half };
+
 /// One collective over the ranks of @p comm. all_reduce: recv = reduce(send), @p count elements,
 /// send == recv in place; blocks of count / size (the first count % size one longer).
 /// reduce_scatter: recv (@p count) = block `rank` of reduce(send) (size x count). all_gather: recv
@@ -50,17 +56,17 @@ enum class RingKind { all_reduce, reduce_scatter, all_gather, broadcast, all_red
 /// segments passed down the chain root, root+1, ..., root-1. Reductions run along the ring: block b is
 /// reduced by ranks b+1, b+2, ..., b once and copied to the others, so every rank ends with the
 /// same bytes. all_reduce_halving (a power-of-two @p size up to 16): the same blocks, reduced by
-/// recursive halving (step k exchanges half of the blocks still held with rank ^ (size >> (k + 1)))
-/// then gathered by recursive doubling; block b is reduced along a tree once and ends on rank b,
-/// so again every rank has the same bytes. Blocks are cut into segments of kRingSegmentBytes
-/// (all_reduce_halving: 4 x kRingSegmentBytes / size, a step moving one per block it exchanges);
-/// slot s carries segments s, s + kRingSlots, ... through the steps, one at a time. The buffers and @p scratch
-/// (kRingScratchBytes) must stay put until it completes, or for ever if it is abandoned. Average
-/// is not divided here (the caller divides).
+/// recursive halving (step k sends half of the blocks still held to rank ^ 2^k, low bits first so
+/// that the small pieces cross nodes) then gathered by recursive doubling in the reverse order;
+/// block b is reduced along a tree once and ends on rank b, so again every rank has the same bytes. Blocks are cut into
+/// segments of kRingSegmentBytes (all_reduce_halving: 4 x kRingSegmentBytes / size, a step moving one per block it
+/// exchanges); slot s carries segments s, s + kRingSlots, ... through the steps, one at a time. The buffers and @p
+/// scratch (kRingScratchBytes) must stay put until it completes, or for ever if it is abandoned. Average is not divided
+/// here (the caller divides).
 class RingCollective {
  public:
   RingCollective(RingKind kind, const void* send, void* recv, std::int64_t count, DType t, ReduceOp op, MPI_Comm comm,
-                 int rank, int size, unsigned char* scratch, int root = 0);
+                 int rank, int size, unsigned char* scratch, int root = 0, RingSteps steps = RingSteps::all);
   RingCollective(const RingCollective&) = delete;
   RingCollective& operator=(const RingCollective&) = delete;
 

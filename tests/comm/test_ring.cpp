@@ -1,0 +1,165 @@
+// The MPI backend's point-to-point schedules on their own (src/comm/mpi/ring.hpp), on however many
+// ranks mpirun starts: the ring all-reduce, its two halves run one after the other (the
+// hierarchical all-reduce's node phases), recursive halving and doubling (power-of-two rank
+// counts), reduce-scatter, all-gather and broadcast. Which one a collective takes depends on the
+// size and the nodes (test_collectives covers the routing); here every schedule runs at every
+// size, so none goes untested on a rank count the routing never gives it.
+#include "comm/mpi/ring.hpp"
+
+#include <gpucloud/detail/float_bits.hpp>
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace gc = gpucloud;
+namespace gd = gpucloud::detail;
+
+namespace {
+
+int rank_of() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int size_of() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+std::int32_t value(int rank, std::int64_t i) { return static_cast<std::int32_t>((i * 7 + rank * 13) % 1000 - 500); }
+
+// Runs one schedule to completion on a duplicate of MPI_COMM_WORLD.
+void run(gd::RingKind kind, const void* send, void* recv, std::int64_t n, gc::DType t, gc::ReduceOp op, int root = 0,
+         gd::RingSteps steps = gd::RingSteps::all) {
+  static std::vector<unsigned char> scratch(gd::kRingScratchBytes);
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  {
+    gd::RingCollective ring(kind, send, recv, n, t, op, comm, rank_of(), size_of(), scratch.data(), root, steps);
+    for (unsigned k = 1; !ring.test(); ++k) {
+      if (k % 4 == 0) std::this_thread::yield();
+    }
+  }
+  MPI_Comm_free(&comm);
+}
+
+bool power_of_two() {
+  const int p = size_of();
+  return p >= 4 && p <= 16 && (p & (p - 1)) == 0;
+}
+
+// Element counts: fewer than the ranks, not dividing by them, one segment per block, more segments
+// than slots.
+std::vector<std::int64_t> counts() {
+  const std::int64_t p = size_of(), seg = static_cast<std::int64_t>(gd::kRingSegmentBytes / 4);
+  return {1, p + 1, 3 * seg * p / 2 + 7, (gd::kRingSlots + 3) * seg * p + 5};
+}
+
+}  // namespace
+
+TEST(RingSchedules, AllReducesAreExactInAndOutOfPlace) {
+  const int p = size_of(), me = rank_of();
+  std::vector<gd::RingKind> kinds = {gd::RingKind::all_reduce};
+  if (power_of_two()) kinds.push_back(gd::RingKind::all_reduce_halving);
+  for (const std::int64_t n : counts()) {
+    std::vector<std::int32_t> send(static_cast<std::size_t>(n)), want(send.size());
+    for (std::int64_t i = 0; i < n; ++i) {
+      send[static_cast<std::size_t>(i)] = value(me, i);
+      for (int r = 0; r < p; ++r) want[static_cast<std::size_t>(i)] += value(r, i);
+    }
+    for (const auto kind : kinds) {
+      for (const bool halves : {false, true}) {
+        if (halves && kind != gd::RingKind::all_reduce) continue;
+        std::vector<std::int32_t> out(send.size(), -1), in_place = send;
+        if (halves) {  // the reduce-scatter half, then the all-gather half: the whole all-reduce
+          run(kind, send.data(), out.data(), n, gc::DType::int32, gc::ReduceOp::sum, 0,
+              gd::RingSteps::reduce_scatter_half);
+          run(kind, out.data(), out.data(), n, gc::DType::int32, gc::ReduceOp::sum, 0, gd::RingSteps::all_gather_half);
+        } else {
+          run(kind, send.data(), out.data(), n, gc::DType::int32, gc::ReduceOp::sum);
+        }
+        run(kind, in_place.data(), in_place.data(), n, gc::DType::int32, gc::ReduceOp::sum);
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < send.size(); ++i) {
+          wrong += out[i] != want[i];
+          wrong += in_place[i] != want[i];
+          wrong += send[i] != value(me, static_cast<std::int64_t>(i));  // send untouched
+        }
+        EXPECT_EQ(wrong, 0u) << "kind " << static_cast<int>(kind) << ", halves " << halves << ", n " << n;
+      }
+    }
+  }
+}
+
+TEST(RingSchedules, FractionsComeOutAsTheSameBytesOnEveryRank) {
+  const int me = rank_of();
+  std::vector<gd::RingKind> kinds = {gd::RingKind::all_reduce};
+  if (power_of_two()) kinds.push_back(gd::RingKind::all_reduce_halving);
+  for (const auto kind : kinds) {
+    for (const gc::DType t : {gc::DType::float32, gc::DType::float16}) {
+      const std::int64_t n = counts()[2];
+      const std::size_t elem = gc::dtype_size(t);
+      std::vector<unsigned char> data(static_cast<std::size_t>(n) * elem);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float x = 1.0f / static_cast<float>(3 + (i * 7 + me * 13) % 101);
+        if (t == gc::DType::float32) {
+          std::memcpy(data.data() + i * 4, &x, 4);
+        } else {
+          const std::uint16_t h = gd::float_to_half_bits(x);
+          std::memcpy(data.data() + i * 2, &h, 2);
+        }
+      }
+      run(kind, data.data(), data.data(), n, t, gc::ReduceOp::sum);
+      std::uint64_t sum = 0;
+      for (const unsigned char b : data) sum = sum * 1099511628211ull + b;
+      std::uint64_t low = sum, high = sum;
+      MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+      EXPECT_EQ(low, high) << "kind " << static_cast<int>(kind) << ", " << gc::dtype_name(t);
+    }
+  }
+}
+
+TEST(RingSchedules, ReduceScatterAllGatherAndBroadcastFromEveryRoot) {
+  const int p = size_of(), me = rank_of();
+  for (const std::int64_t per : counts()) {
+    std::vector<std::int32_t> send(static_cast<std::size_t>(per * p)), shard(static_cast<std::size_t>(per));
+    for (std::int64_t i = 0; i < per * p; ++i) send[static_cast<std::size_t>(i)] = value(me, i);
+    run(gd::RingKind::reduce_scatter, send.data(), shard.data(), per, gc::DType::int32, gc::ReduceOp::sum);
+    std::vector<std::int32_t> mine(static_cast<std::size_t>(per)), all(static_cast<std::size_t>(per * p));
+    for (std::int64_t i = 0; i < per; ++i) mine[static_cast<std::size_t>(i)] = value(me, i);
+    run(gd::RingKind::all_gather, mine.data(), all.data(), per, gc::DType::int32, gc::ReduceOp::sum);
+    std::size_t wrong = 0;
+    for (std::int64_t i = 0; i < per; ++i) {
+      std::int32_t want = 0;
+      for (int r = 0; r < p; ++r) want += value(r, me * per + i);
+      wrong += shard[static_cast<std::size_t>(i)] != want;
+      for (int r = 0; r < p; ++r) wrong += all[static_cast<std::size_t>(r * per + i)] != value(r, i);
+    }
+    for (int root = 0; root < p; ++root) {
+      std::vector<std::int32_t> b = mine;
+      run(gd::RingKind::broadcast, b.data(), b.data(), per, gc::DType::int32, gc::ReduceOp::sum, root);
+      for (std::int64_t i = 0; i < per; ++i) wrong += b[static_cast<std::size_t>(i)] != value(root, i);
+    }
+    EXPECT_EQ(wrong, 0u) << per << " per rank";
+  }
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (rank_of() != 0) {  // one rank reports; every rank's failures still fail the exit status
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS();
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return failed;
+}
