@@ -131,6 +131,7 @@ void bind_comm(py::module_& m) {
       .def_readwrite("inter", &AllReduceCostModel::inter)
       .def_readwrite("local_size", &AllReduceCostModel::local_size)
       .def_readwrite("nodes", &AllReduceCostModel::nodes)
+      .def_readwrite("flat_halving", &AllReduceCostModel::flat_halving)
       .def("flat_seconds", &AllReduceCostModel::flat_seconds, py::arg("bytes"))
       .def("hierarchical_seconds", &AllReduceCostModel::hierarchical_seconds, py::arg("bytes"))
       .def("prefer_hierarchical", &AllReduceCostModel::prefer_hierarchical, py::arg("bytes"))

@@ -33,6 +33,7 @@ def main():
         assert np.allclose(g, np.mean([q + i for q in range(n)])), (i, g[:3])
     model = comm.measure_cost_model(s)
     assert gc.AllReduceCostModel.from_json(model.to_json()).nodes == comm.nodes
+    assert model.flat_halving == (n in (4, 8, 16) and comm.nodes > 1)  # MPI's flat form on several nodes
     auto = np.arange(100, dtype=np.int64) * (r + 1)
     comm.all_reduce_auto(auto, auto, s)
     s.synchronize()

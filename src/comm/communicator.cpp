@@ -196,6 +196,7 @@ AllReduceCostModel Communicator::measure_cost_model(StreamView stream) {
   AllReduceCostModel m;
   m.local_size = c.local_size;
   m.nodes = c.nodes;
+  m.flat_halving = c.flat_all_reduce_halves();
   m.intra = fit(true, c.local_size);
   m.inter = c.nodes > 1 ? fit(false, c.nodes) : m.intra;
   c.model = m;

@@ -46,6 +46,9 @@ struct Communicator::Impl {
   /// Seconds per all-reduce of @p bytes within the node (intra) or across nodes (!intra), the
   /// slowest rank's; a collective (every rank calls it). Synchronous.
   virtual double time_all_reduce(bool intra, std::size_t bytes, int repeats) = 0;
+  /// Whether this backend's flat all-reduce (beyond its inline sizes) halves and doubles on this
+  /// job rather than running a ring: the cost model's flat_halving.
+  virtual bool flat_all_reduce_halves() const { return false; }
 };
 
 namespace detail {

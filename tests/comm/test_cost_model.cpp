@@ -23,6 +23,16 @@ TEST(CostModel, RingFormulas) {
   one_node.nodes = 1;
   EXPECT_EQ(one_node.hierarchical_seconds(1 << 20), 2 * (7 * 5e-6 + 7 * (double(1 << 20) / 8) / 200e9));
   EXPECT_EQ(gc::AllReduceCostModel{}.flat_seconds(1 << 20), 0.0);  // one rank: nothing to do
+  // halving and doubling, low bits first: 2 [log2 L alpha_i + (L-1)/L S beta_i] + 2 [log2 N alpha_e + (N-1)/N S/L
+  // beta_e]; as much crosses the network as in the hierarchical form, in fewer steps
+  gc::AllReduceCostModel halves = m;
+  halves.flat_halving = true;
+  EXPECT_DOUBLE_EQ(halves.flat_seconds(1 << 30),
+                   2 * (3 * 5e-6 + 7.0 / 8 * s / 200e9) + 2 * (2 * 10e-6 + 3.0 / 4 * (s / 8) / 25e9));
+  EXPECT_FALSE(halves.prefer_hierarchical(1 << 30));
+  EXPECT_FALSE(halves.prefer_hierarchical(8));
+  one_node.flat_halving = true;  // on one node the backend does not halve: the ring stands
+  EXPECT_EQ(one_node.flat_seconds(1 << 20), m.intra.alpha * 14 + 14.0 / 8 * double(1 << 20) * m.intra.beta);
 }
 
 TEST(CostModel, JsonRoundTrip) {
@@ -35,5 +45,12 @@ TEST(CostModel, JsonRoundTrip) {
   EXPECT_EQ(back.intra.alpha, m.intra.alpha);
   EXPECT_EQ(back.inter.beta, m.inter.beta);
   EXPECT_EQ(back.nodes, 16);
+  EXPECT_FALSE(back.flat_halving);
+  m.flat_halving = true;
+  EXPECT_TRUE(gc::AllReduceCostModel::from_json(m.to_json()).flat_halving);
+  // A model saved before flat_halving existed loads as a ring.
+  EXPECT_FALSE(gc::AllReduceCostModel::from_json("{\"intra_alpha\": 1e-6, \"intra_beta\": 1e-11, \"inter_alpha\": "
+                                                 "1e-5, \"inter_beta\": 1e-10, \"local_size\": 2, \"nodes\": 2}")
+                   .flat_halving);
   EXPECT_THROW(gc::AllReduceCostModel::from_json("{\"intra_alpha\": 1}"), gc::InvalidArgument);
 }

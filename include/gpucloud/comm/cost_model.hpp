@@ -18,7 +18,9 @@ struct LinkCost {
 /// @brief Ring all-reduce times over a job of nodes x local_size ranks (Hockney's model).
 ///
 /// Flat ring over n ranks: 2(n-1) alpha + 2(n-1)/n S beta, on the slowest link the ring crosses
-/// (inter-node as soon as there are two nodes). Hierarchical: reduce-scatter inside the node
+/// (inter-node as soon as there are two nodes). Flat halving and doubling (flat_halving, on more
+/// than one node): 2 [log2(L) alpha_i + (L-1)/L S beta_i] + 2 [log2(N) alpha_e + (N-1)/N S/L beta_e].
+/// Hierarchical: reduce-scatter inside the node
 /// ((L-1)(alpha_i + S/L beta_i)), all-reduce of an S/L shard across N nodes
 /// (2(N-1) alpha_e + 2(N-1)/N S/L beta_e), all-gather inside the node (as the reduce-scatter).
 struct GPUCLOUD_API AllReduceCostModel {
@@ -26,6 +28,9 @@ struct GPUCLOUD_API AllReduceCostModel {
   LinkCost inter;      ///< between nodes (network)
   int local_size = 1;  ///< ranks per node
   int nodes = 1;       ///< nodes
+  /// The flat all-reduce halves and doubles, low rank bits first, instead of running a ring (the MPI
+  /// backend on 4, 8 or 16 ranks over more than one node): only S/L crosses the network.
+  bool flat_halving = false;
 
   /// @brief Predicted seconds of a flat all-reduce of @p bytes.
   double flat_seconds(std::size_t bytes) const noexcept;

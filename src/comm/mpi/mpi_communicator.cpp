@@ -485,6 +485,9 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   void broadcast(BufferView buffer, int root, StreamView stream) override;
   void barrier(StreamView stream) override;
   double time_all_reduce(bool intra, std::size_t bytes, int repeats) override;
+  bool flat_all_reduce_halves() const override {
+    return detail::halving_applies(std::size_t{1} << 30, size, nodes, kInlineBytes);
+  }
 };
 
 void detail::abort_job(int code) noexcept {
