@@ -2,6 +2,7 @@
 
 #include "runtime/host/host_stream.hpp"
 #include "runtime/host/parallel_for.hpp"
+#include "runtime/host/target_clones.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <algorithm>
@@ -71,16 +72,10 @@ void host_task(StreamView s, Fn fn) {
 // External linkage on purpose: the loader resolves a local ifunc while it relocates the library,
 // before a sanitizer's runtime is up (ThreadSanitizer's instrumented resolver crashed there), a
 // global one at its first call.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define GPUCLOUD_HOST_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), flatten))
-#else
-#define GPUCLOUD_HOST_CLONES
-#endif
-
 void sgd_host_loop(const SgdOp::HostLoop& loop);
 void adam_host_loop(const AdamOp::HostLoop& loop, bool amsgrad);
-GPUCLOUD_HOST_CLONES void sgd_host_loop(const SgdOp::HostLoop& loop) { loop.op.dispatch(loop); }
-GPUCLOUD_HOST_CLONES void adam_host_loop(const AdamOp::HostLoop& loop, bool amsgrad) {
+GPUCLOUD_HOST_CLONES_FLATTEN void sgd_host_loop(const SgdOp::HostLoop& loop) { loop.op.dispatch(loop); }
+GPUCLOUD_HOST_CLONES_FLATTEN void adam_host_loop(const AdamOp::HostLoop& loop, bool amsgrad) {
   loop.op.dispatch(loop, amsgrad);
 }
 

@@ -6,14 +6,11 @@
 #include "kernels/compute/host_nn_ops.hpp"
 #include "kernels/launch/multi_tensor.hpp"
 
+#include "runtime/host/target_clones.hpp"
+
 #include <cstring>
 #include <type_traits>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define GPUCLOUD_HOST_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GPUCLOUD_HOST_CLONES
-#endif
 #define GPUCLOUD_SIMD _Pragma("omp simd")
 
 namespace gpucloud::kernels::host {
