@@ -1,6 +1,7 @@
 // The MPI backend of Communicator: host buffers; every collective after an agreement of the ranks
 // on it. Small ones travel inside the agreement, large ones (on 2 ranks; from (p - 2) x 512 KiB on more)
-// in a polled ring of point-to-point messages (both on the caller's thread when the stream is idle),
+// in a polled ring of point-to-point messages, all-reduces on 4, 8 or 16 ranks below that (or on
+// several nodes) in polled halving and doubling (all on the caller's thread when the stream is idle),
 // the rest in MPI's blocking collectives on the stream's worker under a watchdog; fp16/bf16 reduce
 // through custom MPI ops.
 #include <gpucloud/comm/communicator.hpp>
