@@ -196,14 +196,13 @@ void RingCollective::post(int s) {
   slot.pending = 2;
 }
 
-// Halving step t < log2(size), M = 1 << t: of the blocks this rank still reduces (those equal to
-// it modulo M), keep the ones equal to it modulo 2M and send the others (equal to rank ^ M modulo
-// 2M) to rank ^ M, one message per block, received into the slot's scratch. Doubling step
-// log2(size) + u, M = size >> (u + 1): send the blocks this rank holds (equal to it modulo 2M),
-// receive rank ^ M's into recv. Low bits first while halving, so ranks numbered node by node
-// exchange the large halves inside a node and only the small pieces across nodes (as MPI's
-// Rabenseifner does). Both sides post a step's messages in block order: same-tag messages match
-// in order.
+// Halving step t < log2(size), mask = 1 << t: of the blocks this rank still reduces (those equal
+// to it modulo mask), keep the ones equal to it modulo 2 mask and send the others (equal to
+// rank ^ mask modulo 2 mask) to rank ^ mask, one message per block, received into the slot's
+// scratch. Doubling step log2(size) + u, mask = size >> (u + 1): send the blocks this rank holds
+// (equal to it modulo 2 mask), receive rank ^ mask's into recv. Low bits first while halving, so ranks numbered node by
+// node exchange the large halves inside a node and only the small pieces across nodes (as MPI's Rabenseifner does).
+// Both sides post a step's messages in block order: same-tag messages match in order.
 void RingCollective::post_halving(int s) {
   Slot& slot = slots_[s];
   const int t = slot.step, tag = kRingFirstTag + s;
