@@ -301,12 +301,16 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
           gc::Buffer send = inputs(t, n, c.rank()), recv(n, t), in_place = inputs(t, n, c.rank());
           c.all_reduce(send, recv, op, s);
           c.all_reduce(in_place, in_place, op, s);
+          // The hierarchical all-reduce's polled phases at the same sizes (worker and caller alike).
+          gc::Buffer hier(n, t);
+          c.hierarchical_all_reduce(send, hier, op, s);
           s.synchronize();
           for (std::size_t i = 0; i < n; ++i) {
             const double want = expected(op, c.size(), i);
             const double tol = op == gc::ReduceOp::average ? std::abs(want) * 1e-2 : 0.0;
             wrong += std::abs(load(recv, i) - want) > tol;
             wrong += std::abs(load(in_place, i) - want) > tol;
+            wrong += std::abs(load(hier, i) - want) > tol;
             if (wrong > 0) break;
           }
           for (std::size_t i = 0; i < n; ++i) wrong += load(send, i) != value(c.rank(), i);  // send untouched
