@@ -80,7 +80,8 @@ int cut_link(gc::Communicator& c) {
 }
 // "stall" / "stall-worker": 2 ranks all-reduce 512 KiB / 4 MiB in place over and over on idle
 // streams: a ring of polled messages on each caller's thread, or (above 1 MiB) on the stream's
-// worker (the agreement before it takes a few µs of each call). 200 ms in, rank 1 stops itself
+// worker (the agreement before it takes a few µs of each call); "stall-hierarchical": 4 MiB
+// hierarchical all-reduces (its node phases, the ring's two halves, on the worker). 200 ms in, rank 1 stops itself
 // (SIGSTOP) between two polls, nearly always inside the ring: rank 0 must get the
 // CommunicationError within its 1 s timeout instead of waiting for ever, with the communicator
 // broken, and nothing of the abandoned collective may keep a core busy afterwards (a thread left
@@ -94,7 +95,7 @@ double cpu_seconds() {
   return s(u.ru_utime) + s(u.ru_stime);
 }
 
-int stall(gc::Communicator& c, std::size_t floats) {
+int stall(gc::Communicator& c, std::size_t floats, bool hierarchical = false) {
   c.set_timeout(std::chrono::milliseconds(1000));
   gc::Stream s;
   gc::Buffer data(floats, gc::DType::float32);
@@ -113,7 +114,11 @@ int stall(gc::Communicator& c, std::size_t floats) {
   long long calls = 0, waited = 0;
   try {
     for (;; ++calls) {
-      c.all_reduce(data, data, gc::ReduceOp::sum, s);
+      if (hierarchical) {
+        c.hierarchical_all_reduce(data, data, gc::ReduceOp::sum, s);
+      } else {
+        c.all_reduce(data, data, gc::ReduceOp::sum, s);
+      }
       s.synchronize();
       if (std::chrono::steady_clock::now() - began > std::chrono::seconds(20)) break;
     }
@@ -152,6 +157,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "cut") return cut_link(c);
   if (argc > 1 && std::string(argv[1]) == "stall") return stall(c, std::size_t{1} << 17);
   if (argc > 1 && std::string(argv[1]) == "stall-worker") return stall(c, std::size_t{1} << 20);
+  if (argc > 1 && std::string(argv[1]) == "stall-hierarchical") return stall(c, std::size_t{1} << 20, true);
   gc::Communicator again = gc::Communicator::mpi_world();  // for the dropped stream, below
   gc::Communicator idle = gc::Communicator::mpi_world();   // for the in-place collective, below
   if (c.rank() != 0) {                                     // never joins: waits, or leaves the job at once
