@@ -658,9 +658,9 @@ TEST(Collectives, PartlyOverlappingSendAndRecvAreRejected) {
                gc::InvalidArgument);
 }
 
-// Counts above what one MPI call takes (int) are split into several calls (all-reduce, the
-// hierarchical one, broadcast) or refused before any work (per-rank counts of reduce-scatter and
-// all-gather). GPUCLOUD_MPI_MAX_COUNT lowers the limit so the split runs here on small buffers.
+// Counts above what one MPI call takes (int) are split into several calls (all-reduce, broadcast;
+// the hierarchical all-reduce's phases send segments, whatever the count) or refused before any
+// work (per-rank counts of reduce-scatter and all-gather). GPUCLOUD_MPI_MAX_COUNT lowers the limit so the split runs here on small buffers.
 TEST(Collectives, CountsAboveOneMpiCallAreSplitOrRefused) {
   setenv("GPUCLOUD_MPI_MAX_COUNT", "1000", 1);
   gc::Communicator c = gc::Communicator::mpi_world();

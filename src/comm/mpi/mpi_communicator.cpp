@@ -663,25 +663,17 @@ auto unpack_reduced(BufferView recv, ReduceOp op) {
   };
 }
 
-// Runs a RingCollective on the communicator's agreement duplicate, waiting through @p poll (on
-// the caller's thread, or on the worker under the watchdog; both against the timeout).
+// Runs a RingCollective over @p comm (the agreement's duplicate; for the hierarchical all-reduce's
+// phases, the node's communicator or the one across nodes) in the communicator's scratch, waiting
+// through @p poll (on the caller's thread, or on the worker under the watchdog; both against the
+// timeout).
 template <class Poll>
-void run_ring(MpiCommunicator& c, const Poll& poll, detail::RingKind kind, BufferView send, BufferView recv,
-              std::int64_t n, ReduceOp op, int root = 0) {
-  detail::RingCollective ring(kind, send.data(), recv.data(), n, recv.dtype(), op, c.agreement, c.rank, c.size,
-                              c.scratch(), root);
-  poll([&] { return ring.test(); });
-}
-
-// One phase of the hierarchical all-reduce over @p comm (the node's, or the ranks holding the same
-// shard on every node): @p n elements of @p t from @p send (or recv) to @p recv.
-template <class Poll>
-void run_phase(MpiCommunicator& c, const Poll& poll, MPI_Comm comm, detail::RingKind kind, detail::RingSteps steps,
-               const void* send, void* recv, std::int64_t n, DType t, ReduceOp op) {
+void run_ring(MpiCommunicator& c, const Poll& poll, MPI_Comm comm, detail::RingKind kind, const void* send, void* recv,
+              std::int64_t n, DType t, ReduceOp op, int root = 0, detail::RingSteps steps = detail::RingSteps::all) {
   int rank = 0, size = 1;
   GPUCLOUD_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   GPUCLOUD_MPI_CHECK(MPI_Comm_size(comm, &size));
-  detail::RingCollective ring(kind, send, recv, n, t, op, comm, rank, size, c.scratch(), 0, steps);
+  detail::RingCollective ring(kind, send, recv, n, t, op, comm, rank, size, c.scratch(), root, steps);
   poll([&] { return ring.test(); });
 }
 
@@ -709,8 +701,8 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
       inline_size(n, 1, recv.dtype()), pack_whole(send), unpack_reduced(recv, op),
       [send, recv, op, n, ring, halving](MpiCommunicator& c, const auto& poll) {
         if (ring || halving) {
-          run_ring(c, poll, ring ? detail::RingKind::all_reduce : detail::RingKind::all_reduce_halving, send, recv, n,
-                   op);
+          run_ring(c, poll, c.agreement, ring ? detail::RingKind::all_reduce : detail::RingKind::all_reduce_halving,
+                   send.data(), recv.data(), n, recv.dtype(), op);
         } else {
           const MPI_Datatype type = mpi_type(recv.dtype(), call);
           const std::size_t elem = dtype_size(recv.dtype());
@@ -737,27 +729,26 @@ void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, 
        static_cast<std::int64_t>(send.dtype())},
       inline_size(total, 1, send.dtype()), pack_whole(send), unpack_reduced(recv, op),  // tiny: flat, inline
       [send, recv, op, total](MpiCommunicator& c, const auto& poll) {
+        // No pieces: the phases' messages are segments, whatever the count (MPI counts are int).
         const std::size_t elem = dtype_size(send.dtype());
-        c.in_pieces(total, [&](std::int64_t at, std::int64_t n) {
-          const auto* in = static_cast<const unsigned char*>(send.data()) + at * elem;
-          auto* out = static_cast<unsigned char*>(recv.data()) + at * elem;
-          // Shards of the piece over the node's ranks, the first n % L one longer: the ring
-          // all-reduce's blocks, so its two halves are phases (1) and (3).
-          const std::int64_t L = c.local_size, me = c.local_rank;
-          const std::int64_t shard = n / L + (me < n % L ? 1 : 0), offset = me * (n / L) + std::min(me, n % L);
-          unsigned char* mine = out + static_cast<std::size_t>(offset) * elem;
-          // (1) reduce-scatter inside the node: this rank's shard of the sum into recv
-          run_phase(c, poll, c.local, detail::RingKind::all_reduce, detail::RingSteps::reduce_scatter_half, in, out, n,
-                    send.dtype(), op);
-          // (2) all-reduce of the shard among the ranks holding it on the other nodes, in place
-          const std::size_t bytes = static_cast<std::size_t>(shard) * elem;
-          const auto across = detail::halving_applies(bytes, c.nodes, c.nodes, 0) ? detail::RingKind::all_reduce_halving
-                                                                                  : detail::RingKind::all_reduce;
-          run_phase(c, poll, c.cross, across, detail::RingSteps::all, mine, mine, shard, send.dtype(), op);
-          // (3) all-gather inside the node
-          run_phase(c, poll, c.local, detail::RingKind::all_reduce, detail::RingSteps::all_gather_half, out, out, n,
-                    send.dtype(), op);
-        });
+        const DType t = send.dtype();
+        // Shards over the node's ranks, the first total % L one longer: the ring all-reduce's
+        // blocks, so its two halves are phases (1) and (3).
+        const std::int64_t L = c.local_size, me = c.local_rank;
+        const std::int64_t shard = total / L + (me < total % L ? 1 : 0),
+                           offset = me * (total / L) + std::min(me, total % L);
+        unsigned char* mine = static_cast<unsigned char*>(recv.data()) + static_cast<std::size_t>(offset) * elem;
+        // (1) reduce-scatter inside the node: this rank's shard of the sum into recv
+        run_ring(c, poll, c.local, detail::RingKind::all_reduce, send.data(), recv.data(), total, t, op, 0,
+                 detail::RingSteps::reduce_scatter_half);
+        // (2) all-reduce of the shard among the ranks holding it on the other nodes, in place
+        const std::size_t bytes = static_cast<std::size_t>(shard) * elem;
+        const auto across = detail::halving_applies(bytes, c.nodes, c.nodes, 0) ? detail::RingKind::all_reduce_halving
+                                                                                : detail::RingKind::all_reduce;
+        run_ring(c, poll, c.cross, across, mine, mine, shard, t, op);
+        // (3) all-gather inside the node
+        run_ring(c, poll, c.local, detail::RingKind::all_reduce, recv.data(), recv.data(), total, t, op, 0,
+                 detail::RingSteps::all_gather_half);
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
       recv.size_bytes());  // every phase polled: on the caller's thread when idle, up to 1 MiB
@@ -783,7 +774,8 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
       },
       [send, recv, op, n, ring](MpiCommunicator& c, const auto& poll) {
         if (ring) {
-          run_ring(c, poll, detail::RingKind::reduce_scatter, send, recv, n, op);
+          run_ring(c, poll, c.agreement, detail::RingKind::reduce_scatter, send.data(), recv.data(), n, recv.dtype(),
+                   op);
         } else {
           GPUCLOUD_MPI_CHECK(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
                                                       mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()), c.world));
@@ -812,7 +804,9 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
       },
       [recv](MpiCommunicator&, const unsigned char* payload) { copy_bytes(recv.data(), payload, recv.size_bytes()); },
       [send, recv, n, ring](MpiCommunicator& c, const auto& poll) {
-        if (ring) return run_ring(c, poll, detail::RingKind::all_gather, send, recv, n, ReduceOp::sum);
+        if (ring)
+          return run_ring(c, poll, c.agreement, detail::RingKind::all_gather, send.data(), recv.data(), n, recv.dtype(),
+                          ReduceOp::sum);
         const MPI_Datatype type = mpi_type(send.dtype(), call);
         GPUCLOUD_MPI_CHECK(
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
@@ -840,7 +834,9 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
         copy_bytes(buffer.data(), payload, buffer.size_bytes());
       },
       [buffer, root, n, ring](MpiCommunicator& c, const auto& poll) {
-        if (ring) return run_ring(c, poll, detail::RingKind::broadcast, buffer, buffer, n, ReduceOp::sum, root);
+        if (ring)
+          return run_ring(c, poll, c.agreement, detail::RingKind::broadcast, buffer.data(), buffer.data(), n,
+                          buffer.dtype(), ReduceOp::sum, root);
         const MPI_Datatype type = mpi_type(buffer.dtype(), call);
         const std::size_t elem = dtype_size(buffer.dtype());
         c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
