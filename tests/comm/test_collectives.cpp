@@ -218,7 +218,8 @@ void expect_disagreement(gc::Stream& s, gc::Communicator& c, const std::string& 
 }  // namespace
 
 // Collectives whose data fits in the agreement's payload travel inside it (all-reduces up to
-// 64 KiB, the others up to 4 KiB in all); larger ones take the ring (2 ranks) or the MPI call. Inline ones run on the
+// 64 KiB, the others up to 2 KiB in all); larger ones take the ring (2 ranks), halving and doubling or the binomial
+// tree (more ranks) or the MPI call. Inline ones run on the
 // caller's thread when the stream is idle and on its worker when it is busy, and a rank of either
 // kind meets the other: every mix (all idle, all busy, rank 0 busy), every dtype, each collective,
 // the sizes around both boundaries.
@@ -231,9 +232,9 @@ TEST(Collectives, InlineAndFullPathsGiveTheSameExactAnswers) {
     const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
     for_each_dtype([&](gc::DType t) {
       const std::size_t elem = gc::dtype_size(t);
-      for (std::size_t bytes :
-           {std::size_t{0}, elem, 4096 / ranks, 4096 / ranks + elem, std::size_t{4096}, std::size_t{4096} + elem,
-            std::size_t{65536}, std::size_t{65536} + elem, std::size_t{262144}}) {
+      for (std::size_t bytes : {std::size_t{0}, elem, 2048 / ranks, 2048 / ranks + elem, 4096 / ranks,
+                                4096 / ranks + elem, std::size_t{4096}, std::size_t{4096} + elem, std::size_t{65536},
+                                std::size_t{65536} + elem, std::size_t{262144}}) {
         const std::size_t per = bytes / elem;
         // Busy: the collectives queue behind this, and run on the stream's worker.
         if (busy) keep_busy(s);
@@ -320,14 +321,17 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
     EXPECT_EQ(wrong, 0u) << "mix " << mix;
   }
   // Reduce-scatter, all-gather and broadcast take the ring from above 4 KiB in all on 2 ranks (from
-  // size - 1 MiB on more), every root; per-rank parts of more than 16 segments included.
+  // (size - 2) x 512 KiB on more), every root; per-rank parts of more than 16 segments included. On
+  // more ranks, between the two: halving and doubling (4 or 8 ranks), the binomial tree broadcast.
   for (int mix = 0; mix < 3; ++mix) {
     const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
     for (auto t : {gc::DType::float32, gc::DType::float16, gc::DType::int64}) {
       const std::size_t elem = gc::dtype_size(t), ranks = static_cast<std::size_t>(c.size());
       const std::size_t other_from = c.size() == 2 ? 4096 : ring_from;
-      for (std::size_t per : {other_from / ranks / elem + 1, (std::size_t{33} << 16) / elem + 3}) {
-        if (c.size() > 2 && per > other_from / ranks / elem + 1) continue;  // more segments: 2 ranks
+      const bool two = c.size() == 2;
+      for (std::size_t per : {other_from / ranks / elem + 1, two ? (std::size_t{33} << 16) / elem + 3 : 0,
+                              two ? 0 : 4096 / ranks / elem + 1, two ? 0 : (ring_from - 64) / ranks / elem}) {
+        if (per == 0) continue;
         if (busy) keep_busy(s);
         gc::Buffer send = inputs(t, per * ranks, c.rank()), shard(per, t);
         c.reduce_scatter(send, shard, gc::ReduceOp::sum, s);
@@ -660,7 +664,8 @@ TEST(Collectives, PartlyOverlappingSendAndRecvAreRejected) {
 
 // Counts above what one MPI call takes (int) are split into several calls (all-reduce, broadcast;
 // the hierarchical all-reduce's phases send segments, whatever the count) or refused before any
-// work (per-rank counts of reduce-scatter and all-gather). GPUCLOUD_MPI_MAX_COUNT lowers the limit so the split runs here on small buffers.
+// work (per-rank counts of reduce-scatter and all-gather). GPUCLOUD_MPI_MAX_COUNT lowers the limit so the split runs
+// here on small buffers.
 TEST(Collectives, CountsAboveOneMpiCallAreSplitOrRefused) {
   setenv("GPUCLOUD_MPI_MAX_COUNT", "1000", 1);
   gc::Communicator c = gc::Communicator::mpi_world();

@@ -1,7 +1,8 @@
 // The MPI backend's point-to-point schedules on their own (src/comm/mpi/ring.hpp), on however many
 // ranks mpirun starts: the ring all-reduce, its two halves run one after the other (the
 // hierarchical all-reduce's node phases), recursive halving and doubling (power-of-two rank
-// counts), reduce-scatter, all-gather and broadcast. Which one a collective takes depends on the
+// counts) and its halves (their reduce-scatter and all-gather), reduce-scatter, all-gather, and
+// broadcast along the chain and the binomial tree. Which one a collective takes depends on the
 // size and the nodes (test_collectives covers the routing); here every schedule runs at every
 // size, so none goes untested on a rank count the routing never gives it.
 #include "comm/mpi/ring.hpp"
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -75,11 +77,16 @@ TEST(RingSchedules, AllReducesAreExactInAndOutOfPlace) {
     }
     for (const auto kind : kinds) {
       for (const bool halves : {false, true}) {
-        if (halves && kind != gd::RingKind::all_reduce) continue;
         std::vector<std::int32_t> out(send.size(), -1), in_place = send;
         if (halves) {  // the reduce-scatter half, then the all-gather half: the whole all-reduce
           run(kind, send.data(), out.data(), n, gc::DType::int32, gc::ReduceOp::sum, 0,
               gd::RingSteps::reduce_scatter_half);
+          // Only this rank's block need hold its sum: the all-gather half must not read the others.
+          const std::int64_t q = n / p, m = n % p, begin = me * q + std::min<std::int64_t>(me, m),
+                             end = begin + q + (me < m ? 1 : 0);
+          for (std::int64_t i = 0; i < n; ++i) {
+            if (i < begin || i >= end) out[static_cast<std::size_t>(i)] = -7;
+          }
           run(kind, out.data(), out.data(), n, gc::DType::int32, gc::ReduceOp::sum, 0, gd::RingSteps::all_gather_half);
         } else {
           run(kind, send.data(), out.data(), n, gc::DType::int32, gc::ReduceOp::sum);
@@ -142,10 +149,12 @@ TEST(RingSchedules, ReduceScatterAllGatherAndBroadcastFromEveryRoot) {
       wrong += shard[static_cast<std::size_t>(i)] != want;
       for (int r = 0; r < p; ++r) wrong += all[static_cast<std::size_t>(r * per + i)] != value(r, i);
     }
-    for (int root = 0; root < p; ++root) {
-      std::vector<std::int32_t> b = mine;
-      run(gd::RingKind::broadcast, b.data(), b.data(), per, gc::DType::int32, gc::ReduceOp::sum, root);
-      for (std::int64_t i = 0; i < per; ++i) wrong += b[static_cast<std::size_t>(i)] != value(root, i);
+    for (const auto kind : {gd::RingKind::broadcast, gd::RingKind::broadcast_tree}) {
+      for (int root = 0; root < p; ++root) {
+        std::vector<std::int32_t> b = mine;
+        run(kind, b.data(), b.data(), per, gc::DType::int32, gc::ReduceOp::sum, root);
+        for (std::int64_t i = 0; i < per; ++i) wrong += b[static_cast<std::size_t>(i)] != value(root, i);
+      }
     }
     EXPECT_EQ(wrong, 0u) << per << " per rank";
   }

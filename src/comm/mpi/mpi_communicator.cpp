@@ -335,6 +335,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
       (void)own_agreement.release();
       (void)peer_agreement.release();
       (void)ring_scratch.release();
+      (void)halving_workspace.release();
       return;
     }
     for (MPI_Comm* c : {&agreement, &cross, &local, &world}) {
@@ -393,6 +394,19 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   unsigned char* scratch() {
     if (!ring_scratch) ring_scratch.reset(new unsigned char[detail::kRingScratchBytes]);
     return ring_scratch.get();
+  }
+  // The halving reduce-scatter's whole vector of partial results (at least @p bytes), grown when a
+  // larger one comes (`order` held; nothing is in flight then) and, like the scratch, never freed
+  // once a timeout broke the communicator. At most the ring's smallest size (on 16 ranks 7 MiB).
+  std::unique_ptr<unsigned char[]> halving_workspace;
+  std::size_t halving_workspace_bytes = 0;
+  unsigned char* workspace(std::size_t bytes) {
+    if (bytes > halving_workspace_bytes) {
+      halving_workspace.reset();
+      halving_workspace.reset(new unsigned char[bytes]);
+      halving_workspace_bytes = bytes;
+    }
+    return halving_workspace.get();
   }
 
   // A collective run by the calling thread when @p stream is idle and no other collective of this
@@ -640,7 +654,7 @@ void check_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView 
 // agreement). Reduce-scatter, all-gather and broadcast only up to kInlineOtherBytes: inline,
 // every round moves all ranks' parts, which MPI's own algorithms do not (32 KiB: 10-29 µs over
 // the raw call inline, 9-10 after the agreement; 4 KiB: 3.4-5.7 inline, 10-13 after it).
-constexpr std::size_t kInlineOtherBytes = 4096;
+constexpr std::size_t kInlineOtherBytes = 2048;
 std::size_t inline_size(std::int64_t n, int parts, DType t, std::size_t limit = kInlineBytes) {
   if (n > static_cast<std::int64_t>(limit)) return kInlineBytes + 1;
   const std::size_t bytes = static_cast<std::size_t>(n) * static_cast<std::size_t>(parts) * dtype_size(t);
@@ -763,6 +777,8 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
   check_count(recv, max_count, call, "recv");
   const auto n = static_cast<std::int64_t>(recv.size());
   const bool ring = detail::ring_applies(send.size_bytes(), size, kInlineOtherBytes);
+  // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's first half, polled.
+  const bool halving = detail::halving_applies(send.size_bytes(), size, 1, kInlineOtherBytes);
   enqueue(
       stream, call,
       {Collective::reduce_scatter, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
@@ -772,17 +788,22 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
         copy_bytes(recv.data(), payload + static_cast<std::size_t>(c.rank) * bytes, bytes);
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      [send, recv, op, n, ring](MpiCommunicator& c, const auto& poll) {
+      [send, recv, op, n, ring, halving](MpiCommunicator& c, const auto& poll) {
         if (ring) {
           run_ring(c, poll, c.agreement, detail::RingKind::reduce_scatter, send.data(), recv.data(), n, recv.dtype(),
                    op);
+        } else if (halving) {  // block `rank` of the partial results ends reduced: copied out
+          unsigned char* partial = c.workspace(send.size_bytes());
+          run_ring(c, poll, c.agreement, detail::RingKind::all_reduce_halving, send.data(), partial, n * c.size,
+                   recv.dtype(), op, 0, detail::RingSteps::reduce_scatter_half);
+          copy_bytes(recv.data(), partial + static_cast<std::size_t>(c.rank) * recv.size_bytes(), recv.size_bytes());
         } else {
           GPUCLOUD_MPI_CHECK(MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
                                                       mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()), c.world));
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring ? send.size_bytes() : 0);
+      ring || halving ? send.size_bytes() : 0);
 }
 
 void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView stream) {
@@ -794,6 +815,9 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   check_count(send, max_count, call, "send");
   const auto n = static_cast<std::int64_t>(send.size());
   const bool ring = detail::ring_applies(recv.size_bytes(), size, kInlineOtherBytes);
+  // 4, 8 or 16 ranks below the ring's sizes (any size on several nodes): the halving all-reduce's
+  // second half (recursive doubling), polled.
+  const bool doubling = !ring && detail::halving_applies(recv.size_bytes(), size, nodes, kInlineOtherBytes);
   enqueue(
       stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
       inline_size(n, size, send.dtype(), kInlineOtherBytes),
@@ -803,15 +827,21 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
         copy_bytes(payload + at, send.data(), slot);
       },
       [recv](MpiCommunicator&, const unsigned char* payload) { copy_bytes(recv.data(), payload, recv.size_bytes()); },
-      [send, recv, n, ring](MpiCommunicator& c, const auto& poll) {
+      [send, recv, n, ring, doubling](MpiCommunicator& c, const auto& poll) {
         if (ring)
           return run_ring(c, poll, c.agreement, detail::RingKind::all_gather, send.data(), recv.data(), n, recv.dtype(),
                           ReduceOp::sum);
+        if (doubling) {  // this rank's block in place, then the others'
+          copy_bytes(static_cast<unsigned char*>(recv.data()) + static_cast<std::size_t>(c.rank) * send.size_bytes(),
+                     send.data(), send.size_bytes());
+          return run_ring(c, poll, c.agreement, detail::RingKind::all_reduce_halving, recv.data(), recv.data(),
+                          n * c.size, recv.dtype(), ReduceOp::sum, 0, detail::RingSteps::all_gather_half);
+        }
         const MPI_Datatype type = mpi_type(send.dtype(), call);
         GPUCLOUD_MPI_CHECK(
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
       },
-      ring ? recv.size_bytes() : 0);
+      ring || doubling ? recv.size_bytes() : 0);
 }
 
 void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) {
@@ -820,6 +850,7 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
   (void)mpi_type(buffer.dtype(), call);
   const auto n = static_cast<std::int64_t>(buffer.size());
   const bool ring = detail::ring_applies(buffer.size_bytes(), size, kInlineOtherBytes);
+  const bool tree = detail::tree_applies(buffer.size_bytes(), size, kInlineOtherBytes);  // 3+ ranks, below the chain
   enqueue(
       stream, call, {Collective::broadcast, -1, root, n, static_cast<std::int64_t>(buffer.dtype())},
       inline_size(n, 1, buffer.dtype(), kInlineOtherBytes),
@@ -833,10 +864,10 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
       [buffer](MpiCommunicator&, const unsigned char* payload) {
         copy_bytes(buffer.data(), payload, buffer.size_bytes());
       },
-      [buffer, root, n, ring](MpiCommunicator& c, const auto& poll) {
-        if (ring)
-          return run_ring(c, poll, c.agreement, detail::RingKind::broadcast, buffer.data(), buffer.data(), n,
-                          buffer.dtype(), ReduceOp::sum, root);
+      [buffer, root, n, ring, tree](MpiCommunicator& c, const auto& poll) {
+        if (ring || tree)
+          return run_ring(c, poll, c.agreement, ring ? detail::RingKind::broadcast : detail::RingKind::broadcast_tree,
+                          buffer.data(), buffer.data(), n, buffer.dtype(), ReduceOp::sum, root);
         const MPI_Datatype type = mpi_type(buffer.dtype(), call);
         const std::size_t elem = dtype_size(buffer.dtype());
         c.in_pieces(n, [&](std::int64_t at, std::int64_t count) {
@@ -844,7 +875,7 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
                                        type, root, c.world));
         });
       },
-      ring ? buffer.size_bytes() : 0);
+      ring || tree ? buffer.size_bytes() : 0);
 }
 
 void MpiCommunicator::barrier(StreamView stream) {

@@ -22,6 +22,10 @@ bool halving_applies(std::size_t bytes, int size, int nodes, std::size_t inline_
   return power_of_two && bytes > inline_limit && (nodes > 1 || !ring_applies(bytes, size, inline_limit));
 }
 
+bool tree_applies(std::size_t bytes, int size, std::size_t inline_limit) {
+  return size > 2 && bytes > inline_limit && !ring_applies(bytes, size, inline_limit);
+}
+
 namespace {
 
 template <class T, class Op>
@@ -115,23 +119,30 @@ RingCollective::RingCollective(RingKind kind, const void* send, void* recv, std:
     if (kind_ != RingKind::all_gather && send_ != recv_ && bytes != 0) std::memcpy(recv_, send_, bytes);
     return;
   }
+  while ((1 << log_size_) < size_) ++log_size_;  // ceil(log2 size)
+  // An all-reduce's steps: the ring's 2 (size - 1), or halving's log2(size) then doubling's as many.
+  const int half_steps = halving ? log_size_ : size_ - 1;
   first_step_ = kind_ == RingKind::all_gather ? size_ - 1 : 0;
-  end_step_ = kind_ == RingKind::reduce_scatter ? size_ - 1 : 2 * (size_ - 1);
-  if (steps != RingSteps::all) {
-    GPUCLOUD_EXPECTS(kind_ == RingKind::all_reduce, "RingCollective", "only a ring all-reduce runs half its steps");
-    if (steps == RingSteps::reduce_scatter_half) end_step_ = size_ - 1;
-    if (steps == RingSteps::all_gather_half) first_step_ = size_ - 1;
-  }
+  end_step_ = kind_ == RingKind::reduce_scatter ? size_ - 1 : 2 * half_steps;
   if (halving) {
     GPUCLOUD_EXPECTS(size_ <= kMaxHalvingRanks && (size_ & (size_ - 1)) == 0, "RingCollective",
                      "halving needs a power-of-two number of ranks up to 16, not " + std::to_string(size_));
-    while ((1 << log_size_) < size_) ++log_size_;
-    end_step_ = 2 * log_size_;
+  }
+  if (steps != RingSteps::all) {
+    GPUCLOUD_EXPECTS(kind_ == RingKind::all_reduce || halving, "RingCollective",
+                     "only an all-reduce runs half its steps");
+    if (steps == RingSteps::reduce_scatter_half) end_step_ = half_steps;
+    if (steps == RingSteps::all_gather_half) first_step_ = half_steps;
   }
   if (kind_ == RingKind::broadcast) {  // step 0 receives from upstream, step 1 sends downstream
     const int d = block(rank_ - root_);
     first_step_ = d == 0 ? 1 : 0;
     end_step_ = d == size_ - 1 ? 1 : 2;
+  }
+  if (kind_ == RingKind::broadcast_tree) {  // from the step that receives (the root: 0) to the last
+    const int d = block(rank_ - root_);
+    while (d != 0 && (2 << first_step_) <= d) ++first_step_;
+    end_step_ = log_size_;
   }
   const bool blocks = kind_ == RingKind::all_reduce || halving;
   const std::int64_t longest = blocks ? count_ / size_ + (count_ % size_ != 0 ? 1 : 0) : count_;
@@ -140,7 +151,8 @@ RingCollective::RingCollective(RingKind kind, const void* send, void* recv, std:
 }
 
 void RingCollective::piece(int b, std::int64_t segment, std::int64_t& offset, std::int64_t& length) const {
-  std::int64_t begin = kind_ == RingKind::broadcast ? 0 : b * count_, len = count_;  // else equal blocks
+  const bool whole = kind_ == RingKind::broadcast || kind_ == RingKind::broadcast_tree;
+  std::int64_t begin = whole ? 0 : b * count_, len = count_;  // else equal blocks
   if (kind_ == RingKind::all_reduce || kind_ == RingKind::all_reduce_halving) {
     const std::int64_t q = count_ / size_, m = count_ % size_;
     begin = b * q + std::min<std::int64_t>(b, m);
@@ -166,6 +178,7 @@ void RingCollective::start(int s, std::int64_t segment) {
 // so no buffer is written while a send still reads it.
 void RingCollective::post(int s) {
   if (kind_ == RingKind::broadcast) return post_broadcast(s);
+  if (kind_ == RingKind::broadcast_tree) return post_tree(s);
   if (kind_ == RingKind::all_reduce_halving) return post_halving(s);
   Slot& slot = slots_[s];
   const int t = slot.step, to = block(rank_ + 1), from = block(rank_ - 1), tag = kRingFirstTag + s;
@@ -261,12 +274,33 @@ void RingCollective::post_broadcast(int s) {
   slot.pending = 1;
 }
 
+// A binomial tree's step t for a segment: the rank at distance d from the root receives it at the
+// step where 2^t <= d < 2^(t + 1), from d - 2^t; at every later step (the root: from step 0) it
+// sends to d + 2^t, when that rank exists. A step with no message completes at the next test.
+void RingCollective::post_tree(int s) {
+  Slot& slot = slots_[s];
+  std::int64_t at = 0, n = 0;
+  piece(0, slot.segment, at, n);
+  unsigned char* data = recv_ + static_cast<std::size_t>(at) * elem_;
+  const int bytes = static_cast<int>(static_cast<std::size_t>(n) * elem_), tag = kRingFirstTag + s;
+  const int d = block(rank_ - root_), distance = 1 << slot.step;
+  slot.pending = 0;
+  if (d >= distance) {  // (and d < 2 distance): the first step this rank takes
+    GPUCLOUD_MPI_CHECK(
+        MPI_Irecv(data, bytes, MPI_BYTE, block(rank_ - distance), tag, comm_, &slot.requests[slot.pending++]));
+  } else if (d + distance < size_) {
+    GPUCLOUD_MPI_CHECK(
+        MPI_Isend(data, bytes, MPI_BYTE, block(rank_ + distance), tag, comm_, &slot.requests[slot.pending++]));
+  }
+}
+
 void RingCollective::completed(int s) {
   Slot& slot = slots_[s];
   const int t = slot.step;
   if (kind_ == RingKind::all_reduce_halving) {
     completed_halving(s);
-  } else if (kind_ != RingKind::broadcast && t < size_ - 1) {  // the partial result upstream, then this rank's share
+  } else if (kind_ != RingKind::broadcast && kind_ != RingKind::broadcast_tree &&
+             t < size_ - 1) {  // the partial result upstream, then this rank's share
     std::int64_t at = 0, n = 0;
     piece(block(rank_ - t - 2), slot.segment, at, n);
     const std::size_t offset = static_cast<std::size_t>(at) * elem_;

@@ -32,6 +32,11 @@ bool ring_applies(std::size_t bytes, int size, std::size_t inline_limit);
 /// each way, the ring's 2 (size - 1)/size of it at each boundary: docs/collectives.md).
 bool halving_applies(std::size_t bytes, int size, int nodes, std::size_t inline_limit);
 
+/// Whether a broadcast of @p bytes over @p size ranks runs as a binomial tree (RingKind::broadcast_tree):
+/// above @p inline_limit on 3 or more ranks, below the chain's sizes (ring_applies()): ceil(log2 size) steps
+/// where the chain takes size - 1, polled on the caller's thread instead of MPI's blocking call on the worker.
+bool tree_applies(std::size_t bytes, int size, std::size_t inline_limit);
+
 /// Segments in flight at once, each in its own scratch slot and under its own message tag.
 constexpr int kRingSlots = 16;
 /// Bytes of one segment (and of each of a slot's two scratch halves).
@@ -42,18 +47,21 @@ constexpr std::size_t kRingScratchBytes = 2 * kRingSlots * kRingSegmentBytes;
 constexpr int kRingFirstTag = 1;
 
 /// Which collective a RingCollective runs, and how.
-enum class RingKind { all_reduce, reduce_scatter, all_gather, broadcast, all_reduce_halving };
+enum class RingKind { all_reduce, reduce_scatter, all_gather, broadcast, all_reduce_halving, broadcast_tree };
 
-/// Which of a ring all-reduce's steps a RingCollective runs: all of them, or one half (the
-/// hierarchical all-reduce's node phases: the reduce-scatter half leaves block `rank` of the sum in
-/// recv, the all-gather half spreads every rank's block `rank` of recv to the others).
+/// Which of an all-reduce's steps (ring or halving) a RingCollective runs: all of them, or one half
+/// (the hierarchical all-reduce's node phases; the halving form's halves are the reduce-scatter and
+/// all-gather of 4-16 ranks below the ring's sizes): the reduce-scatter half leaves block `rank` of
+/// the reduction in recv, the all-gather half spreads every rank's block `rank` of recv to the others.
 enum class RingSteps { all, reduce_scatter_half, all_gather_half };
 
 /// One collective over the ranks of @p comm. all_reduce: recv = reduce(send), @p count elements,
 /// send == recv in place; blocks of count / size (the first count % size one longer).
 /// reduce_scatter: recv (@p count) = block `rank` of reduce(send) (size x count). all_gather: recv
 /// (size x count) = every rank's send (@p count). broadcast: recv (@p count, send unused) = @p root's,
-/// segments passed down the chain root, root+1, ..., root-1. Reductions run along the ring: block b is
+/// segments passed down the chain root, root+1, ..., root-1; broadcast_tree: the same along a binomial tree
+/// (ceil(log2 size) steps: at step k the ranks holding the data, root + [0, 2^k), send to root + 2^k + their
+/// distance). Reductions run along the ring: block b is
 /// reduced by ranks b+1, b+2, ..., b once and copied to the others, so every rank ends with the
 /// same bytes. all_reduce_halving (a power-of-two @p size up to 16): the same blocks, reduced by
 /// recursive halving (step k sends half of the blocks still held to rank ^ 2^k, low bits first so
@@ -86,6 +94,7 @@ class RingCollective {
   void post(int slot);
   void completed(int slot);
   void post_broadcast(int slot);
+  void post_tree(int slot);
   void post_halving(int slot);
   void completed_halving(int slot);
   // Element offset (in the whole vector) and length of @p segment of block @p block.
