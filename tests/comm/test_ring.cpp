@@ -38,12 +38,13 @@ std::int32_t value(int rank, std::int64_t i) { return static_cast<std::int32_t>(
 
 // Runs one schedule to completion on a duplicate of MPI_COMM_WORLD.
 void run(gd::RingKind kind, const void* send, void* recv, std::int64_t n, gc::DType t, gc::ReduceOp op, int root = 0,
-         gd::RingSteps steps = gd::RingSteps::all) {
+         gd::RingSteps steps = gd::RingSteps::all, bool one_node = false) {
   static std::vector<unsigned char> scratch(gd::kRingScratchBytes);
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   {
-    gd::RingCollective ring(kind, send, recv, n, t, op, comm, rank_of(), size_of(), scratch.data(), root, steps);
+    gd::RingCollective ring(kind, send, recv, n, t, op, comm, rank_of(), size_of(), scratch.data(), root, steps,
+                            one_node);
     for (unsigned k = 1; !ring.test(); ++k) {
       if (k % 4 == 0) std::this_thread::yield();
     }
@@ -60,7 +61,7 @@ bool power_of_two() {
 // than slots.
 std::vector<std::int64_t> counts() {
   const std::int64_t p = size_of(), seg = static_cast<std::int64_t>(gd::kRingSegmentBytes / 4);
-  return {1, p + 1, 3 * seg * p / 2 + 7, (gd::kRingSlots + 3) * seg * p + 5};
+  return {1, p + 1, seg * p / 2 + 3, 3 * seg * p / 2 + 7, (gd::kRingSlots + 3) * seg * p + 5};
 }
 
 }  // namespace
@@ -76,7 +77,13 @@ TEST(RingSchedules, AllReducesAreExactInAndOutOfPlace) {
       for (int r = 0; r < p; ++r) want[static_cast<std::size_t>(i)] += value(r, i);
     }
     for (const auto kind : kinds) {
-      for (const bool halves : {false, true}) {
+      for (const int form : {0, 1, 2, 3}) {  // whole or halves, by block or (one node, halving) by range
+        const bool halves = form % 2 == 1, one_node = form >= 2;
+        if (one_node && kind != gd::RingKind::all_reduce_halving) continue;
+        const auto run = [one_node](gd::RingKind k, const void* in, void* out, std::int64_t count, gc::DType t,
+                                    gc::ReduceOp op, int root = 0, gd::RingSteps steps = gd::RingSteps::all) {
+          ::run(k, in, out, count, t, op, root, steps, one_node);
+        };
         std::vector<std::int32_t> out(send.size(), -1), in_place = send;
         if (halves) {  // the reduce-scatter half, then the all-gather half: the whole all-reduce
           run(kind, send.data(), out.data(), n, gc::DType::int32, gc::ReduceOp::sum, 0,
@@ -98,7 +105,8 @@ TEST(RingSchedules, AllReducesAreExactInAndOutOfPlace) {
           wrong += in_place[i] != want[i];
           wrong += send[i] != value(me, static_cast<std::int64_t>(i));  // send untouched
         }
-        EXPECT_EQ(wrong, 0u) << "kind " << static_cast<int>(kind) << ", halves " << halves << ", n " << n;
+        EXPECT_EQ(wrong, 0u) << "kind " << static_cast<int>(kind) << ", halves " << halves << ", one node " << one_node
+                             << ", n " << n;
       }
     }
   }
@@ -110,25 +118,29 @@ TEST(RingSchedules, FractionsComeOutAsTheSameBytesOnEveryRank) {
   if (power_of_two()) kinds.push_back(gd::RingKind::all_reduce_halving);
   for (const auto kind : kinds) {
     for (const gc::DType t : {gc::DType::float32, gc::DType::float16}) {
-      const std::int64_t n = counts()[2];
-      const std::size_t elem = gc::dtype_size(t);
-      std::vector<unsigned char> data(static_cast<std::size_t>(n) * elem);
-      for (std::int64_t i = 0; i < n; ++i) {
-        const float x = 1.0f / static_cast<float>(3 + (i * 7 + me * 13) % 101);
-        if (t == gc::DType::float32) {
-          std::memcpy(data.data() + i * 4, &x, 4);
-        } else {
-          const std::uint16_t h = gd::float_to_half_bits(x);
-          std::memcpy(data.data() + i * 2, &h, 2);
+      for (const bool one_node : {false, true}) {
+        if (one_node && kind != gd::RingKind::all_reduce_halving) continue;
+        const std::int64_t n = counts()[one_node ? 2 : 3];  // one segment a block (halving by range), more
+        const std::size_t elem = gc::dtype_size(t);
+        std::vector<unsigned char> data(static_cast<std::size_t>(n) * elem);
+        for (std::int64_t i = 0; i < n; ++i) {
+          const float x = 1.0f / static_cast<float>(3 + (i * 7 + me * 13) % 101);
+          if (t == gc::DType::float32) {
+            std::memcpy(data.data() + i * 4, &x, 4);
+          } else {
+            const std::uint16_t h = gd::float_to_half_bits(x);
+            std::memcpy(data.data() + i * 2, &h, 2);
+          }
         }
+        run(kind, data.data(), data.data(), n, t, gc::ReduceOp::sum, 0, gd::RingSteps::all, one_node);
+        std::uint64_t sum = 0;
+        for (const unsigned char b : data) sum = sum * 1099511628211ull + b;
+        std::uint64_t low = sum, high = sum;
+        MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+        EXPECT_EQ(low, high) << "kind " << static_cast<int>(kind) << ", " << gc::dtype_name(t) << ", one node "
+                             << one_node;
       }
-      run(kind, data.data(), data.data(), n, t, gc::ReduceOp::sum);
-      std::uint64_t sum = 0;
-      for (const unsigned char b : data) sum = sum * 1099511628211ull + b;
-      std::uint64_t low = sum, high = sum;
-      MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-      MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-      EXPECT_EQ(low, high) << "kind " << static_cast<int>(kind) << ", " << gc::dtype_name(t);
     }
   }
 }

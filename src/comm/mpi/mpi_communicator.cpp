@@ -687,7 +687,8 @@ void run_ring(MpiCommunicator& c, const Poll& poll, MPI_Comm comm, detail::RingK
   int rank = 0, size = 1;
   GPUCLOUD_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   GPUCLOUD_MPI_CHECK(MPI_Comm_size(comm, &size));
-  detail::RingCollective ring(kind, send, recv, n, t, op, comm, rank, size, c.scratch(), root, steps);
+  const bool one_node = comm == c.local || c.nodes == 1;
+  detail::RingCollective ring(kind, send, recv, n, t, op, comm, rank, size, c.scratch(), root, steps, one_node);
   poll([&] { return ring.test(); });
 }
 

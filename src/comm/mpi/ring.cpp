@@ -96,7 +96,8 @@ void reduce_elements(const unsigned char* partial, const unsigned char* mine, un
 }
 
 RingCollective::RingCollective(RingKind kind, const void* send, void* recv, std::int64_t count, DType t, ReduceOp op,
-                               MPI_Comm comm, int rank, int size, unsigned char* scratch, int root, RingSteps steps)
+                               MPI_Comm comm, int rank, int size, unsigned char* scratch, int root, RingSteps steps,
+                               bool one_node)
     : kind_(kind),
       send_(static_cast<const unsigned char*>(send)),
       recv_(static_cast<unsigned char*>(recv)),
@@ -147,6 +148,7 @@ RingCollective::RingCollective(RingKind kind, const void* send, void* recv, std:
   const bool blocks = kind_ == RingKind::all_reduce || halving;
   const std::int64_t longest = blocks ? count_ / size_ + (count_ % size_ != 0 ? 1 : 0) : count_;
   segments_ = std::max<std::int64_t>(1, (longest + segment_elems_ - 1) / segment_elems_);
+  contiguous_ = halving && one_node && segments_ == 1;
   for (int s = 0; s < kRingSlots && s < segments_; ++s) start(s, s);
 }
 
@@ -220,6 +222,28 @@ void RingCollective::post_halving(int s) {
   Slot& slot = slots_[s];
   const int t = slot.step, tag = kRingFirstTag + s;
   const bool halving = t < log_size_;
+  if (contiguous_) {  // high bits first while halving, low bits first while doubling: ranges
+    const int mask = halving ? size_ >> (t + 1) : 1 << (t - log_size_), partner = rank_ ^ mask;
+    std::int64_t keep_at = 0, keep_n = 0, give_at = 0, give_n = 0;
+    range(rank_, mask, keep_at, keep_n);
+    range(partner, mask, give_at, give_n);
+    const auto bytes = [this](std::int64_t n) { return static_cast<int>(static_cast<std::size_t>(n) * elem_); };
+    const auto at = [this](const unsigned char* base, std::int64_t i) {
+      return base + static_cast<std::size_t>(i) * elem_;
+    };
+    if (halving) {  // the partner's values of the range kept, into the scratch; ours of the range it keeps
+      GPUCLOUD_MPI_CHECK(MPI_Irecv(half(s, 0), bytes(keep_n), MPI_BYTE, partner, tag, comm_, &slot.requests[0]));
+      GPUCLOUD_MPI_CHECK(MPI_Isend(at(t == 0 ? send_ : recv_, give_at), bytes(give_n), MPI_BYTE, partner, tag, comm_,
+                                   &slot.requests[1]));
+    } else {  // the range held, for the partner's
+      GPUCLOUD_MPI_CHECK(MPI_Irecv(recv_ + static_cast<std::size_t>(give_at) * elem_, bytes(give_n), MPI_BYTE, partner,
+                                   tag, comm_, &slot.requests[0]));
+      GPUCLOUD_MPI_CHECK(
+          MPI_Isend(at(recv_, keep_at), bytes(keep_n), MPI_BYTE, partner, tag, comm_, &slot.requests[1]));
+    }
+    slot.pending = 2;
+    return;
+  }
   const int mask = halving ? 1 << t : size_ >> (t - log_size_ + 1), partner = rank_ ^ mask, stride = 2 * mask;
   const int m = size_ / stride, into = (halving ? rank_ : partner) & (stride - 1);
   const int from = (halving ? partner : rank_) & (stride - 1);
@@ -244,10 +268,24 @@ void RingCollective::post_halving(int s) {
 
 // A halving step's blocks arrived: each reduced with this rank's (its input at step 0, its partial
 // result after) into recv.
+void RingCollective::range(int b, int mask, std::int64_t& offset, std::int64_t& length) const {
+  std::int64_t n = 0, last = 0;
+  piece(b & ~(mask - 1), 0, offset, n);
+  piece((b & ~(mask - 1)) + mask - 1, 0, last, n);
+  length = last + n - offset;
+}
+
 void RingCollective::completed_halving(int s) {
   Slot& slot = slots_[s];
   const int t = slot.step;
   if (t >= log_size_) return;
+  if (contiguous_) {  // the range kept: the partner's values (scratch) with this rank's
+    std::int64_t at = 0, n = 0;
+    range(rank_, size_ >> (t + 1), at, n);
+    const std::size_t offset = static_cast<std::size_t>(at) * elem_;
+    reduce_elements(half(s, 0), (t == 0 ? send_ : recv_) + offset, recv_ + offset, n, dtype_, op_);
+    return;
+  }
   const int stride = 2 << t, m = size_ / stride, first = rank_ & (stride - 1);
   const unsigned char* mine = t == 0 ? send_ : recv_;
   for (int i = 0; i < m; ++i) {

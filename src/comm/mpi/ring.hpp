@@ -70,11 +70,15 @@ enum class RingSteps { all, reduce_scatter_half, all_gather_half };
 /// segments of kRingSegmentBytes (all_reduce_halving: 4 x kRingSegmentBytes / size, a step moving one per block it
 /// exchanges); slot s carries segments s, s + kRingSlots, ... through the steps, one at a time. The buffers and @p
 /// scratch (kRingScratchBytes) must stay put until it completes, or for ever if it is abandoned. Average is not divided
-/// here (the caller divides).
+/// here (the caller divides). @p one_node (every rank of @p comm on one node): halving and doubling whose blocks are
+/// one segment each (up to 4 x kRingSegmentBytes in all) take the high rank bits first while halving and the low ones
+/// first while doubling, so what a step exchanges is one contiguous range: one message each way instead of one per
+/// block.
 class RingCollective {
  public:
   RingCollective(RingKind kind, const void* send, void* recv, std::int64_t count, DType t, ReduceOp op, MPI_Comm comm,
-                 int rank, int size, unsigned char* scratch, int root = 0, RingSteps steps = RingSteps::all);
+                 int rank, int size, unsigned char* scratch, int root = 0, RingSteps steps = RingSteps::all,
+                 bool one_node = false);
   RingCollective(const RingCollective&) = delete;
   RingCollective& operator=(const RingCollective&) = delete;
 
@@ -97,6 +101,9 @@ class RingCollective {
   void post_tree(int slot);
   void post_halving(int slot);
   void completed_halving(int slot);
+  // The contiguous form of a halving or doubling step (one_node, one segment per block): the
+  // first element and the length of the range @p mask blocks long that holds block @p b.
+  void range(int b, int mask, std::int64_t& offset, std::int64_t& length) const;
   // Element offset (in the whole vector) and length of @p segment of block @p block.
   void piece(int block, std::int64_t segment, std::int64_t& offset, std::int64_t& length) const;
   int block(int k) const { return ((k % size_) + size_) % size_; }
@@ -113,6 +120,7 @@ class RingCollective {
   std::size_t elem_;
   MPI_Comm comm_;
   int rank_, size_, root_, first_step_ = 0, end_step_ = 0, live_ = 0, log_size_ = 0;
+  bool contiguous_ = false;  // halving and doubling by ranges (above)
   unsigned char* scratch_;
   Slot slots_[kRingSlots];
 };
