@@ -217,9 +217,10 @@ void expect_disagreement(gc::Stream& s, gc::Communicator& c, const std::string& 
 }
 }  // namespace
 
-// Collectives whose data fits in the agreement's payload travel inside it (all-reduces up to
-// 64 KiB, the others up to 2 KiB in all); larger ones take the ring (2 ranks), halving and doubling or the binomial
-// tree (more ranks) or the MPI call. Inline ones run on the
+// Collectives whose data fits in the agreement's payload travel inside it (up to 64 KiB in all;
+// reduce-scatter, all-gather and broadcast on 2 ranks up to 16 KiB, on a rank count that is not a
+// power of two up to 2 KiB); larger ones take
+// the ring (2 ranks), halving and doubling or the binomial tree (more ranks) or the MPI call. Inline ones run on the
 // caller's thread when the stream is idle and on its worker when it is busy, and a rank of either
 // kind meets the other: every mix (all idle, all busy, rank 0 busy), every dtype, each collective,
 // the sizes around both boundaries.
@@ -232,9 +233,10 @@ TEST(Collectives, InlineAndFullPathsGiveTheSameExactAnswers) {
     const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
     for_each_dtype([&](gc::DType t) {
       const std::size_t elem = gc::dtype_size(t);
-      for (std::size_t bytes : {std::size_t{0}, elem, 2048 / ranks, 2048 / ranks + elem, 4096 / ranks,
-                                4096 / ranks + elem, std::size_t{4096}, std::size_t{4096} + elem, std::size_t{65536},
-                                std::size_t{65536} + elem, std::size_t{262144}}) {
+      // Per rank: around 2 KiB, 16 KiB and 64 KiB in all (the inline limits), 4 KiB and 64 KiB each.
+      for (std::size_t bytes : {std::size_t{0}, elem, 2048 / ranks, 2048 / ranks + elem, 16384 / ranks,
+                                16384 / ranks + elem, 65536 / ranks, 65536 / ranks + elem, std::size_t{4096},
+                                std::size_t{65536}, std::size_t{65536} + elem, std::size_t{262144}}) {
         const std::size_t per = bytes / elem;
         // Busy: the collectives queue behind this, and run on the stream's worker.
         if (busy) keep_busy(s);
@@ -320,17 +322,19 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
     });
     EXPECT_EQ(wrong, 0u) << "mix " << mix;
   }
-  // Reduce-scatter, all-gather and broadcast take the ring from above 4 KiB in all on 2 ranks (from
-  // (size - 2) x 512 KiB on more), every root; per-rank parts of more than 16 segments included. On
-  // more ranks, between the two: halving and doubling (4 or 8 ranks), the binomial tree broadcast.
+  // Reduce-scatter, all-gather and broadcast take the ring from above the inline 16 KiB in all on 2
+  // ranks (from (size - 2) x 512 KiB on more), every root; per-rank parts of more than 16 segments
+  // included. On more ranks, from above the inline size (64 KiB on 4 or 8 ranks, 2 KiB on 3) to
+  // the ring: halving and doubling (4 or 8 ranks), the binomial tree broadcast.
   for (int mix = 0; mix < 3; ++mix) {
     const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
     for (auto t : {gc::DType::float32, gc::DType::float16, gc::DType::int64}) {
       const std::size_t elem = gc::dtype_size(t), ranks = static_cast<std::size_t>(c.size());
-      const std::size_t other_from = c.size() == 2 ? 4096 : ring_from;
+      const std::size_t other_from = c.size() == 2 ? 16384 : ring_from;
       const bool two = c.size() == 2;
+      const std::size_t inline_to = (c.size() & (c.size() - 1)) == 0 ? 65536 : 2048;
       for (std::size_t per : {other_from / ranks / elem + 1, two ? (std::size_t{33} << 16) / elem + 3 : 0,
-                              two ? 0 : 4096 / ranks / elem + 1, two ? 0 : (ring_from - 64) / ranks / elem}) {
+                              two ? 0 : inline_to / ranks / elem + 1, two ? 0 : (ring_from - 64) / ranks / elem}) {
         if (per == 0) continue;
         if (busy) keep_busy(s);
         gc::Buffer send = inputs(t, per * ranks, c.rank()), shard(per, t);
@@ -643,7 +647,7 @@ TEST(Collectives, DifferentOperationsAreAnErrorOnEveryRank) {
 // an error on every rank, no hang.
 TEST(Collectives, AnInlineSizeAgainstAFullSizeIsAnErrorOnEveryRank) {
   gc::Buffer small = inputs(gc::DType::float32, 10, world().rank());
-  gc::Buffer large = inputs(gc::DType::float32, 5000, world().rank());
+  gc::Buffer large = inputs(gc::DType::float32, 20000, world().rank());
   expect_disagreement(
       "count", [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(small, small, gc::ReduceOp::sum, s); },
       [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(large, large, gc::ReduceOp::sum, s); });

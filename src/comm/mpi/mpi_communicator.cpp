@@ -151,12 +151,10 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
 
 }  // namespace
 
-// The agreement is an all-reduce of one Agreement (a derived type, so MPI never splits it) by
-// AgreementExchange (below) under combine_agreements: the header fields combine as max and -min,
-// so every rank learns whether all agreed; a collective whose data fits in the payload
-// (kInlineBytes) travels inside the same messages, combined when the headers agree (reductions as
-// the reduce op in the dtype, fp16/bf16 through fp32; all-gather and broadcast as bitwise OR of
-// zero-filled slots). Small collectives so cost what a small all-reduce costs, with the checks on.
+// The agreement is an all-reduce of one Agreement by AgreementExchange (below): the header
+// fields combine as max and -min, so every rank learns whether all agreed; a collective whose
+// data fits in the payload (kInlineBytes) travels inside the same messages, combined when the
+// headers agree. Small collectives so cost what a small all-reduce costs, with the checks on.
 constexpr std::size_t kInlineBytes = 65536;
 constexpr int kFields = detail::kAgreementFields;  // kind, op, root, count, dtype, inline
 struct Agreement {
@@ -164,6 +162,7 @@ struct Agreement {
   std::int64_t low[kFields];   // max of the negation: -min over ranks
   alignas(8) unsigned char payload[kInlineBytes];
 };
+constexpr std::size_t kHeaderBytes = offsetof(Agreement, payload);
 
 // Bytes of the payload a consistent inline agreement uses (what inline_size() gave each rank).
 std::size_t payload_bytes(const Agreement& a) {
@@ -180,30 +179,58 @@ bool consistent(const Agreement& a) {
   return true;
 }
 
-// The messages of an agreement: the header, and the payload when the data is inline and the
-// headers so far agree (a disagreement's payload is never used, and its sizes may be anything).
+// Whether a consistent agreement's payload is used: its data is inline.
+bool carries(const Agreement& a) { return a.high[5] != 0 && consistent(a); }
+
+// The messages of the whole-payload exchange: the header, and the payload when the data is inline
+// and the headers so far agree (a disagreement's payload is never used, and its sizes may be anything).
 int wire_bytes(const Agreement& a) {
-  const std::size_t payload = a.high[5] != 0 && consistent(a) ? payload_bytes(a) : 0;
-  return static_cast<int>(offsetof(Agreement, payload) + std::min(payload, kInlineBytes));
+  return static_cast<int>(kHeaderBytes + (carries(a) ? std::min(payload_bytes(a), kInlineBytes) : 0));
 }
 
-// io = in (+) io: the headers as max and -min; the payloads by the collective when the headers agree.
-void combine_agreements(const Agreement& in, Agreement& io) {
-  const bool same = consistent(in) && consistent(io) && std::equal(in.high, in.high + kFields, io.high);
-  for (int i = 0; i < kFields; ++i) {
-    io.high[i] = std::max(io.high[i], in.high[i]);
-    io.low[i] = std::max(io.low[i], in.low[i]);
+// What a rank's payload holds after each round of a power-of-two exchange (mask 1, 2, ...,
+// partner rank ^ mask), for the collectives whose rounds need not carry the whole payload:
+//  - all-gather: rank r holds the blocks of ranks r & ~(mask - 1) + [0, mask) and sends them, as
+//    MPI's recursive doubling does;
+//  - reduce-scatter: recursive halving, rank r reduces the blocks equal to r modulo mask and sends
+//    its partner the half of them equal to the partner modulo 2 mask, ending with its own block;
+//  - broadcast: the ranks within mask of the root (by xor) hold the data, and each sends it to its
+//    partner, which does not.
+// So each message is the header and only what its receiver needs: at 4 KiB on 4 ranks 1-2 KiB
+// and the header, inside OpenMPI's shared-memory eager limit (the whole payload is not), and
+// inline all-gathers and reduce-scatters up to 64 KiB move what MPI's algorithms move.
+struct Rounds {
+  Collective kind;
+  std::size_t block;  // bytes of one rank's block (all-gather, reduce-scatter)
+  int rank, size, root;
+
+  static bool shaped(const Agreement& a, int size) {
+    const auto kind = static_cast<Collective>(a.high[0]);
+    return carries(a) && (size & (size - 1)) == 0 &&
+           (kind == Collective::all_gather || kind == Collective::reduce_scatter || kind == Collective::broadcast);
   }
-  if (!same || in.high[5] == 0) return;  // a disagreement (the payload is not used) or nothing inline
-  const auto kind = static_cast<Collective>(in.high[0]);
-  const auto t = static_cast<DType>(in.high[4]);
-  if (kind == Collective::all_gather || kind == Collective::broadcast) {
-    for (std::size_t i = 0, n = payload_bytes(io); i < n; ++i) io.payload[i] |= in.payload[i];
-    return;
+  Rounds(const Agreement& a, int r, int p)
+      : kind(static_cast<Collective>(a.high[0])),
+        block(static_cast<std::size_t>(a.high[3]) * dtype_size(static_cast<DType>(a.high[4]))),
+        rank(r),
+        size(p),
+        root(static_cast<int>(a.high[2])) {}
+  bool holds(int r, int mask) const { return (r ^ root) < mask; }  // broadcast
+  // Calls @p piece(offset, bytes) for each piece of the payload @p from sends @p to in this round, in order.
+  template <class Piece>
+  void pieces(int from, int to, int mask, std::size_t whole, Piece piece) const {
+    switch (kind) {
+      case Collective::all_gather:
+        return piece(static_cast<std::size_t>(from & ~(mask - 1)) * block, static_cast<std::size_t>(mask) * block);
+      case Collective::reduce_scatter:
+        for (int b = to & (2 * mask - 1); b < size; b += 2 * mask) piece(static_cast<std::size_t>(b) * block, block);
+        return;
+      default:
+        if (holds(from, mask) && !holds(to, mask)) piece(0, whole);
+        return;
+    }
   }
-  const std::int64_t n = in.high[3] * (kind == Collective::reduce_scatter ? in.high[5] : 1);
-  detail::reduce_elements(in.payload, io.payload, io.payload, n, t, static_cast<ReduceOp>(in.high[1]));
-}
+};
 
 // The agreement's all-reduce, over point-to-point messages on the communicator's own duplicate
 // (not MPI_Iallreduce: OpenMPI's nonblocking collectives run a libnbc schedule that costs several
@@ -211,13 +238,17 @@ void combine_agreements(const Agreement& in, Agreement& io) {
 // caller's thread). Recursive doubling: log2(p) rounds, where p is the largest power of two up to
 // the size; the ranks above p first fold their agreement into rank - p and get the result back at
 // the end. Each pair combines the lower rank's side first, so every rank ends with the same bytes,
-// as MPI's all-reduce. Driven by test(), polled (in place or on the worker) against the timeout.
-// @p a (this rank's agreement in, the combined one out) and @p peer
-// (what peers send) must stay put until the exchange completes, or for ever if it is abandoned.
+// as MPI's all-reduce. Inline all-gathers, reduce-scatters and broadcasts on a power-of-two size
+// send only what the receiver needs (Rounds), packed after the header in @p out; the rest
+// carry the whole payload (all-reduces as the reduce op in the dtype, fp16/bf16 through fp32;
+// all-gather and broadcast as bitwise OR of zero-filled slots). Driven by test(), polled (in
+// place or on the worker) against the timeout. @p a (this rank's agreement in, the combined one
+// out), @p peer (what peers send) and @p out must stay put until the exchange completes, or for
+// ever if it is abandoned.
 class AgreementExchange {
  public:
-  AgreementExchange(Agreement& a, Agreement& peer, MPI_Comm comm, int rank, int size)
-      : a_(a), peer_(peer), comm_(comm), rank_(rank), size_(size) {
+  AgreementExchange(Agreement& a, Agreement& peer, Agreement& out, MPI_Comm comm, int rank, int size)
+      : a_(a), peer_(peer), out_(out), comm_(comm), rank_(rank), size_(size) {
     while (p_ * 2 <= size_) p_ *= 2;
   }
   AgreementExchange(const AgreementExchange&) = delete;
@@ -244,7 +275,7 @@ class AgreementExchange {
     switch (phase_) {
       case Phase::start:
         if (rank_ >= p_) {  // folded into rank - p: send ours, receive the result
-          post(rank_ - p_, &peer_);
+          post(rank_ - p_);
           phase_ = Phase::receive_result;
         } else if (rank_ < extra) {
           receive(rank_ + p_);
@@ -254,11 +285,11 @@ class AgreementExchange {
         }
         return;
       case Phase::fold:
-        combine_lower_first(rank_ + p_);
+        combine(rank_ + p_, 0);
         next_round();
         return;
       case Phase::round:
-        combine_lower_first(rank_ ^ mask_);
+        combine(rank_ ^ mask_, mask_);
         mask_ *= 2;
         next_round();
         return;
@@ -276,7 +307,7 @@ class AgreementExchange {
 
   void next_round() {
     if (mask_ < p_) {
-      post(rank_ ^ mask_, &peer_);
+      post(rank_ ^ mask_, mask_);
       phase_ = Phase::round;
     } else if (rank_ < size_ - p_) {  // the result to the rank folded into this one
       GPUCLOUD_MPI_CHECK(MPI_Isend(&a_, wire_bytes(a_), MPI_BYTE, rank_ + p_, 0, comm_, &requests_[0]));
@@ -286,25 +317,75 @@ class AgreementExchange {
     }
   }
 
-  // Sends this rank's agreement to @p peer and receives its agreement into @p into.
-  void post(int peer, Agreement* into) {
-    GPUCLOUD_MPI_CHECK(MPI_Irecv(into, kMaxWire, MPI_BYTE, peer, 0, comm_, &requests_[1]));
-    GPUCLOUD_MPI_CHECK(MPI_Isend(&a_, wire_bytes(a_), MPI_BYTE, peer, 0, comm_, &requests_[0]));
+  // Sends this rank's agreement to @p peer (in round @p mask; 0: a fold, the whole payload) and
+  // receives its agreement into peer_.
+  void post(int peer, int mask = 0) {
+    GPUCLOUD_MPI_CHECK(MPI_Irecv(&peer_, kMaxWire, MPI_BYTE, peer, 0, comm_, &requests_[1]));
+    const Agreement* message = &a_;
+    int bytes = wire_bytes(a_);
+    if (mask != 0 && Rounds::shaped(a_, size_)) {  // the header, then the pieces the peer needs
+      std::memcpy(static_cast<void*>(&out_), &a_, kHeaderBytes);
+      std::size_t at = 0;
+      Rounds(a_, rank_, size_).pieces(rank_, peer, mask, payload_bytes(a_), [&](std::size_t offset, std::size_t n) {
+        std::memcpy(out_.payload + at, a_.payload + offset, n);
+        at += n;
+      });
+      message = &out_;
+      bytes = static_cast<int>(kHeaderBytes + at);
+    }
+    GPUCLOUD_MPI_CHECK(MPI_Isend(message, bytes, MPI_BYTE, peer, 0, comm_, &requests_[0]));
   }
   void receive(int peer) { GPUCLOUD_MPI_CHECK(MPI_Irecv(&peer_, kMaxWire, MPI_BYTE, peer, 0, comm_, &requests_[1])); }
 
-  // a_ = (lower rank's side) op (higher rank's side), whichever side this rank is.
-  void combine_lower_first(int peer) {
+  // a_ = (lower rank's side) (+) (higher rank's side), whichever side this rank is, of the
+  // agreement @p peer sent in round @p mask (0: a fold): the headers as max and -min, the payloads
+  // when both headers are consistent and the same.
+  void combine(int peer, int mask) {
+    const bool same = carries(peer_) && carries(a_) && std::equal(peer_.high, peer_.high + kFields, a_.high);
+    const bool shaped = mask != 0 && Rounds::shaped(a_, size_);
+    for (int i = 0; i < kFields; ++i) {
+      a_.high[i] = std::max(a_.high[i], peer_.high[i]);
+      a_.low[i] = std::max(a_.low[i], peer_.low[i]);
+    }
+    if (!same) return;  // a disagreement (its payload is not used) or nothing inline
+    const auto kind = static_cast<Collective>(a_.high[0]);
+    const auto t = static_cast<DType>(a_.high[4]);
+    const auto op = static_cast<ReduceOp>(a_.high[1]);
+    if (shaped) {  // the pieces this rank needs, in the order the peer packed them
+      std::size_t at = 0;
+      Rounds(a_, rank_, size_).pieces(peer, rank_, mask, payload_bytes(a_), [&](std::size_t offset, std::size_t n) {
+        unsigned char* mine = a_.payload + offset;
+        const unsigned char* theirs = peer_.payload + at;
+        at += n;
+        if (kind != Collective::reduce_scatter) {
+          std::memcpy(mine, theirs, n);
+        } else {
+          const auto count = static_cast<std::int64_t>(n / dtype_size(t));
+          if (peer < rank_) {
+            detail::reduce_elements(theirs, mine, mine, count, t, op);
+          } else {
+            detail::reduce_elements(mine, theirs, mine, count, t, op);
+          }
+        }
+      });
+      return;
+    }
+    const std::size_t n = payload_bytes(a_);
+    if (kind == Collective::all_gather || kind == Collective::broadcast) {
+      for (std::size_t i = 0; i < n; ++i) a_.payload[i] |= peer_.payload[i];
+      return;
+    }
+    const std::int64_t count = a_.high[3] * (kind == Collective::reduce_scatter ? a_.high[5] : 1);
     if (peer < rank_) {
-      combine_agreements(peer_, a_);
+      detail::reduce_elements(peer_.payload, a_.payload, a_.payload, count, t, op);
     } else {
-      combine_agreements(a_, peer_);
-      std::memcpy(static_cast<void*>(&a_), &peer_, static_cast<std::size_t>(wire_bytes(peer_)));
+      detail::reduce_elements(a_.payload, peer_.payload, a_.payload, count, t, op);
     }
   }
 
   Agreement& a_;
   Agreement& peer_;  // what a peer sent: only the bytes it sent are read
+  Agreement& out_;   // what this rank sends in a round that carries only part of the payload
   MPI_Comm comm_;
   int rank_, size_, p_ = 1, mask_ = 1;
   Phase phase_ = Phase::start;
@@ -321,7 +402,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // The agreement's buffers (this rank's, and what peers send), made once and used under `order`:
   // 64 KiB each, allocated per call they cost page faults whenever malloc returns the top of its
   // heap to the system (2 ranks from Python, 32 KiB all-reduce: 35-50 µs instead of 17).
-  std::unique_ptr<Agreement> own_agreement{new Agreement}, peer_agreement{new Agreement};
+  std::unique_ptr<Agreement> own_agreement{new Agreement}, peer_agreement{new Agreement}, out_agreement{new Agreement};
   // Elements per MPI call (MPI counts are int): larger all-reduces and broadcasts are split, larger
   // per-rank reduce-scatters and all-gathers are refused. GPUCLOUD_MPI_MAX_COUNT lowers it (tests).
   std::int64_t max_count = std::numeric_limits<int>::max();
@@ -334,6 +415,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     if (finalized || broken) {
       (void)own_agreement.release();
       (void)peer_agreement.release();
+      (void)out_agreement.release();
       (void)ring_scratch.release();
       (void)halving_workspace.release();
       return;
@@ -426,7 +508,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
       check_usable(call);
       const Poll poll{*this, call, std::chrono::steady_clock::now()};
       Agreement& a = make_agreement(sig, inline_bytes, pack);
-      AgreementExchange exchange(a, *peer_agreement, agreement, rank, size);
+      AgreementExchange exchange(a, *peer_agreement, *out_agreement, agreement, rank, size);
       poll([&] { return exchange.test(); });
       detail::check_agreement(call, where, a.high, a.low);
       if (inline_bytes <= kInlineBytes) {
@@ -467,7 +549,8 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
             std::lock_guard<std::mutex> lock(self->order);  // inside the deadline: its holder may be stuck
             self->check_usable(call);
             Agreement& a = self->make_agreement(sig, inline_bytes, pack);
-            AgreementExchange exchange(a, *self->peer_agreement, self->agreement, self->rank, self->size);
+            AgreementExchange exchange(a, *self->peer_agreement, *self->out_agreement, self->agreement, self->rank,
+                                       self->size);
             poll([&] { return exchange.test(); });
             detail::check_agreement(call, self->where, a.high, a.low);
             if (inline_bytes <= kInlineBytes) {
@@ -651,10 +734,18 @@ void check_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView 
 // all, needs; more than kInlineBytes when it should not travel inline. All-reduces go inline up
 // to kInlineBytes (64 KiB): each exchange round moves the whole vector, as MPI's recursive
 // doubling does (2 ranks, 32 KiB: 3.9-5.3 µs over the raw call inline, 9.5-24 after the
-// agreement). Reduce-scatter, all-gather and broadcast only up to kInlineOtherBytes: inline,
-// every round moves all ranks' parts, which MPI's own algorithms do not (32 KiB: 10-29 µs over
-// the raw call inline, 9-10 after the agreement; 4 KiB: 3.4-5.7 inline, 10-13 after it).
+// agreement). Reduce-scatter, all-gather and broadcast too on 4, 8, 16, ... ranks, where each
+// round carries only what its receiver needs (Rounds; 4 ranks, 16-64 KiB: 10-22 µs over the raw
+// call inline, 20-38 after the agreement by halving and doubling); on 2 ranks up to 16 KiB, where
+// the ring after the agreement takes over (32 KiB: inline +2.5-3.3 µs, the ring +1.4-2.8, 64 KiB
+// +4.7-6.0 against +1.2-3.5); on other rank counts every round moves all ranks' parts, which MPI's
+// own algorithms do not, so only up to kInlineOtherBytes (4 KiB and the header is past OpenMPI's
+// shared-memory eager limit: each round would wait for an acknowledgement).
 constexpr std::size_t kInlineOtherBytes = 2048;
+std::size_t inline_other_limit(int size) {
+  if (size == 2) return std::size_t{16} << 10;
+  return (size & (size - 1)) == 0 ? kInlineBytes : kInlineOtherBytes;
+}
 std::size_t inline_size(std::int64_t n, int parts, DType t, std::size_t limit = kInlineBytes) {
   if (n > static_cast<std::int64_t>(limit)) return kInlineBytes + 1;
   const std::size_t bytes = static_cast<std::size_t>(n) * static_cast<std::size_t>(parts) * dtype_size(t);
@@ -777,13 +868,14 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
   detail::check_no_overlap(recv, send, call, "send");
   check_count(recv, max_count, call, "recv");
   const auto n = static_cast<std::int64_t>(recv.size());
-  const bool ring = detail::ring_applies(send.size_bytes(), size, kInlineOtherBytes);
+  const std::size_t limit = inline_other_limit(size);
+  const bool ring = detail::ring_applies(send.size_bytes(), size, limit);
   // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's first half, polled.
-  const bool halving = detail::halving_applies(send.size_bytes(), size, 1, kInlineOtherBytes);
+  const bool halving = detail::halving_applies(send.size_bytes(), size, 1, limit);
   enqueue(
       stream, call,
       {Collective::reduce_scatter, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
-      inline_size(n, size, recv.dtype(), kInlineOtherBytes), pack_whole(send),
+      inline_size(n, size, recv.dtype(), limit), pack_whole(send),
       [recv, op, n](MpiCommunicator& c, const unsigned char* payload) {
         const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(recv.dtype());
         copy_bytes(recv.data(), payload + static_cast<std::size_t>(c.rank) * bytes, bytes);
@@ -815,13 +907,14 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   detail::check_no_overlap(recv, send, call, "send");
   check_count(send, max_count, call, "send");
   const auto n = static_cast<std::int64_t>(send.size());
-  const bool ring = detail::ring_applies(recv.size_bytes(), size, kInlineOtherBytes);
+  const std::size_t limit = inline_other_limit(size);
+  const bool ring = detail::ring_applies(recv.size_bytes(), size, limit);
   // 4, 8 or 16 ranks below the ring's sizes (any size on several nodes): the halving all-reduce's
   // second half (recursive doubling), polled.
-  const bool doubling = !ring && detail::halving_applies(recv.size_bytes(), size, nodes, kInlineOtherBytes);
+  const bool doubling = !ring && detail::halving_applies(recv.size_bytes(), size, nodes, limit);
   enqueue(
       stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
-      inline_size(n, size, send.dtype(), kInlineOtherBytes),
+      inline_size(n, size, send.dtype(), limit),
       [send](MpiCommunicator& c, unsigned char* payload) {  // into this rank's slot; the others 0
         const std::size_t slot = send.size_bytes(), at = static_cast<std::size_t>(c.rank) * slot;
         std::memset(payload, 0, slot * static_cast<std::size_t>(c.size));
@@ -850,11 +943,12 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
   check_host(buffer, stream, call, "buffer");
   (void)mpi_type(buffer.dtype(), call);
   const auto n = static_cast<std::int64_t>(buffer.size());
-  const bool ring = detail::ring_applies(buffer.size_bytes(), size, kInlineOtherBytes);
-  const bool tree = detail::tree_applies(buffer.size_bytes(), size, kInlineOtherBytes);  // 3+ ranks, below the chain
+  const std::size_t limit = inline_other_limit(size);
+  const bool ring = detail::ring_applies(buffer.size_bytes(), size, limit);
+  const bool tree = detail::tree_applies(buffer.size_bytes(), size, limit);  // 3+ ranks, below the chain
   enqueue(
       stream, call, {Collective::broadcast, -1, root, n, static_cast<std::int64_t>(buffer.dtype())},
-      inline_size(n, 1, buffer.dtype(), kInlineOtherBytes),
+      inline_size(n, 1, buffer.dtype(), limit),
       [buffer, root](MpiCommunicator& c, unsigned char* payload) {  // the root's data; the others' 0
         if (c.rank == root) {
           copy_bytes(payload, buffer.data(), buffer.size_bytes());
