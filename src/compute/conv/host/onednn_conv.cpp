@@ -12,10 +12,10 @@
 
 #if GPUCLOUD_WITH_ONEDNN
 #include "compute/host/onednn.hpp"
+#include "compute/host/recent_cache.hpp"
 
 #include <array>
 #include <cstddef>
-#include <list>
 #include <memory>
 #include <new>
 #include <string>
@@ -74,7 +74,6 @@ class Arena {
 using Key = ConvKey;
 
 struct Cached {
-  Key key;
   dnnl::primitive conv;
   std::vector<Operand> inputs;  // in1, in2
   Operand output;
@@ -113,8 +112,7 @@ Cached build(const ConvPlan& p) {
   const dnnl::convolution_forward::primitive_desc fwd(fwd_desc, attr, onednn_engine());
   switch (p.pass) {
     case ConvPass::forward:
-      return {conv_key(p),
-              dnnl::convolution_forward(fwd),
+      return {dnnl::convolution_forward(fwd),
               {Operand(x_user, fwd.src_desc(), DNNL_ARG_SRC, false),
                Operand(f_user, fwd.weights_desc(), DNNL_ARG_WEIGHTS, false)},
               Operand(y_user, fwd.dst_desc(), DNNL_ARG_DST, true),
@@ -124,8 +122,7 @@ Cached build(const ConvPlan& p) {
           dnnl::convolution_backward_data::desc(algo, any(x_user), any(f_user), any(y_user), strides, dilates, pad_l,
                                                 pad_r),
           onednn_engine(), fwd);
-      return {conv_key(p),
-              dnnl::convolution_backward_data(bwd),
+      return {dnnl::convolution_backward_data(bwd),
               {Operand(y_user, bwd.diff_dst_desc(), DNNL_ARG_DIFF_DST, false),
                Operand(f_user, bwd.weights_desc(), DNNL_ARG_WEIGHTS, false)},
               Operand(x_user, bwd.diff_src_desc(), DNNL_ARG_DIFF_SRC, true),
@@ -137,8 +134,7 @@ Cached build(const ConvPlan& p) {
           dnnl::convolution_backward_weights::desc(algo, any(x_user), any(f_user), any(y_user), strides, dilates, pad_l,
                                                    pad_r),
           onednn_engine(), fwd);
-      return {conv_key(p),
-              dnnl::convolution_backward_weights(bwd),
+      return {dnnl::convolution_backward_weights(bwd),
               {Operand(x_user, bwd.src_desc(), DNNL_ARG_SRC, false),
                Operand(y_user, bwd.diff_dst_desc(), DNNL_ARG_DIFF_DST, false)},
               Operand(f_user, bwd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS, true),
@@ -152,28 +148,18 @@ constexpr std::size_t kCachedConvolutions = 64;
 
 // The cached primitive for @p p, or nullptr when oneDNN refuses the shape (remembered).
 Cached* cached(const ConvPlan& p) {
-  thread_local std::list<Cached> cache;
-  thread_local std::list<Key> refused;
+  thread_local RecentCache<Key, Cached, kCachedConvolutions> cache;
+  thread_local RecentCache<Key, bool, kCachedConvolutions> refused;
   const Key key = conv_key(p);
-  for (auto it = cache.begin(); it != cache.end(); ++it) {
-    if (it->key == key) {
-      cache.splice(cache.begin(), cache, it);
-      return &cache.front();
-    }
-  }
-  for (const Key& k : refused) {
-    if (k == key) return nullptr;
-  }
+  if (Cached* hit = cache.find(key)) return hit;
+  if (refused.find(key) != nullptr) return nullptr;
   try {
-    cache.push_front(build(p));
+    return &cache.insert(key, build(p));
   } catch (const dnnl::error& e) {
     if (e.status == dnnl_out_of_memory) throw_onednn_error("dnnl::convolution", e, __FILE__, __LINE__);
-    refused.push_front(key);  // unimplemented for this shape: the model runs it
-    if (refused.size() > kCachedConvolutions) refused.pop_back();
+    refused.insert(key, true);  // unimplemented for this shape: the model runs it
     return nullptr;
   }
-  if (cache.size() > kCachedConvolutions) cache.pop_back();
-  return &cache.front();
 }
 
 }  // namespace

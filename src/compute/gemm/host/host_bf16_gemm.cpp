@@ -8,11 +8,11 @@
 
 #if GPUCLOUD_WITH_ONEDNN
 #include "compute/host/onednn.hpp"
+#include "compute/host/recent_cache.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <list>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -39,7 +39,6 @@ bool cpu_has_native_bf16() noexcept {
 using Key = std::array<std::int64_t, 13>;
 
 struct Cached {
-  Key key;
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul product;
 };
@@ -48,13 +47,8 @@ struct Cached {
 constexpr std::size_t kCachedShapes = 64;
 
 Cached& cached_product(const Key& key) {
-  thread_local std::list<Cached> cache;
-  for (auto it = cache.begin(); it != cache.end(); ++it) {
-    if (it->key == key) {
-      cache.splice(cache.begin(), cache, it);
-      return cache.front();
-    }
-  }
+  thread_local RecentCache<Key, Cached, kCachedShapes> cache;
+  if (Cached* hit = cache.find(key)) return *hit;
   const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha_bits, c_bf16, bias, bias_bf16, relu] = key;
   using tag = dnnl::memory::data_type;
   const dnnl::memory::desc a_md({m, k}, tag::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
@@ -75,9 +69,7 @@ Cached& cached_product(const Key& key) {
   dnnl::matmul::primitive_desc pd(
       bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md), attr,
       onednn_engine());
-  cache.push_front(Cached{key, pd, dnnl::matmul(pd)});
-  if (cache.size() > kCachedShapes) cache.pop_back();
-  return cache.front();
+  return cache.insert(key, Cached{pd, dnnl::matmul(pd)});
 }
 
 }  // namespace
