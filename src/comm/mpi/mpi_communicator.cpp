@@ -909,9 +909,9 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   const auto n = static_cast<std::int64_t>(send.size());
   const std::size_t limit = inline_other_limit(size);
   const bool ring = detail::ring_applies(recv.size_bytes(), size, limit);
-  // 4, 8 or 16 ranks below the ring's sizes (any size on several nodes): the halving all-reduce's
-  // second half (recursive doubling), polled.
-  const bool doubling = !ring && detail::halving_applies(recv.size_bytes(), size, nodes, limit);
+  // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's second half (recursive
+  // doubling), polled.
+  const bool doubling = detail::halving_applies(recv.size_bytes(), size, 1, limit);
   enqueue(
       stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
       inline_size(n, size, send.dtype(), limit),
