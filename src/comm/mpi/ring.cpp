@@ -179,8 +179,7 @@ void RingCollective::start(int s, std::int64_t segment) {
 // receive block r - u - 1 into recv. Both messages of a step complete before the next is posted,
 // so no buffer is written while a send still reads it.
 void RingCollective::post(int s) {
-  if (kind_ == RingKind::broadcast) return post_broadcast(s);
-  if (kind_ == RingKind::broadcast_tree) return post_tree(s);
+  if (kind_ == RingKind::broadcast || kind_ == RingKind::broadcast_tree) return post_broadcast(s);
   if (kind_ == RingKind::all_reduce_halving) return post_halving(s);
   Slot& slot = slots_[s];
   const int t = slot.step, to = block(rank_ + 1), from = block(rank_ - 1), tag = kRingFirstTag + s;
@@ -297,39 +296,30 @@ void RingCollective::completed_halving(int s) {
   }
 }
 
-// A broadcast's segment: received from the rank before in the chain, then sent to the next.
+// A broadcast's segment. Along the chain: received from the rank before (step 0), then sent to
+// the next (step 1). Along the binomial tree, step t: the rank at distance d from the root receives
+// it at the step where 2^t <= d < 2^(t + 1), from d - 2^t; at every later step (the root: from
+// step 0) it sends to d + 2^t, when that rank exists. A step with no message completes at the next test.
 void RingCollective::post_broadcast(int s) {
   Slot& slot = slots_[s];
   std::int64_t at = 0, n = 0;
   piece(0, slot.segment, at, n);
   unsigned char* data = recv_ + static_cast<std::size_t>(at) * elem_;
   const int bytes = static_cast<int>(static_cast<std::size_t>(n) * elem_), tag = kRingFirstTag + s;
-  if (slot.step == 0) {
-    GPUCLOUD_MPI_CHECK(MPI_Irecv(data, bytes, MPI_BYTE, block(rank_ - 1), tag, comm_, &slot.requests[0]));
+  int from = -1, to = -1;
+  if (kind_ == RingKind::broadcast) {
+    (slot.step == 0 ? from : to) = block(rank_ + (slot.step == 0 ? -1 : 1));
   } else {
-    GPUCLOUD_MPI_CHECK(MPI_Isend(data, bytes, MPI_BYTE, block(rank_ + 1), tag, comm_, &slot.requests[0]));
+    const int d = block(rank_ - root_), distance = 1 << slot.step;
+    if (d >= distance) {  // (and d < 2 distance): the first step this rank takes
+      from = block(rank_ - distance);
+    } else if (d + distance < size_) {
+      to = block(rank_ + distance);
+    }
   }
-  slot.pending = 1;
-}
-
-// A binomial tree's step t for a segment: the rank at distance d from the root receives it at the
-// step where 2^t <= d < 2^(t + 1), from d - 2^t; at every later step (the root: from step 0) it
-// sends to d + 2^t, when that rank exists. A step with no message completes at the next test.
-void RingCollective::post_tree(int s) {
-  Slot& slot = slots_[s];
-  std::int64_t at = 0, n = 0;
-  piece(0, slot.segment, at, n);
-  unsigned char* data = recv_ + static_cast<std::size_t>(at) * elem_;
-  const int bytes = static_cast<int>(static_cast<std::size_t>(n) * elem_), tag = kRingFirstTag + s;
-  const int d = block(rank_ - root_), distance = 1 << slot.step;
   slot.pending = 0;
-  if (d >= distance) {  // (and d < 2 distance): the first step this rank takes
-    GPUCLOUD_MPI_CHECK(
-        MPI_Irecv(data, bytes, MPI_BYTE, block(rank_ - distance), tag, comm_, &slot.requests[slot.pending++]));
-  } else if (d + distance < size_) {
-    GPUCLOUD_MPI_CHECK(
-        MPI_Isend(data, bytes, MPI_BYTE, block(rank_ + distance), tag, comm_, &slot.requests[slot.pending++]));
-  }
+  if (from >= 0) GPUCLOUD_MPI_CHECK(MPI_Irecv(data, bytes, MPI_BYTE, from, tag, comm_, &slot.requests[slot.pending++]));
+  if (to >= 0) GPUCLOUD_MPI_CHECK(MPI_Isend(data, bytes, MPI_BYTE, to, tag, comm_, &slot.requests[slot.pending++]));
 }
 
 void RingCollective::completed(int s) {

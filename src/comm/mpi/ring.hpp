@@ -98,7 +98,6 @@ class RingCollective {
   void post(int slot);
   void completed(int slot);
   void post_broadcast(int slot);
-  void post_tree(int slot);
   void post_halving(int slot);
   void completed_halving(int slot);
   // The contiguous form of a halving or doubling step (one_node, one segment per block): the
@@ -125,8 +124,8 @@ class RingCollective {
   Slot slots_[kRingSlots];
 };
 
-/// out[i] = partial[i] (op) mine[i] for @p n elements of @p t (@p out may be either input): fp16/bf16 through fp32, rounded
-/// once; integer sums wrap, as MPI_SUM's do.
+/// out[i] = partial[i] (op) mine[i] for @p n elements of @p t (@p out may be either input): fp16/bf16 through fp32,
+/// rounded once; integer sums wrap, as MPI_SUM's do.
 void reduce_elements(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n,
                      DType t, ReduceOp op);
 
