@@ -12,6 +12,7 @@
 #include <new>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <pthread.h>
@@ -102,7 +103,7 @@ class Watchdog {
           } catch (...) {
             error = std::current_exception();
           }
-          w->stream->abandon_running_task(w->worker, error);
+          w->stream->abandon_running_task(w->worker, std::move(error));  // no reference left here
           continue;
         }
         next = std::min(next, w->deadline);

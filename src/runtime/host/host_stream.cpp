@@ -216,8 +216,11 @@ bool HostStream::abandon_running_task(const void* worker, std::exception_ptr err
   if (worker_.get() != worker || !busy_) return false;
   worker_->abandoned.store(true, std::memory_order_release);
   worker_->thread.detach();
+  // Every reference the caller handed over is taken here, under the lock: the error's last
+  // release then happens on a thread that took the lock after this one (ThreadSanitizer cannot
+  // see libstdc++'s reference count, and reported the watchdog's release racing the reader's what()).
   if (!error_) error_ = error;
-  owed_.emplace(running_enqueuer_, error);
+  owed_.emplace(running_enqueuer_, std::move(error));
   busy_ = false;
   outstanding_.fetch_sub(1, std::memory_order_release);
   start_worker();  // it waits for mutex_, then runs what is queued
