@@ -202,23 +202,24 @@ int wire_bytes(const Agreement& a) {
 struct Rounds {
   Collective kind;
   std::size_t block;  // bytes of one rank's block (all-gather, reduce-scatter)
-  int rank, size, root;
+  std::size_t whole;  // bytes of the payload (broadcast)
+  int size, root;
 
   static bool shaped(const Agreement& a, int size) {
     const auto kind = static_cast<Collective>(a.high[0]);
     return carries(a) && (size & (size - 1)) == 0 &&
            (kind == Collective::all_gather || kind == Collective::reduce_scatter || kind == Collective::broadcast);
   }
-  Rounds(const Agreement& a, int r, int p)
+  Rounds(const Agreement& a, int p)
       : kind(static_cast<Collective>(a.high[0])),
         block(static_cast<std::size_t>(a.high[3]) * dtype_size(static_cast<DType>(a.high[4]))),
-        rank(r),
+        whole(payload_bytes(a)),
         size(p),
         root(static_cast<int>(a.high[2])) {}
   bool holds(int r, int mask) const { return (r ^ root) < mask; }  // broadcast
   // Calls @p piece(offset, bytes) for each piece of the payload @p from sends @p to in this round, in order.
   template <class Piece>
-  void pieces(int from, int to, int mask, std::size_t whole, Piece piece) const {
+  void pieces(int from, int to, int mask, Piece piece) const {
     switch (kind) {
       case Collective::all_gather:
         return piece(static_cast<std::size_t>(from & ~(mask - 1)) * block, static_cast<std::size_t>(mask) * block);
@@ -326,7 +327,7 @@ class AgreementExchange {
     if (mask != 0 && Rounds::shaped(a_, size_)) {  // the header, then the pieces the peer needs
       std::memcpy(static_cast<void*>(&out_), &a_, kHeaderBytes);
       std::size_t at = 0;
-      Rounds(a_, rank_, size_).pieces(rank_, peer, mask, payload_bytes(a_), [&](std::size_t offset, std::size_t n) {
+      Rounds(a_, size_).pieces(rank_, peer, mask, [&](std::size_t offset, std::size_t n) {
         std::memcpy(out_.payload + at, a_.payload + offset, n);
         at += n;
       });
@@ -353,7 +354,7 @@ class AgreementExchange {
     const auto op = static_cast<ReduceOp>(a_.high[1]);
     if (shaped) {  // the pieces this rank needs, in the order the peer packed them
       std::size_t at = 0;
-      Rounds(a_, rank_, size_).pieces(peer, rank_, mask, payload_bytes(a_), [&](std::size_t offset, std::size_t n) {
+      Rounds(a_, size_).pieces(peer, rank_, mask, [&](std::size_t offset, std::size_t n) {
         unsigned char* mine = a_.payload + offset;
         const unsigned char* theirs = peer_.payload + at;
         at += n;

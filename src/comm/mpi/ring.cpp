@@ -227,18 +227,16 @@ void RingCollective::post_halving(int s) {
     range(rank_, mask, keep_at, keep_n);
     range(partner, mask, give_at, give_n);
     const auto bytes = [this](std::int64_t n) { return static_cast<int>(static_cast<std::size_t>(n) * elem_); };
-    const auto at = [this](const unsigned char* base, std::int64_t i) {
-      return base + static_cast<std::size_t>(i) * elem_;
-    };
+    const auto at = [this](std::int64_t i) { return static_cast<std::size_t>(i) * elem_; };
     if (halving) {  // the partner's values of the range kept, into the scratch; ours of the range it keeps
       GPUCLOUD_MPI_CHECK(MPI_Irecv(half(s, 0), bytes(keep_n), MPI_BYTE, partner, tag, comm_, &slot.requests[0]));
-      GPUCLOUD_MPI_CHECK(MPI_Isend(at(t == 0 ? send_ : recv_, give_at), bytes(give_n), MPI_BYTE, partner, tag, comm_,
+      GPUCLOUD_MPI_CHECK(MPI_Isend((t == 0 ? send_ : recv_) + at(give_at), bytes(give_n), MPI_BYTE, partner, tag, comm_,
                                    &slot.requests[1]));
     } else {  // the range held, for the partner's
-      GPUCLOUD_MPI_CHECK(MPI_Irecv(recv_ + static_cast<std::size_t>(give_at) * elem_, bytes(give_n), MPI_BYTE, partner,
-                                   tag, comm_, &slot.requests[0]));
       GPUCLOUD_MPI_CHECK(
-          MPI_Isend(at(recv_, keep_at), bytes(keep_n), MPI_BYTE, partner, tag, comm_, &slot.requests[1]));
+          MPI_Irecv(recv_ + at(give_at), bytes(give_n), MPI_BYTE, partner, tag, comm_, &slot.requests[0]));
+      GPUCLOUD_MPI_CHECK(
+          MPI_Isend(recv_ + at(keep_at), bytes(keep_n), MPI_BYTE, partner, tag, comm_, &slot.requests[1]));
     }
     slot.pending = 2;
     return;
@@ -265,8 +263,6 @@ void RingCollective::post_halving(int s) {
   }
 }
 
-// A halving step's blocks arrived: each reduced with this rank's (its input at step 0, its partial
-// result after) into recv.
 void RingCollective::range(int b, int mask, std::int64_t& offset, std::int64_t& length) const {
   std::int64_t n = 0, last = 0;
   piece(b & ~(mask - 1), 0, offset, n);
@@ -274,6 +270,8 @@ void RingCollective::range(int b, int mask, std::int64_t& offset, std::int64_t& 
   length = last + n - offset;
 }
 
+// A halving step's blocks arrived: each reduced with this rank's (its input at step 0, its partial
+// result after) into recv.
 void RingCollective::completed_halving(int s) {
   Slot& slot = slots_[s];
   const int t = slot.step;
