@@ -63,6 +63,34 @@ GPUCLOUD_ALWAYS_INLINE std::uint16_t to_bfloat16_bits(std::uint32_t x) {
   return static_cast<std::uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? 0x7fffu : r);
 }
 
+/// An fp32 / fp16 / bf16 element as fp32 (exact), as kernels::load does.
+GPUCLOUD_ALWAYS_INLINE float widen(float v) { return v; }
+GPUCLOUD_ALWAYS_INLINE float widen(Half v) {
+  const std::uint32_t b = from_half_bits(v.bits);
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+GPUCLOUD_ALWAYS_INLINE float widen(BFloat16 v) {
+  const std::uint32_t b = static_cast<std::uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+/// fp32 as an element of @p T (fp32, Half, BFloat16), rounded to nearest even, NaN -> 0x7fff, as
+/// kernels::store does.
+template <class T>
+GPUCLOUD_ALWAYS_INLINE T narrow(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    std::uint32_t b;
+    std::memcpy(&b, &v, sizeof b);
+    return T::from_bits(std::is_same_v<T, Half> ? to_half_bits(b) : to_bfloat16_bits(b));
+  }
+}
+
 /// True for the dtype pairs cast() converts with these loops.
 template <class Dst, class Src>
 inline constexpr bool has_array_cast = (std::is_same_v<Src, float> &&

@@ -10,6 +10,7 @@
 #include "comm/agreement.hpp"
 #include "comm/communicator_impl.hpp"
 #include "comm/host_checks.hpp"
+#include "comm/host_reduce.hpp"
 #include "comm/mpi/mpi_check.hpp"
 #include "comm/mpi/ring.hpp"
 #include "comm/nccl/nccl_communicator.hpp"

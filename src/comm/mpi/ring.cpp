@@ -1,14 +1,13 @@
 #include "comm/mpi/ring.hpp"
 
-#include <gpucloud/detail/float_bits.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include "comm/host_reduce.hpp"
 #include "comm/mpi/mpi_check.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 namespace gpucloud::detail {
 
@@ -24,75 +23,6 @@ bool halving_applies(std::size_t bytes, int size, int nodes, std::size_t inline_
 
 bool tree_applies(std::size_t bytes, int size, std::size_t inline_limit) {
   return size > 2 && bytes > inline_limit && !ring_applies(bytes, size, inline_limit);
-}
-
-namespace {
-
-template <class T, class Op>
-void reduce_as(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n, Op op) {
-  // Element by element through memcpy: the buffers need not be aligned to T (a segment of a
-  // user's buffer); GCC turns the copies into plain (vector) loads and stores.
-  for (std::int64_t i = 0; i < n; ++i) {
-    T a, b;
-    std::memcpy(&a, partial + i * static_cast<std::int64_t>(sizeof(T)), sizeof(T));
-    std::memcpy(&b, mine + i * static_cast<std::int64_t>(sizeof(T)), sizeof(T));
-    const T r = op(a, b);
-    std::memcpy(out + i * static_cast<std::int64_t>(sizeof(T)), &r, sizeof(T));
-  }
-}
-
-template <class Op>
-void reduce_narrow(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n,
-                   bool half, Op op) {
-  reduce_as<std::uint16_t>(partial, mine, out, n, [&](std::uint16_t a, std::uint16_t b) {
-    const float x = half ? half_bits_to_float(a) : bfloat16_bits_to_float(a);
-    const float y = half ? half_bits_to_float(b) : bfloat16_bits_to_float(b);
-    const float r = op(x, y);
-    return half ? float_to_half_bits(r) : float_to_bfloat16_bits(r);
-  });
-}
-
-template <class Op>
-void reduce_typed(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n, DType t,
-                  Op op) {
-  switch (t) {
-    case DType::float32:
-      return reduce_as<float>(partial, mine, out, n, op);
-    case DType::float64:
-      return reduce_as<double>(partial, mine, out, n, op);
-    case DType::int32:
-      return reduce_as<std::int32_t>(partial, mine, out, n, op);
-    case DType::int64:
-      return reduce_as<std::int64_t>(partial, mine, out, n, op);
-    case DType::float16:
-    case DType::bfloat16:
-      return reduce_narrow(partial, mine, out, n, t == DType::float16, op);
-    default:
-      return;
-  }
-}
-
-}  // namespace
-
-void reduce_elements(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n,
-                     DType t, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::average:
-      return reduce_typed(partial, mine, out, n, t, [](auto x, auto y) {
-        using T = decltype(x);
-        if constexpr (std::is_integral_v<T>) {  // wraps, as MPI_SUM does (signed overflow is undefined)
-          using U = std::make_unsigned_t<T>;
-          return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
-        } else {
-          return x + y;
-        }
-      });
-    case ReduceOp::max:
-      return reduce_typed(partial, mine, out, n, t, [](auto x, auto y) { return x > y ? x : y; });
-    case ReduceOp::min:
-      return reduce_typed(partial, mine, out, n, t, [](auto x, auto y) { return x < y ? x : y; });
-  }
 }
 
 RingCollective::RingCollective(RingKind kind, const void* send, void* recv, std::int64_t count, DType t, ReduceOp op,

@@ -124,9 +124,4 @@ class RingCollective {
   Slot slots_[kRingSlots];
 };
 
-/// out[i] = partial[i] (op) mine[i] for @p n elements of @p t (@p out may be either input): fp16/bf16 through fp32,
-/// rounded once; integer sums wrap, as MPI_SUM's do.
-void reduce_elements(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n,
-                     DType t, ReduceOp op);
-
 }  // namespace gpucloud::detail

@@ -17,32 +17,6 @@ namespace gpucloud::kernels::host {
 
 namespace {
 
-// float32 / fp16 / bf16 elements as fp32 and back (round to nearest even, NaN -> 0x7fff), as
-// kernels::load and kernels::store do.
-GPUCLOUD_ALWAYS_INLINE float widen(float v) { return v; }
-GPUCLOUD_ALWAYS_INLINE float widen(Half v) {
-  const std::uint32_t b = from_half_bits(v.bits);
-  float f;
-  std::memcpy(&f, &b, sizeof f);
-  return f;
-}
-GPUCLOUD_ALWAYS_INLINE float widen(BFloat16 v) {
-  const std::uint32_t b = static_cast<std::uint32_t>(v.bits) << 16;
-  float f;
-  std::memcpy(&f, &b, sizeof f);
-  return f;
-}
-template <class T>
-GPUCLOUD_ALWAYS_INLINE T narrow(float v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    std::uint32_t b;
-    std::memcpy(&b, &v, sizeof b);
-    return T::from_bits(std::is_same_v<T, Half> ? to_half_bits(b) : to_bfloat16_bits(b));
-  }
-}
-
 template <class Dst, class Src>
 GPUCLOUD_ALWAYS_INLINE void cast_loop(Dst* dst, const Src* src, std::size_t n) {
   GPUCLOUD_SIMD
