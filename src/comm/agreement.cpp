@@ -1,9 +1,10 @@
 #include "comm/agreement.hpp"
 
 #include <gpucloud/comm/communicator.hpp>
-#include <gpucloud/detail/float_bits.hpp>
 #include <gpucloud/runtime/dtype.hpp>
 #include <gpucloud/runtime/error.hpp>
+
+#include "comm/host_reduce.hpp"
 
 namespace gpucloud::detail {
 
@@ -74,29 +75,7 @@ void check_agreement(const char* call, const std::string& where, const std::int6
 }
 
 void divide_in_place(BufferView v, int size) {
-  const double inv = 1.0 / size;
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    switch (v.dtype()) {
-      case DType::float32:
-        static_cast<float*>(v.data())[i] = static_cast<float>(static_cast<float*>(v.data())[i] * inv);
-        break;
-      case DType::float64:
-        static_cast<double*>(v.data())[i] *= inv;
-        break;
-      case DType::float16: {
-        auto* p = static_cast<std::uint16_t*>(v.data()) + i;
-        *p = float_to_half_bits(static_cast<float>(half_bits_to_float(*p) * inv));
-        break;
-      }
-      case DType::bfloat16: {
-        auto* p = static_cast<std::uint16_t*>(v.data()) + i;
-        *p = float_to_bfloat16_bits(static_cast<float>(bfloat16_bits_to_float(*p) * inv));
-        break;
-      }
-      default:
-        break;
-    }
-  }
+  divide_elements(static_cast<unsigned char*>(v.data()), static_cast<std::int64_t>(v.size()), v.dtype(), size);
 }
 
 }  // namespace gpucloud::detail

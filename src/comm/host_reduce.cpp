@@ -1,5 +1,5 @@
-// The MPI backend's reduction, one typed loop per dtype and op, vectorised (`omp simd`, built with
-// -fopenmp-simd like the other host array loops) and compiled for AVX-512, AVX2 and the baseline
+// The MPI backend's reduction (and an average's division), one typed loop per dtype and op, vectorised (`omp simd`,
+// built with -fopenmp-simd like the other host array loops) and compiled for AVX-512, AVX2 and the baseline
 // (GPUCLOUD_HOST_CLONES). It used to be one scalar loop: GCC's -O2 cost model does not vectorise a
 // loop that needs a remainder, so every ring step and inline round reduced one element at a time.
 #include "comm/host_reduce.hpp"
@@ -56,7 +56,38 @@ GPUCLOUD_ALWAYS_INLINE void reduce_typed(const unsigned char* partial, const uns
   }
 }
 
+template <class T>
+GPUCLOUD_ALWAYS_INLINE void divide_loop(unsigned char* data, std::int64_t n, double inv) {
+  constexpr std::int64_t size = sizeof(T);
+  _Pragma("omp simd") for (std::int64_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, data + i * size, sizeof(T));
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      v = kernels::host::narrow<T>(static_cast<float>(kernels::host::widen(v) * inv));
+    } else {
+      v = static_cast<T>(v * inv);
+    }
+    std::memcpy(data + i * size, &v, sizeof(T));
+  }
+}
+
 }  // namespace
+
+GPUCLOUD_HOST_CLONES void divide_elements(unsigned char* data, std::int64_t n, DType t, int size) {
+  const double inv = 1.0 / size;
+  switch (t) {
+    case DType::float32:
+      return divide_loop<float>(data, n, inv);
+    case DType::float64:
+      return divide_loop<double>(data, n, inv);
+    case DType::float16:
+      return divide_loop<Half>(data, n, inv);
+    case DType::bfloat16:
+      return divide_loop<BFloat16>(data, n, inv);
+    default:
+      return;
+  }
+}
 
 GPUCLOUD_HOST_CLONES void reduce_elements(const unsigned char* partial, const unsigned char* mine, unsigned char* out,
                                           std::int64_t n, DType t, ReduceOp op) {

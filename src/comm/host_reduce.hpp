@@ -16,4 +16,9 @@ namespace gpucloud::detail {
 void reduce_elements(const unsigned char* partial, const unsigned char* mine, unsigned char* out, std::int64_t n,
                      DType t, ReduceOp op);
 
+/// data[i] = data[i] / @p size for @p n elements of the floating dtype @p t (an average's last step): the
+/// element times 1 / size in fp64, rounded once to the dtype (fp16/bf16 widened to fp32 first); integer
+/// dtypes are left alone. Vectorised like reduce_elements.
+void divide_elements(unsigned char* data, std::int64_t n, DType t, int size);
+
 }  // namespace gpucloud::detail

@@ -1,7 +1,7 @@
-// The MPI backend's element-wise reduction (src/comm/host_reduce.cpp, internal: compiled into this
-// test with the library's flags), against the scalar arithmetic it replaced: every dtype and op, random
-// bit patterns (NaN, infinities, subnormals, integer extremes), lengths around every vector width,
-// buffers not aligned to the element, and in place on either input.
+// The MPI backend's element-wise reduction and an average's division (src/comm/host_reduce.cpp, internal: compiled into
+// this test with the library's flags), against the scalar arithmetic it replaced: every dtype and op, random bit
+// patterns (NaN, infinities, subnormals, integer extremes), lengths around every vector width, buffers not aligned to
+// the element, and in place on either input.
 #include "comm/host_reduce.hpp"
 
 #include <gpucloud/detail/float_bits.hpp>
@@ -148,4 +148,51 @@ TEST(HostReduce, NarrowSumsOfEveryExponent) {
           << (half ? "fp16 " : "bf16 ") << a[i] << " + " << b[i];
     }
   }
+}
+
+// An average's division: every floating dtype, random bits and every exponent, against the element
+// times 1 / size in fp64 rounded once (fp16/bf16 through fp32), as the scalar loop computed.
+TEST(HostReduce, DivideByTheRanks) {
+  std::mt19937_64 rng(42);
+  for (const int size : {2, 3, 7, 8}) {
+    for (const std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{17}, std::int64_t{4099}}) {
+      std::vector<float> f(static_cast<std::size_t>(n));
+      std::vector<double> d(static_cast<std::size_t>(n));
+      std::vector<std::uint16_t> h(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto bits = rng();
+        const auto f32 = static_cast<std::uint32_t>(bits);
+        std::memcpy(&f[static_cast<std::size_t>(i)], &f32, sizeof f32);
+        std::memcpy(&d[static_cast<std::size_t>(i)], &bits, sizeof bits);
+        h[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(bits >> 16);
+        b[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(bits >> 32);
+      }
+      const auto f0 = f;
+      const auto d0 = d;
+      const auto h0 = h;
+      const auto b0 = b;
+      gd::divide_elements(reinterpret_cast<unsigned char*>(f.data()), n, gc::DType::float32, size);
+      gd::divide_elements(reinterpret_cast<unsigned char*>(d.data()), n, gc::DType::float64, size);
+      gd::divide_elements(reinterpret_cast<unsigned char*>(h.data()), n, gc::DType::float16, size);
+      gd::divide_elements(reinterpret_cast<unsigned char*>(b.data()), n, gc::DType::bfloat16, size);
+      const double inv = 1.0 / size;
+      for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+        const float fw = static_cast<float>(f0[i] * inv);
+        const double dw = d0[i] * inv;
+        if (!(std::isnan(fw) && std::isnan(f[i]))) {
+          ASSERT_EQ(0, std::memcmp(&fw, &f[i], sizeof fw)) << i;
+        }
+        if (!(std::isnan(dw) && std::isnan(d[i]))) {
+          ASSERT_EQ(0, std::memcmp(&dw, &d[i], sizeof dw)) << i;
+        }
+        ASSERT_EQ(h[i], gd::float_to_half_bits(static_cast<float>(gd::half_bits_to_float(h0[i]) * inv))) << i;
+        ASSERT_EQ(b[i], gd::float_to_bfloat16_bits(static_cast<float>(gd::bfloat16_bits_to_float(b0[i]) * inv))) << i;
+      }
+    }
+  }
+  std::int32_t ints[3] = {7, -9, 11};  // integer dtypes are left alone
+  gd::divide_elements(reinterpret_cast<unsigned char*>(ints), 3, gc::DType::int32, 2);
+  EXPECT_EQ(ints[0], 7);
+  EXPECT_EQ(ints[1], -9);
+  EXPECT_EQ(ints[2], 11);
 }
