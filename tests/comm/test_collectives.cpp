@@ -220,7 +220,8 @@ void expect_disagreement(gc::Stream& s, gc::Communicator& c, const std::string& 
 // Collectives whose data fits in the agreement's payload travel inside it (up to 64 KiB in all;
 // reduce-scatter, all-gather and broadcast on 2 ranks up to 16 KiB, on a rank count that is not a
 // power of two up to 2 KiB); larger ones take
-// the ring (2 ranks), halving and doubling or the binomial tree (more ranks) or the MPI call. Inline ones run on the
+// the ring (2 ranks; reduce-scatter and all-gather on other counts that are not a power of two, 3 here),
+// halving and doubling or the binomial tree (more ranks) or the MPI call. Inline ones run on the
 // caller's thread when the stream is idle and on its worker when it is busy, and a rank of either
 // kind meets the other: every mix (all idle, all busy, rank 0 busy), every dtype, each collective,
 // the sizes around both boundaries.

@@ -1,9 +1,10 @@
 // The MPI backend of Communicator: host buffers; every collective after an agreement of the ranks
 // on it. Small ones travel inside the agreement, large ones (on 2 ranks; from (p - 2) x 512 KiB on more)
 // in a polled ring of point-to-point messages, all-reduces on 4, 8 or 16 ranks below that (or on
-// several nodes) in polled halving and doubling (all on the caller's thread when the stream is idle),
-// the rest in MPI's blocking collectives on the stream's worker under a watchdog; fp16/bf16 reduce
-// through custom MPI ops.
+// several nodes) in polled halving and doubling, reduce-scatters and all-gathers on one node in
+// halving/doubling or the ring at every size, broadcasts on 3+ ranks in a binomial tree (all on the
+// caller's thread when the stream is idle), the rest in MPI's blocking collectives on the stream's
+// worker under a watchdog; fp16/bf16 reduce through custom MPI ops.
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/runtime/error.hpp>
 
@@ -871,9 +872,9 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
   check_count(recv, max_count, call, "recv");
   const auto n = static_cast<std::int64_t>(recv.size());
   const std::size_t limit = inline_other_limit(size);
-  const bool ring = detail::ring_applies(send.size_bytes(), size, limit);
+  const bool ring = detail::ring_applies_per_rank(send.size_bytes(), size, nodes, limit);
   // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's first half, polled.
-  const bool halving = detail::halving_applies(send.size_bytes(), size, 1, limit);
+  const bool halving = !ring && detail::halving_applies(send.size_bytes(), size, 1, limit);
   enqueue(
       stream, call,
       {Collective::reduce_scatter, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
@@ -910,10 +911,10 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   check_count(send, max_count, call, "send");
   const auto n = static_cast<std::int64_t>(send.size());
   const std::size_t limit = inline_other_limit(size);
-  const bool ring = detail::ring_applies(recv.size_bytes(), size, limit);
+  const bool ring = detail::ring_applies_per_rank(recv.size_bytes(), size, nodes, limit);
   // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's second half (recursive
   // doubling), polled.
-  const bool doubling = detail::halving_applies(recv.size_bytes(), size, 1, limit);
+  const bool doubling = !ring && detail::halving_applies(recv.size_bytes(), size, 1, limit);
   enqueue(
       stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
       inline_size(n, size, send.dtype(), limit),

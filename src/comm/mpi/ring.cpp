@@ -21,6 +21,11 @@ bool halving_applies(std::size_t bytes, int size, int nodes, std::size_t inline_
   return power_of_two && bytes > inline_limit && (nodes > 1 || !ring_applies(bytes, size, inline_limit));
 }
 
+bool ring_applies_per_rank(std::size_t bytes, int size, int nodes, std::size_t inline_limit) {
+  if (ring_applies(bytes, size, inline_limit)) return true;
+  return nodes == 1 && size > 2 && bytes > inline_limit && !halving_applies(bytes, size, nodes, inline_limit);
+}
+
 bool tree_applies(std::size_t bytes, int size, std::size_t inline_limit) {
   return size > 2 && bytes > inline_limit && !ring_applies(bytes, size, inline_limit);
 }

@@ -24,6 +24,14 @@ namespace gpucloud::detail {
 /// on 2 cores: about 512 KiB, 4 ranks: about 1 MiB; docs/collectives.md).
 bool ring_applies(std::size_t bytes, int size, std::size_t inline_limit);
 
+/// Whether a reduce-scatter or all-gather moving @p bytes in all over @p size ranks on @p nodes nodes runs
+/// as a RingCollective: where ring_applies(), and on one node at every size above @p inline_limit that
+/// halving and doubling do not take (rank counts that are not a power of two). A reduce-scatter's or
+/// all-gather's ring takes size - 1 steps, not the all-reduce's 2 (size - 1), and against MPI's blocking
+/// collective on the worker it won at every size measured there (3 and 6 ranks, 8 KiB-1 MiB:
+/// docs/collectives.md). Across nodes MPI's latency-bound algorithms keep the sizes below the ring's.
+bool ring_applies_per_rank(std::size_t bytes, int size, int nodes, std::size_t inline_limit);
+
 /// Whether an all-reduce of @p bytes over @p size ranks on @p nodes nodes runs as recursive halving
 /// then doubling (RingKind::all_reduce_halving) rather than a ring or MPI's collective: 4, 8 or 16
 /// ranks, above @p inline_limit; on one node where ring_applies() is false (its 2 log2(size) steps
