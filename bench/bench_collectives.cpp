@@ -2,12 +2,12 @@
 // 8 B up, every iteration times gpucloud's all-reduce (flat or hierarchical), reduce-scatter,
 // all-gather or broadcast (enqueued on a stream, then synchronized: what a caller waits for) and
 // the raw blocking MPI call on the same buffers (MPI_Allreduce, MPI_Reduce_scatter_block,
-// MPI_Allgather, MPI_Bcast; ncclAllReduce with --nccl), one after the other, each the slowest
-// rank's time. Reported: gpucloud's time, algbw = bytes / time, busbw = algbw x 2(n-1)/n for
-// all-reduce, x (n-1)/n for reduce-scatter and all-gather, x 1 for broadcast; ratio_vs_raw = the
-// raw call's median / gpucloud's median (1.0 = as fast as the raw call) and overhead_us = the
-// difference of the medians. Run under mpirun; rank 0 reports (and alone writes --benchmark_out).
-// Iteration counts depend on the size only, so every rank runs the same collectives.
+// MPI_Allgather, MPI_Bcast; ncclAllReduce with --nccl), one after the other (which goes first
+// alternates), each the slowest rank's time. Reported: gpucloud's time, algbw = bytes / time, busbw = algbw x 2(n-1)/n
+// for all-reduce, x (n-1)/n for reduce-scatter and all-gather, x 1 for broadcast; ratio_vs_raw = the raw call's median
+// / gpucloud's median (1.0 = as fast as the raw call) and overhead_us = the difference of the medians. Run under
+// mpirun; rank 0 reports (and alone writes --benchmark_out). Iteration counts depend on the size only, so every rank
+// runs the same collectives.
 //
 //   mpirun -np 4 bench_collectives [--benchmark_out=c.json --benchmark_out_format=json]
 //   GPUCLOUD_LOCAL_SIZE=2 mpirun -np 4 bench_collectives     (2 simulated nodes: hierarchical)
@@ -141,11 +141,15 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
   if (has_raw) raw_call();
   MPI_Barrier(MPI_COMM_WORLD);
   std::vector<double> mine, theirs;
+  // The two alternate which goes first (ABBA), so neither always follows the other's last message.
+  bool raw_first = false;
   for (auto _ : state) {
+    if (has_raw && raw_first) theirs.push_back(timed(raw_call));
     const double t = timed(ours);
     state.SetIterationTime(t);
     mine.push_back(t);
-    if (has_raw) theirs.push_back(timed(raw_call));
+    if (has_raw && !raw_first) theirs.push_back(timed(raw_call));
+    raw_first = !raw_first;
   }
   const double total_bytes = static_cast<double>(count) * 4.0;
   const double nranks = c.size();

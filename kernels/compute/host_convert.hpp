@@ -1,6 +1,7 @@
 // Internal: the fp32 <-> fp16 / bf16 conversions of the host cast loops, written without branches
 // so the compiler vectorises whole arrays. The array loops are compiled once, in
-// src/compute/host/host_loops.cpp, for AVX-512, AVX2 and the baseline, chosen at load time. Bit for bit
+// src/compute/host/host_loops.cpp (the collectives' reductions in src/comm/host_reduce.cpp), for
+// AVX-512, AVX2 and the baseline, chosen at load time. Bit for bit
 // the scalar conversions of <gpucloud/detail/float_bits.hpp> (round to nearest even, NaN -> 0x7fff,
 // subnormals exact); tests/movement/test_copy_cast.cpp compares them over every half and bfloat16 and over
 // floats of every exponent. Host only.

@@ -1,5 +1,6 @@
 // Internal: the element-wise reduction of the MPI backend's own schedules (the agreement's inline
-// payloads, the ring, halving and doubling), on host memory (not API).
+// payloads, the ring, halving and doubling) and an average's division (MPI and transport
+// backends), on host memory (not API).
 #pragma once
 
 #include <gpucloud/comm/communicator.hpp>
