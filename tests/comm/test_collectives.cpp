@@ -283,6 +283,10 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
   gc::Stream s;
   const std::size_t ring_from = c.size() == 2 ? (std::size_t{64} << 10) : std::size_t(c.size() - 2) << 19;
   const bool halving = c.size() == 4 || c.size() == 8 || c.size() == 16;
+  // The all-reduce's ring on one node where halving does not apply: from max(384 KiB, (p - 2) x 256 KiB).
+  const std::size_t ar_ring_from = c.size() == 2 || halving || c.nodes() > 1
+                                       ? ring_from
+                                       : std::max(std::size_t{384} << 10, std::size_t(c.size() - 2) << 18);
   std::size_t wrong = 0;
   for (int mix = 0; mix < 3; ++mix) {
     const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
@@ -291,7 +295,7 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
       // Just above the ring's limit; above 1 MiB (on the worker); above 16 segments a rank (2 ranks);
       // halving and doubling (4 or 8 ranks) just above the inline limit and just below the ring's.
       const std::size_t mib = std::size_t{1} << 20;
-      for (std::size_t bytes : {ring_from + 3 * elem, mib + 5 * elem > ring_from ? mib + 5 * elem : 0,
+      for (std::size_t bytes : {ar_ring_from + 3 * elem, mib + 5 * elem > ar_ring_from ? mib + 5 * elem : 0,
                                 c.size() == 2 ? (std::size_t{33} << 16) + 7 * elem : 0,
                                 halving ? (std::size_t{64} << 10) + 3 * elem : 0, halving ? ring_from - 5 * elem : 0}) {
         if (bytes == 0) continue;
@@ -324,9 +328,10 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
     EXPECT_EQ(wrong, 0u) << "mix " << mix;
   }
   // Reduce-scatter, all-gather and broadcast take the ring from above the inline 16 KiB in all on 2
-  // ranks (from (size - 2) x 512 KiB on more), every root; per-rank parts of more than 16 segments
-  // included. On more ranks, from above the inline size (64 KiB on 4 or 8 ranks, 2 KiB on 3) to
-  // the ring: halving and doubling (4 or 8 ranks), the binomial tree broadcast.
+  // ranks (from (size - 2) x 512 KiB on more; reduce-scatter and all-gather on 3 ranks at every
+  // size above the inline 2 KiB), every root; per-rank parts of more than 16 segments included. On
+  // more ranks, from above the inline size (64 KiB on 4 or 8 ranks, 2 KiB on 3) to the ring:
+  // halving and doubling (4 or 8 ranks), the binomial tree broadcast.
   for (int mix = 0; mix < 3; ++mix) {
     const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
     for (auto t : {gc::DType::float32, gc::DType::float16, gc::DType::int64}) {
@@ -358,7 +363,7 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
   }
   // Rounding: fractions in fp32 and fp16, summed in a different order per block, give each rank
   // the same bytes (compared as a checksum over the ranks).
-  for (auto [t, from] : {std::pair{gc::DType::float32, ring_from}, std::pair{gc::DType::float16, ring_from},
+  for (auto [t, from] : {std::pair{gc::DType::float32, ar_ring_from}, std::pair{gc::DType::float16, ar_ring_from},
                          std::pair{gc::DType::float32, halving ? std::size_t{64} << 10 : 0},
                          std::pair{gc::DType::float16, halving ? std::size_t{64} << 10 : 0}}) {
     if (from == 0) continue;

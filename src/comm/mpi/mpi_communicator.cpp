@@ -1,5 +1,6 @@
 // The MPI backend of Communicator: host buffers; every collective after an agreement of the ranks
-// on it. Small ones travel inside the agreement, large ones (on 2 ranks; from (p - 2) x 512 KiB on more)
+// on it. Small ones travel inside the agreement, large ones (on 2 ranks; from (p - 2) x 512 KiB on more,
+// all-reduces on one node from max(384 KiB, (p - 2) x 256 KiB))
 // in a polled ring of point-to-point messages, all-reduces on 4, 8 or 16 ranks below that (or on
 // several nodes) in polled halving and doubling, reduce-scatters and all-gathers on one node in
 // halving/doubling or the ring at every size, broadcasts on 3+ ranks in a binomial tree (all on the
@@ -801,9 +802,10 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
   const auto n = static_cast<std::int64_t>(recv.size());
   // Large all-reduces run as a ring of polled point-to-point messages (faster than OpenMPI's tuned
   // call here, and abandonable on any thread); where it applies is the same on every rank.
-  // 4, 8 or 16 ranks halve and double instead below the ring's sizes, or on more than one node.
+  // 4, 8 or 16 ranks halve and double instead below the ring's sizes, or on more than one node;
+  // other rank counts on one node take the ring from 384 KiB or more (all_reduce_ring_applies).
   const bool halving = detail::halving_applies(recv.size_bytes(), size, nodes, kInlineBytes);
-  const bool ring = !halving && detail::ring_applies(recv.size_bytes(), size, kInlineBytes);
+  const bool ring = detail::all_reduce_ring_applies(recv.size_bytes(), size, nodes, kInlineBytes);
   enqueue(
       stream, call,
       {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
