@@ -1,11 +1,11 @@
 // The MPI backend of Communicator: host buffers; every collective after an agreement of the ranks
-// on it. Small ones travel inside the agreement, large ones (on 2 ranks; from (p - 2) x 512 KiB on more,
-// all-reduces on one node from max(384 KiB, (p - 2) x 256 KiB))
-// in a polled ring of point-to-point messages, all-reduces on 4, 8 or 16 ranks below that (or on
-// several nodes) in polled halving and doubling, reduce-scatters and all-gathers on one node in
-// halving/doubling or the ring at every size, broadcasts on 3+ ranks in a binomial tree (all on the
-// caller's thread when the stream is idle), the rest in MPI's blocking collectives on the stream's
-// worker under a watchdog; fp16/bf16 reduce through custom MPI ops.
+// on it. Small ones travel inside the agreement, large ones (on 2 ranks; from (p - 2) x 512 KiB on
+// more, all-reduces on one node from max(384 KiB, (p - 2) x 256 KiB)) in a polled ring of
+// point-to-point messages, all-reduces on 4, 8 or 16 ranks below that (or on several nodes) in
+// polled halving and doubling, reduce-scatters and all-gathers on one node in halving/doubling or
+// the ring at every size, broadcasts on 3+ ranks in a binomial tree (all on the caller's thread
+// when the stream is idle), the rest in MPI's blocking collectives on the stream's worker under a
+// watchdog; fp16/bf16 reduce through custom MPI ops.
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/runtime/error.hpp>
 
@@ -876,7 +876,7 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
   const std::size_t limit = inline_other_limit(size);
   const bool ring = detail::ring_applies_per_rank(send.size_bytes(), size, nodes, limit);
   // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's first half, polled.
-  const bool halving = !ring && detail::halving_applies(send.size_bytes(), size, 1, limit);
+  const bool halving = detail::halving_applies(send.size_bytes(), size, 1, limit);
   enqueue(
       stream, call,
       {Collective::reduce_scatter, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
@@ -916,7 +916,7 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   const bool ring = detail::ring_applies_per_rank(recv.size_bytes(), size, nodes, limit);
   // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's second half (recursive
   // doubling), polled.
-  const bool doubling = !ring && detail::halving_applies(recv.size_bytes(), size, 1, limit);
+  const bool doubling = detail::halving_applies(recv.size_bytes(), size, 1, limit);
   enqueue(
       stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
       inline_size(n, size, send.dtype(), limit),

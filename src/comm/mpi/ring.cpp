@@ -24,9 +24,8 @@ bool halving_applies(std::size_t bytes, int size, int nodes, std::size_t inline_
 bool all_reduce_ring_applies(std::size_t bytes, int size, int nodes, std::size_t inline_limit) {
   if (halving_applies(bytes, size, nodes, inline_limit)) return false;
   if (ring_applies(bytes, size, inline_limit)) return true;
-  const std::size_t from =
-      std::max(std::size_t{384} << 10, static_cast<std::size_t>(size > 2 ? size - 2 : 0) * (std::size_t{256} << 10));
-  return nodes == 1 && size > 2 && bytes > inline_limit && bytes >= from;
+  if (nodes != 1 || size <= 2 || bytes <= inline_limit) return false;
+  return bytes >= std::max(std::size_t{384} << 10, static_cast<std::size_t>(size - 2) * (std::size_t{256} << 10));
 }
 
 bool ring_applies_per_rank(std::size_t bytes, int size, int nodes, std::size_t inline_limit) {

@@ -28,7 +28,7 @@ bool ring_applies(std::size_t bytes, int size, std::size_t inline_limit);
 /// (RingKind::all_reduce): never where halving_applies(); where ring_applies(); and on one node from
 /// max(384 KiB, (size - 2) x 256 KiB) (rank counts that are not a power of two). With the vectorised
 /// reduction the ring beat MPI's blocking collective on the worker from there (3 ranks, 384 KiB:
-/// 1.01-1.24x raw against 0.74-0.88x in six interleaved runs; 6 ranks, 1 MiB: 1.06-1.28x against
+/// 1.01-1.24x raw against 0.74-0.93x in eight interleaved runs; 6 ranks, 1 MiB: 1.06-1.28x against
 /// 0.57-1.00x in four); below, at 3 ranks 256 KiB and 6 ranks 512 KiB, neither won every run.
 bool all_reduce_ring_applies(std::size_t bytes, int size, int nodes, std::size_t inline_limit);
 
