@@ -451,13 +451,16 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   }
 
   // Drives a polled exchange (an AgreementExchange, a RingCollective) until @p test() is true, the
-  // core yielded every 4th test: yielding every time lets a peer's message sit while the other
-  // processes on an oversubscribed core run (4 ranks on 2 cores: 8 B in 19-20 µs instead of 7-10,
-  // the raw MPI_Allreduce's 7-11); never yielding starves them. It throws the timeout's
+  // core yielded every kYieldEvery-th test. MPI's own progress already yields on an idle test
+  // under mpi_yield_when_idle (oversubscribed cores), so extra yields only cost: every 4th made
+  // 4 ranks on 2 cores pay +5-10 µs over the raw call at 8 B-4 KiB, every 8th +1-3 µs (as never
+  // yielding does); never yielding also lets a polling stream worker starve the trainer's own
+  // thread (2-rank train_mlp 101-185 k samples/s against 190-215 k every 8th). It throws the timeout's
   // CommunicationError once the collective has taken `timeout` since @p began, its messages left
   // to MPI: on the caller's thread that is the timeout; on the worker the watchdog's deadline
   // fires at the same time, and the throw ends the abandoned worker's loop (a blocking MPI call
   // would keep it spinning until the process ends).
+  static constexpr unsigned kYieldEvery = 8;
   struct Poll {
     MpiCommunicator& c;
     const char* call;
@@ -469,7 +472,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
         if (std::chrono::steady_clock::now() - began >= limit) {
           std::rethrow_exception(c.timed_out(call, began, kEnds));
         }
-        if (tests % 4 == 0) std::this_thread::yield();
+        if (tests % kYieldEvery == 0) std::this_thread::yield();
       }
     }
   };
