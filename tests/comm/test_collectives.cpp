@@ -663,6 +663,46 @@ TEST(Collectives, AnInlineSizeAgainstAFullSizeIsAnErrorOnEveryRank) {
       [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(small, 0, s); });
 }
 
+// An agreement message goes as one eager-sized head (4032 bytes: the 96-byte header and payload)
+// and, from that size, a tail: messages one byte short of the head, exactly the head (an empty
+// tail), one past it, and twice it, for each collective (the inline all-gather and reduce-scatter
+// send mask blocks in round mask, so their per-rank counts are the same sizes over 1 and 2 blocks).
+// A rank whose message splits against ranks whose messages do not is a disagreement, not a hang.
+TEST(Collectives, AgreementMessagesAroundTheHeadSizeArriveWhole) {
+  auto& c = world();
+  gc::Stream s;
+  const auto ranks = static_cast<std::size_t>(c.size());
+  const std::size_t head = 4032 - 96;  // payload bytes that fill a head
+  std::size_t wrong = 0;
+  for (std::size_t blocks : {std::size_t{1}, std::size_t{2}}) {
+    for (std::size_t bytes : {head - 4, head, head + 4, 2 * head + 96, 2 * head + 100}) {
+      const std::size_t n = bytes / 4 / blocks;  // int32 elements
+      gc::Buffer all = inputs(gc::DType::int32, n, c.rank());
+      c.all_reduce(all, all, gc::ReduceOp::sum, s);
+      gc::Buffer bcast = inputs(gc::DType::int32, n, c.rank());
+      c.broadcast(bcast, 0, s);
+      gc::Buffer mine = inputs(gc::DType::int32, n, c.rank()), gathered(n * ranks, gc::DType::int32);
+      c.all_gather(mine, gathered, s);
+      gc::Buffer send = inputs(gc::DType::int32, n * ranks, c.rank()), shard(n, gc::DType::int32);
+      c.reduce_scatter(send, shard, gc::ReduceOp::sum, s);
+      s.synchronize();
+      for (std::size_t i = 0; i < n; ++i) {
+        wrong += load(all, i) != expected(gc::ReduceOp::sum, c.size(), i);
+        wrong += load(bcast, i) != value(0, i);
+        wrong += load(shard, i) != expected(gc::ReduceOp::sum, c.size(), static_cast<std::size_t>(c.rank()) * n + i);
+        for (int r = 0; r < c.size(); ++r) wrong += load(gathered, static_cast<std::size_t>(r) * n + i) != value(r, i);
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0u);
+  gc::Buffer split = inputs(gc::DType::int32, head / 4, c.rank());
+  gc::Buffer whole = inputs(gc::DType::int32, head / 4 - 1, c.rank());
+  expect_disagreement(
+      "count", [&](gc::Communicator& comm, gc::Stream& st) { comm.all_reduce(split, split, gc::ReduceOp::sum, st); },
+      [&](gc::Communicator& comm, gc::Stream& st) { comm.all_reduce(whole, whole, gc::ReduceOp::sum, st); });
+  for (std::size_t i = 0; i < head / 4; ++i) EXPECT_EQ(load(split, i), value(c.rank(), i));
+}
+
 TEST(Collectives, PartlyOverlappingSendAndRecvAreRejected) {
   auto& c = world();
   gc::Stream s;

@@ -262,8 +262,21 @@ class AgreementExchange {
   bool test() {
     for (;;) {
       if (phase_ == Phase::done) return true;
+      if (head_posted_) {  // a full head has a tail behind it: its receive is posted at once, so
+        int arrived = 0;   // that a tail past the eager size never waits on this rank's own sends
+        MPI_Status status;
+        GPUCLOUD_MPI_CHECK(MPI_Test(&requests_[1], &arrived, &status));
+        if (!arrived) return false;
+        head_posted_ = false;
+        int bytes = 0;
+        GPUCLOUD_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &bytes));
+        if (bytes == kHeadBytes) {
+          GPUCLOUD_MPI_CHECK(MPI_Irecv(reinterpret_cast<unsigned char*>(&peer_) + kHeadBytes, kMaxWire - kHeadBytes,
+                                       MPI_BYTE, peer_rank_, kTailTag, comm_, &requests_[3]));
+        }
+      }
       int complete = 0;
-      GPUCLOUD_MPI_CHECK(MPI_Testall(2, requests_, &complete, MPI_STATUSES_IGNORE));
+      GPUCLOUD_MPI_CHECK(MPI_Testall(4, requests_, &complete, MPI_STATUSES_IGNORE));
       if (!complete) return false;
       completed();
     }
@@ -272,6 +285,15 @@ class AgreementExchange {
  private:
   enum class Phase { start, fold, round, send_back, receive_result, done };
   static constexpr int kMaxWire = static_cast<int>(sizeof(Agreement));
+  // A message goes as a head of at most kHeadBytes and, from that size, a tail with the rest (tag
+  // kTailTag): OpenMPI's shared-memory transport sends up to 4 KiB, its own header included,
+  // without waiting for the receiver, and a larger message waits for the receiver's
+  // acknowledgement, which on oversubscribed cores is a descheduled peer's wake-up (a 4 KiB
+  // all-reduce's header and payload would be one such message). A head shorter than kHeadBytes is
+  // the whole message, so the receiver knows from its size whether a tail follows.
+  static constexpr int kHeadBytes = 4032;
+  static constexpr int kTailTag = detail::kRingFirstTag + detail::kRingSlots;  // after the ring's tags
+  static_assert(kHeadBytes > static_cast<int>(kHeaderBytes) && kHeadBytes < kMaxWire);
 
   // The messages of the current phase have completed: combine, then post the next phase's.
   void completed() {
@@ -314,7 +336,7 @@ class AgreementExchange {
       post(rank_ ^ mask_, mask_);
       phase_ = Phase::round;
     } else if (rank_ < size_ - p_) {  // the result to the rank folded into this one
-      GPUCLOUD_MPI_CHECK(MPI_Isend(&a_, wire_bytes(a_), MPI_BYTE, rank_ + p_, 0, comm_, &requests_[0]));
+      send(&a_, wire_bytes(a_), rank_ + p_);
       phase_ = Phase::send_back;
     } else {
       phase_ = Phase::done;
@@ -324,7 +346,7 @@ class AgreementExchange {
   // Sends this rank's agreement to @p peer (in round @p mask; 0: a fold, the whole payload) and
   // receives its agreement into peer_.
   void post(int peer, int mask = 0) {
-    GPUCLOUD_MPI_CHECK(MPI_Irecv(&peer_, kMaxWire, MPI_BYTE, peer, 0, comm_, &requests_[1]));
+    receive(peer);
     const Agreement* message = &a_;
     int bytes = wire_bytes(a_);
     if (mask != 0 && Rounds::shaped(a_, size_)) {  // the header, then the pieces the peer needs
@@ -337,9 +359,22 @@ class AgreementExchange {
       message = &out_;
       bytes = static_cast<int>(kHeaderBytes + at);
     }
-    GPUCLOUD_MPI_CHECK(MPI_Isend(message, bytes, MPI_BYTE, peer, 0, comm_, &requests_[0]));
+    send(message, bytes, peer);
   }
-  void receive(int peer) { GPUCLOUD_MPI_CHECK(MPI_Irecv(&peer_, kMaxWire, MPI_BYTE, peer, 0, comm_, &requests_[1])); }
+  // Sends @p bytes of @p message to @p peer: its head, and from kHeadBytes its tail.
+  void send(const Agreement* message, int bytes, int peer) {
+    GPUCLOUD_MPI_CHECK(MPI_Isend(message, std::min(bytes, kHeadBytes), MPI_BYTE, peer, 0, comm_, &requests_[0]));
+    if (bytes >= kHeadBytes) {
+      GPUCLOUD_MPI_CHECK(MPI_Isend(reinterpret_cast<const unsigned char*>(message) + kHeadBytes, bytes - kHeadBytes,
+                                   MPI_BYTE, peer, kTailTag, comm_, &requests_[2]));
+    }
+  }
+  // Receives @p peer's message into peer_: its head now, its tail (if the head is full) once the head is in.
+  void receive(int peer) {
+    GPUCLOUD_MPI_CHECK(MPI_Irecv(&peer_, kHeadBytes, MPI_BYTE, peer, 0, comm_, &requests_[1]));
+    head_posted_ = true;
+    peer_rank_ = peer;
+  }
 
   // a_ = (lower rank's side) (+) (higher rank's side), whichever side this rank is, of the
   // agreement @p peer sent in round @p mask (0: a fold): the headers as max and -min, the payloads
@@ -393,7 +428,10 @@ class AgreementExchange {
   MPI_Comm comm_;
   int rank_, size_, p_ = 1, mask_ = 1;
   Phase phase_ = Phase::start;
-  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  // The head's send and receive, the tail's send and receive.
+  MPI_Request requests_[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  bool head_posted_ = false;  // requests_[1] is a head's receive: a full head posts the tail's
+  int peer_rank_ = -1;        // whose message is being received
 };
 
 // The MPI backend: the communicator's duplicate of the caller's MPI communicator, and the
