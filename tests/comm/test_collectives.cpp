@@ -663,16 +663,17 @@ TEST(Collectives, AnInlineSizeAgainstAFullSizeIsAnErrorOnEveryRank) {
       [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(small, 0, s); });
 }
 
-// An agreement message goes as one eager-sized head (4032 bytes: the 96-byte header and payload)
-// and, from that size, a tail: messages one byte short of the head, exactly the head (an empty
-// tail), one past it, and twice it, for each collective (the inline all-gather and reduce-scatter
-// send mask blocks in round mask, so their per-rank counts are the same sizes over 1 and 2 blocks).
-// A rank whose message splits against ranks whose messages do not is a disagreement, not a hang.
-TEST(Collectives, AgreementMessagesAroundTheHeadSizeArriveWhole) {
+// An agreement message goes as eager-sized pieces of 4032 bytes (the first holds the 96-byte header)
+// and a last, shorter one: messages one element short of a piece, exactly one (an empty last
+// piece), one past it, exactly two and past two, for each collective (the inline all-gather and
+// reduce-scatter send mask blocks in round mask, so their per-rank counts are the same sizes over 1
+// and 2 blocks). A rank whose message is split against ranks whose messages are not is a
+// disagreement, not a hang.
+TEST(Collectives, AgreementMessagesAroundThePieceSizeArriveWhole) {
   auto& c = world();
   gc::Stream s;
   const auto ranks = static_cast<std::size_t>(c.size());
-  const std::size_t head = 4032 - 96;  // payload bytes that fill a head
+  const std::size_t head = 4032 - 96;  // payload bytes that fill the first piece
   std::size_t wrong = 0;
   for (std::size_t blocks : {std::size_t{1}, std::size_t{2}}) {
     for (std::size_t bytes : {head - 4, head, head + 4, 2 * head + 96, 2 * head + 100}) {

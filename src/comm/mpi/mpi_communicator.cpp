@@ -262,21 +262,22 @@ class AgreementExchange {
   bool test() {
     for (;;) {
       if (phase_ == Phase::done) return true;
-      if (head_posted_) {  // a full head has a tail behind it: its receive is posted at once, so
-        int arrived = 0;   // that a tail past the eager size never waits on this rank's own sends
+      while (receiving_) {  // a full piece has another behind it, received as soon as it is in
+        int arrived = 0;
         MPI_Status status;
-        GPUCLOUD_MPI_CHECK(MPI_Test(&requests_[1], &arrived, &status));
+        GPUCLOUD_MPI_CHECK(MPI_Test(&receive_, &arrived, &status));
         if (!arrived) return false;
-        head_posted_ = false;
         int bytes = 0;
         GPUCLOUD_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &bytes));
-        if (bytes == kHeadBytes) {
-          GPUCLOUD_MPI_CHECK(MPI_Irecv(reinterpret_cast<unsigned char*>(&peer_) + kHeadBytes, kMaxWire - kHeadBytes,
-                                       MPI_BYTE, peer_rank_, kTailTag, comm_, &requests_[3]));
+        received_ += bytes;
+        receiving_ = bytes == kPieceBytes;
+        if (receiving_) {
+          GPUCLOUD_MPI_CHECK(MPI_Irecv(reinterpret_cast<unsigned char*>(&peer_) + received_, kPieceBytes, MPI_BYTE,
+                                       peer_rank_, kTailTag, comm_, &receive_));
         }
       }
       int complete = 0;
-      GPUCLOUD_MPI_CHECK(MPI_Testall(4, requests_, &complete, MPI_STATUSES_IGNORE));
+      GPUCLOUD_MPI_CHECK(MPI_Testall(sends_, requests_, &complete, MPI_STATUSES_IGNORE));
       if (!complete) return false;
       completed();
     }
@@ -285,15 +286,17 @@ class AgreementExchange {
  private:
   enum class Phase { start, fold, round, send_back, receive_result, done };
   static constexpr int kMaxWire = static_cast<int>(sizeof(Agreement));
-  // A message goes as a head of at most kHeadBytes and, from that size, a tail with the rest (tag
-  // kTailTag): OpenMPI's shared-memory transport sends up to 4 KiB, its own header included,
+  // A message goes as pieces of kPieceBytes and a last, shorter one (empty when the message is a
+  // multiple): OpenMPI's shared-memory transport sends up to 4 KiB, its own header included,
   // without waiting for the receiver, and a larger message waits for the receiver's
   // acknowledgement, which on oversubscribed cores is a descheduled peer's wake-up (a 4 KiB
-  // all-reduce's header and payload would be one such message). A head shorter than kHeadBytes is
-  // the whole message, so the receiver knows from its size whether a tail follows.
-  static constexpr int kHeadBytes = 4032;
+  // all-reduce's header and payload would be one such message). A piece shorter than kPieceBytes
+  // ends the message, so the receiver knows from each piece's size whether another follows. The
+  // first piece has tag 0, the others kTailTag (same-tag messages from one rank match in order).
+  static constexpr int kPieceBytes = 4032;
   static constexpr int kTailTag = detail::kRingFirstTag + detail::kRingSlots;  // after the ring's tags
-  static_assert(kHeadBytes > static_cast<int>(kHeaderBytes) && kHeadBytes < kMaxWire);
+  static constexpr int kMaxPieces = kMaxWire / kPieceBytes + 1;
+  static_assert(kPieceBytes > static_cast<int>(kHeaderBytes) && kPieceBytes < kMaxWire);
 
   // The messages of the current phase have completed: combine, then post the next phase's.
   void completed() {
@@ -361,18 +364,22 @@ class AgreementExchange {
     }
     send(message, bytes, peer);
   }
-  // Sends @p bytes of @p message to @p peer: its head, and from kHeadBytes its tail.
+  // Sends @p bytes of @p message to @p peer in pieces.
   void send(const Agreement* message, int bytes, int peer) {
-    GPUCLOUD_MPI_CHECK(MPI_Isend(message, std::min(bytes, kHeadBytes), MPI_BYTE, peer, 0, comm_, &requests_[0]));
-    if (bytes >= kHeadBytes) {
-      GPUCLOUD_MPI_CHECK(MPI_Isend(reinterpret_cast<const unsigned char*>(message) + kHeadBytes, bytes - kHeadBytes,
-                                   MPI_BYTE, peer, kTailTag, comm_, &requests_[2]));
+    const auto* at = reinterpret_cast<const unsigned char*>(message);
+    sends_ = 0;
+    for (int sent = 0, tag = 0;; tag = kTailTag) {
+      const int n = std::min(bytes - sent, kPieceBytes);
+      GPUCLOUD_MPI_CHECK(MPI_Isend(at + sent, n, MPI_BYTE, peer, tag, comm_, &requests_[sends_++]));
+      sent += n;
+      if (n < kPieceBytes) break;
     }
   }
-  // Receives @p peer's message into peer_: its head now, its tail (if the head is full) once the head is in.
+  // Receives @p peer's message into peer_, piece by piece (test()).
   void receive(int peer) {
-    GPUCLOUD_MPI_CHECK(MPI_Irecv(&peer_, kHeadBytes, MPI_BYTE, peer, 0, comm_, &requests_[1]));
-    head_posted_ = true;
+    GPUCLOUD_MPI_CHECK(MPI_Irecv(&peer_, kPieceBytes, MPI_BYTE, peer, 0, comm_, &receive_));
+    receiving_ = true;
+    received_ = 0;
     peer_rank_ = peer;
   }
 
@@ -428,10 +435,11 @@ class AgreementExchange {
   MPI_Comm comm_;
   int rank_, size_, p_ = 1, mask_ = 1;
   Phase phase_ = Phase::start;
-  // The head's send and receive, the tail's send and receive.
-  MPI_Request requests_[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  bool head_posted_ = false;  // requests_[1] is a head's receive: a full head posts the tail's
-  int peer_rank_ = -1;        // whose message is being received
+  MPI_Request requests_[kMaxPieces];  // the pieces sent in this phase (sends_ of them)
+  int sends_ = 0;
+  MPI_Request receive_ = MPI_REQUEST_NULL;  // the piece being received
+  bool receiving_ = false;                  // until a piece shorter than kPieceBytes is in
+  int received_ = 0, peer_rank_ = -1;       // bytes of peer_ in so far; whose message
 };
 
 // The MPI backend: the communicator's duplicate of the caller's MPI communicator, and the
