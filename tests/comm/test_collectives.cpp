@@ -219,7 +219,7 @@ void expect_disagreement(gc::Stream& s, gc::Communicator& c, const std::string& 
 
 // Collectives whose data fits in the agreement's payload travel inside it (up to 64 KiB in all;
 // reduce-scatter, all-gather and broadcast on 2 ranks up to 16 KiB, on a rank count that is not a
-// power of two up to 2 KiB); larger ones take
+// power of two reduce-scatter up to 16 KiB, broadcast 4 KiB, all-gather 2 KiB); larger ones take
 // the ring (2 ranks; reduce-scatter and all-gather on other counts that are not a power of two, 3 here),
 // halving and doubling or the binomial tree (more ranks) or the MPI call. Inline ones run on the
 // caller's thread when the stream is idle and on its worker when it is busy, and a rank of either
@@ -234,10 +234,12 @@ TEST(Collectives, InlineAndFullPathsGiveTheSameExactAnswers) {
     const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
     for_each_dtype([&](gc::DType t) {
       const std::size_t elem = gc::dtype_size(t);
-      // Per rank: around 2 KiB, 16 KiB and 64 KiB in all (the inline limits), 4 KiB and 64 KiB each.
-      for (std::size_t bytes : {std::size_t{0}, elem, 2048 / ranks, 2048 / ranks + elem, 16384 / ranks,
-                                16384 / ranks + elem, 65536 / ranks, 65536 / ranks + elem, std::size_t{4096},
-                                std::size_t{65536}, std::size_t{65536} + elem, std::size_t{262144}}) {
+      // Per rank: around 2 KiB, 16 KiB and 64 KiB in all (the inline limits), 4 KiB and 64 KiB each
+      // (a broadcast's 4 KiB limit).
+      for (std::size_t bytes :
+           {std::size_t{0}, elem, 2048 / ranks, 2048 / ranks + elem, 16384 / ranks, 16384 / ranks + elem, 65536 / ranks,
+            65536 / ranks + elem, std::size_t{4096}, std::size_t{4096} + elem, std::size_t{65536},
+            std::size_t{65536} + elem, std::size_t{262144}}) {
         const std::size_t per = bytes / elem;
         // Busy: the collectives queue behind this, and run on the stream's worker.
         if (busy) keep_busy(s);
