@@ -271,9 +271,10 @@ class AgreementExchange {
         GPUCLOUD_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &bytes));
         received_ += bytes;
         receiving_ = bytes == kPieceBytes;
-        if (receiving_) {
-          GPUCLOUD_MPI_CHECK(MPI_Irecv(reinterpret_cast<unsigned char*>(&peer_) + received_, kPieceBytes, MPI_BYTE,
-                                       peer_rank_, kTailTag, comm_, &receive_));
+        if (receiving_) {  // never past peer_: a message is at most kMaxWire bytes
+          GPUCLOUD_MPI_CHECK(MPI_Irecv(reinterpret_cast<unsigned char*>(&peer_) + received_,
+                                       std::min(kPieceBytes, kMaxWire - received_), MPI_BYTE, peer_rank_, kTailTag,
+                                       comm_, &receive_));
         }
       }
       int complete = 0;
