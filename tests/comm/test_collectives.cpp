@@ -331,18 +331,24 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
   }
   // Reduce-scatter, all-gather and broadcast take the ring from above the inline 16 KiB in all on 2
   // ranks (from (size - 2) x 512 KiB on more; reduce-scatter and all-gather on 3 ranks at every
-  // size above the inline 2 KiB), every root; per-rank parts of more than 16 segments included. On
-  // more ranks, from above the inline size (64 KiB on 4 or 8 ranks, 2 KiB on 3) to the ring:
-  // halving and doubling (4 or 8 ranks), the binomial tree broadcast.
+  // size above their inline limits), every root; per-rank parts of more than 16 segments included.
+  // On more ranks, from above the inline size (64 KiB on 4 or 8 ranks; on 3 all-gather 2 KiB,
+  // broadcast 4 KiB, reduce-scatter 16 KiB) to the ring: halving and doubling (4 or 8 ranks), the
+  // binomial tree broadcast.
   for (int mix = 0; mix < 3; ++mix) {
     const bool busy = mix == 1 || (mix == 2 && c.rank() == 0);
     for (auto t : {gc::DType::float32, gc::DType::float16, gc::DType::int64}) {
       const std::size_t elem = gc::dtype_size(t), ranks = static_cast<std::size_t>(c.size());
       const std::size_t other_from = c.size() == 2 ? 16384 : ring_from;
       const bool two = c.size() == 2;
-      const std::size_t inline_to = (c.size() & (c.size() - 1)) == 0 ? 65536 : 2048;
+      const bool power_of_two = (c.size() & (c.size() - 1)) == 0;
+      const std::size_t inline_to = power_of_two ? 65536 : 2048;
+      // Just above the other inline limits of a rank count that is not a power of two (broadcast, reduce-scatter).
+      const std::size_t other_limits[] = {power_of_two ? 0 : 4096 / ranks / elem + 1,
+                                          power_of_two ? 0 : 16384 / ranks / elem + 1};
       for (std::size_t per : {other_from / ranks / elem + 1, two ? (std::size_t{33} << 16) / elem + 3 : 0,
-                              two ? 0 : inline_to / ranks / elem + 1, two ? 0 : (ring_from - 64) / ranks / elem}) {
+                              two ? 0 : inline_to / ranks / elem + 1, two ? 0 : (ring_from - 64) / ranks / elem,
+                              other_limits[0], other_limits[1]}) {
         if (per == 0) continue;
         if (busy) keep_busy(s);
         gc::Buffer send = inputs(t, per * ranks, c.rank()), shard(per, t);

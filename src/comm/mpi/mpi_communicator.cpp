@@ -199,9 +199,9 @@ int wire_bytes(const Agreement& a) {
 //    its partner the half of them equal to the partner modulo 2 mask, ending with its own block;
 //  - broadcast: the ranks within mask of the root (by xor) hold the data, and each sends it to its
 //    partner, which does not.
-// So each message is the header and only what its receiver needs: at 4 KiB on 4 ranks 1-2 KiB
-// and the header, inside OpenMPI's shared-memory eager limit (the whole payload is not), and
-// inline all-gathers and reduce-scatters up to 64 KiB move what MPI's algorithms move.
+// So each message is the header and only what its receiver needs (at 4 KiB on 4 ranks 1-2 KiB
+// and the header), and inline all-gathers and reduce-scatters up to 64 KiB move what MPI's
+// algorithms move.
 struct Rounds {
   Collective kind;
   std::size_t block;  // bytes of one rank's block (all-gather, reduce-scatter)
