@@ -500,8 +500,8 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // Drives a polled exchange (an AgreementExchange, a RingCollective) until @p test() is true, the
   // core yielded every kYieldEvery-th test. MPI's own progress already yields on an idle test
   // under mpi_yield_when_idle (oversubscribed cores), so extra yields only cost: every 4th made
-  // 4 ranks on 2 cores pay +5-10 µs over the raw call at 8 B-4 KiB, every 8th +1-3 µs (as never
-  // yielding does); never yielding also lets a polling stream worker starve the trainer's own
+  // 4 ranks on 2 cores pay +2.3-6.3 µs over the raw call at 8 B, every 8th +1.1-3.5 µs (never
+  // yielding +1.2-4.7 µs); never yielding also lets a polling stream worker starve the trainer's own
   // thread (2-rank train_mlp 101-185 k samples/s against 190-215 k every 8th). It throws the timeout's
   // CommunicationError once the collective has taken `timeout` since @p began, its messages left
   // to MPI: on the caller's thread that is the timeout; on the worker the watchdog's deadline
