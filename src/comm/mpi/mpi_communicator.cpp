@@ -354,13 +354,21 @@ class AgreementExchange {
     const Agreement* message = &a_;
     int bytes = wire_bytes(a_);
     if (mask != 0 && Rounds::shaped(a_, size_)) {  // the header, then the pieces the peer needs
-      std::memcpy(static_cast<void*>(&out_), &a_, kHeaderBytes);
+      // Sent from a_ itself while the pieces are its payload from the start (a broadcast's whole
+      // payload, rank 0's all-gather blocks); packed into out_ from the first that is not.
       std::size_t at = 0;
+      bool own = true;
       Rounds(a_, size_).pieces(rank_, peer, mask, [&](std::size_t offset, std::size_t n) {
+        if (own && offset == at) {
+          at += n;
+          return;
+        }
+        if (own) std::memcpy(static_cast<void*>(&out_), &a_, kHeaderBytes + at);
+        own = false;
         std::memcpy(out_.payload + at, a_.payload + offset, n);
         at += n;
       });
-      message = &out_;
+      message = own ? &a_ : &out_;
       bytes = static_cast<int>(kHeaderBytes + at);
     }
     send(message, bytes, peer);
