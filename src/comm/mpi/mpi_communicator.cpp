@@ -1022,15 +1022,17 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
   enqueue(
       stream, call, {Collective::broadcast, -1, root, n, static_cast<std::int64_t>(buffer.dtype())},
       inline_size(n, 1, buffer.dtype(), limit),
-      [buffer, root](MpiCommunicator& c, unsigned char* payload) {  // the root's data; the others' 0
+      // The root's data; the others' zeros for the bitwise OR, except on a power-of-two size,
+      // where a rank's payload is only ever overwritten by the whole of its holder's (Rounds).
+      [buffer, root](MpiCommunicator& c, unsigned char* payload) {
         if (c.rank == root) {
           copy_bytes(payload, buffer.data(), buffer.size_bytes());
-        } else {
+        } else if ((c.size & (c.size - 1)) != 0) {
           std::memset(payload, 0, buffer.size_bytes());
         }
       },
-      [buffer](MpiCommunicator&, const unsigned char* payload) {
-        copy_bytes(buffer.data(), payload, buffer.size_bytes());
+      [buffer, root](MpiCommunicator& c, const unsigned char* payload) {  // the root's buffer has it
+        if (c.rank != root) copy_bytes(buffer.data(), payload, buffer.size_bytes());
       },
       [buffer, root, n, ring, tree](MpiCommunicator& c, const auto& poll) {
         if (ring || tree)
