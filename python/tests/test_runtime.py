@@ -309,13 +309,21 @@ def test_work_in_flight_at_fork_is_reported_in_the_child_not_waited_for():
     # A task still running (and one queued behind it, and an event after them) when the process
     # forks: in the parent they finish; in the child they never run, so synchronize() and the
     # event's synchronize() raise instead of waiting forever, and the stream then runs new work.
+    # The parent waits until the sleep runs: a worker thread still starting at the fork could hold
+    # the allocator lock of GCC 12's AddressSanitizer (python-asan), which takes none around fork.
     s = gc.Stream()
     ran = []
-    gc.launch_host_func(s, lambda: time.sleep(0.5))
+    running = threading.Event()
+
+    def sleeper():
+        running.set()
+        time.sleep(0.5)
+
+    gc.launch_host_func(s, sleeper)
     gc.launch_host_func(s, lambda: ran.append("queued"))
     e = gc.Event()
     e.record(s)
-    time.sleep(0.05)  # the sleep is running
+    assert running.wait(10)  # the sleep is running
 
     def child():
         try:

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <exception>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -33,6 +34,19 @@ class Gate {
   void enqueue_on(gc::StreamView s) {
     auto f = future_;
     gc::launch_host_func(s, [f] { f.wait(); });
+  }
+  // Enqueues the blocking task and returns once it is running on @p s's worker: that thread is
+  // then waiting on the gate, neither starting nor between tasks (what a fork() must not catch
+  // under GCC 12's AddressSanitizer, whose allocator lock a starting thread may hold at the fork).
+  void enqueue_running_on(gc::StreamView s) {
+    auto f = future_;
+    auto started = std::make_shared<std::promise<void>>();
+    auto running = started->get_future();
+    gc::launch_host_func(s, [f, started] {
+      started->set_value();
+      f.wait();
+    });
+    running.wait();
   }
   void open() { promise_.set_value(); }
 
@@ -391,7 +405,7 @@ TEST(HostStream, AForkChildGetsItsOwnWorkerAndAnErrorForWorkInFlight) {
   gc::launch_host_func(idle, [&] { ++counter; });
   idle.synchronize();
   Gate gate;
-  gate.enqueue_on(busy);  // running (blocked) at the fork
+  gate.enqueue_running_on(busy);  // running (blocked) at the fork
   gc::launch_host_func(busy, [&] { counter += 100; });
   gc::Event after;
   after.record(busy);
