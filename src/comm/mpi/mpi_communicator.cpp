@@ -208,10 +208,13 @@ struct Rounds {
   std::size_t whole;  // bytes of the payload (broadcast)
   int size, root;
 
-  static bool shaped(const Agreement& a, int size) {
-    const auto kind = static_cast<Collective>(a.high[0]);
-    return carries(a) && (size & (size - 1)) == 0 &&
+  // Whether inline exchanges of @p kind on @p size ranks are shaped (when their agreement is consistent).
+  static bool shapes(Collective kind, int size) {
+    return (size & (size - 1)) == 0 &&
            (kind == Collective::all_gather || kind == Collective::reduce_scatter || kind == Collective::broadcast);
+  }
+  static bool shaped(const Agreement& a, int size) {
+    return carries(a) && shapes(static_cast<Collective>(a.high[0]), size);
   }
   Rounds(const Agreement& a, int p)
       : kind(static_cast<Collective>(a.high[0])),
@@ -1022,12 +1025,12 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
   enqueue(
       stream, call, {Collective::broadcast, -1, root, n, static_cast<std::int64_t>(buffer.dtype())},
       inline_size(n, 1, buffer.dtype(), limit),
-      // The root's data; the others' zeros for the bitwise OR, except on a power-of-two size,
-      // where a rank's payload is only ever overwritten by the whole of its holder's (Rounds).
+      // The root's data; the others' zeros for the bitwise OR, except where Rounds shapes the
+      // exchange: a rank's payload is then only ever overwritten by the whole of its holder's.
       [buffer, root](MpiCommunicator& c, unsigned char* payload) {
         if (c.rank == root) {
           copy_bytes(payload, buffer.data(), buffer.size_bytes());
-        } else if ((c.size & (c.size - 1)) != 0) {
+        } else if (!Rounds::shapes(Collective::broadcast, c.size)) {
           std::memset(payload, 0, buffer.size_bytes());
         }
       },
