@@ -61,8 +61,12 @@ python_package() {
   export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
   "$py" -m pip install -q --upgrade pip # Debian's pip 23.0 lacks -C
   "$py" -m pip install -q -r python/requirements-test.txt
-  "$py" -m pip install -q . -C cmake.define.GPUCLOUD_CUDA_ARCHS="$archs" -C build-dir="build/python-$name" \
-    "${PIP_BUILD_OPTIONS[@]}"
+  # A wheel first, checked to hold exactly the package's files, then installed from it.
+  rm -rf "build/wheel-$name"
+  "$py" -m pip wheel -q --no-deps -w "build/wheel-$name" . -C cmake.define.GPUCLOUD_CUDA_ARCHS="$archs" \
+    -C build-dir="build/python-$name" "${PIP_BUILD_OPTIONS[@]}"
+  "$py" scripts/check-wheel.py "build/wheel-$name"/gpucloud-*.whl python/gpucloud
+  "$py" -m pip install -q --force-reinstall --no-deps "build/wheel-$name"/gpucloud-*.whl
   LD_PRELOAD="$PYTEST_PRELOAD" "$py" -m pytest -ra python/tests
 }
 
