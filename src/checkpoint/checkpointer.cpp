@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -89,18 +90,6 @@ std::string directory_name(std::int64_t step) {
 namespace {
 
 constexpr const char* kCall = "Checkpointer::save_async";
-
-// "step-000000001000" -> 1000; false for anything else (tmp directories included).
-bool committed_step(const std::string& name, std::int64_t& step) {
-  if (name.size() != 17 || name.compare(0, 5, "step-") != 0) return false;
-  std::int64_t v = 0;
-  for (std::size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return false;
-    v = v * 10 + (name[i] - '0');
-  }
-  step = v;
-  return true;
-}
 
 std::string rank_file(int rank) {
   char name[40];
@@ -210,6 +199,9 @@ struct Checkpointer::Impl {
   Buffer staging;                     // reused while large enough
   std::thread writer;
   std::shared_ptr<PendingSave::State> current;
+  mutable std::mutex progress_mutex;  // guards progress and commit_time (the writer updates them)
+  Progress progress;
+  std::chrono::steady_clock::time_point commit_time;
 
   ~Impl() { finish_previous(false); }
 
@@ -231,10 +223,13 @@ struct Checkpointer::Impl {
   void commit(const std::string& tmp, const std::string& final_dir, std::int64_t step, std::uint64_t layout,
               const json& own, const std::vector<Item>& all, const Metadata& metadata);
   void clean_up(std::int64_t step, const std::string& keep_tmp);
+  void supersede_newer(std::int64_t step);
+  void rotate(std::int64_t step);
+  void finished(std::int64_t step, double seconds, bool ok);
 };
 
 Checkpointer::Checkpointer(std::string root, Options options) {
-  GPUCLOUD_EXPECTS(!root.empty(), "Checkpointer", "root: empty path");
+  d::check_path_argument(root, "Checkpointer", "root");
   GPUCLOUD_EXPECTS(options.keep_last >= 0, "Checkpointer",
                    "options.keep_last: " + std::to_string(options.keep_last) + " is negative (0 keeps all)");
   GPUCLOUD_EXPECTS(options.commit_timeout.count() > 0, "Checkpointer", "options.commit_timeout: must be positive");
@@ -281,6 +276,31 @@ Checkpointer& Checkpointer::operator=(Checkpointer&& other) noexcept {
 
 const std::string& Checkpointer::root() const { return impl_->root; }
 
+Progress Checkpointer::progress() const {
+  std::lock_guard<std::mutex> lock(impl_->progress_mutex);
+  Progress p = impl_->progress;
+  if (p.committed_step) {
+    p.seconds_since_commit =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->commit_time).count();
+  }
+  return p;
+}
+
+void Checkpointer::Impl::finished(std::int64_t step, double seconds, bool ok) {
+  std::lock_guard<std::mutex> lock(progress_mutex);
+  progress.writing_step.reset();
+  if (!ok) {
+    ++progress.saves_failed;
+    return;
+  }
+  ++progress.saves_committed;
+  progress.committed_step = step;
+  progress.last_save_seconds = seconds;
+  commit_time = std::chrono::steady_clock::now();
+  progress.committed_unix_time =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 void Checkpointer::wait() { impl_->finish_previous(true); }
 
 void Checkpointer::save(std::int64_t step, const StateDict& tensors, StreamView stream, const Metadata& metadata) {
@@ -320,7 +340,17 @@ PendingSave Checkpointer::Impl::start(std::int64_t step, const StateDict& tensor
     check_encodable(key, "metadata: a key");
     check_encodable(value, "metadata['" + key + "']");
   }
-  im.finish_previous(true);  // the previous save: joined, its error raised here if nobody saw it
+  {
+    // The previous save: joined, its error raised here if nobody saw it. The time it blocks is
+    // the writer's lag, reported by progress().
+    const auto waiting = std::chrono::steady_clock::now();
+    const bool busy = im.current && !PendingSave(im.current).done();
+    im.finish_previous(true);
+    if (busy) {
+      std::lock_guard<std::mutex> lock(im.progress_mutex);
+      im.progress.waited_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting).count();
+    }
+  }
 
   assign_ranks(all, im.world);
   std::vector<Item> mine;
@@ -351,17 +381,25 @@ PendingSave Checkpointer::Impl::start(std::int64_t step, const StateDict& tensor
     snapshot = take_snapshot(mine, total, stream);
   }
   im.current = state;
+  {
+    std::lock_guard<std::mutex> lock(im.progress_mutex);
+    im.progress.writing_step = step;
+  }
   im.writer = std::thread(
       [impl = this, state, mine = std::move(mine), snapshot, layout, metadata, all = std::move(all), direct]() mutable {
         // In the background, the writer yields the cores to training: each of its wake-ups (after
         // every fsync) would otherwise preempt a compute thread for a scheduler slice.
         if (!direct) lower_thread_priority();
+        std::exception_ptr error;
         try {
           impl->write(state, std::move(mine), std::move(snapshot), layout, metadata, all);
-          state->finish(nullptr);
         } catch (...) {
-          state->finish(std::current_exception());
+          error = std::current_exception();
         }
+        impl->finished(state->step,
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - state->started).count(),
+                       error == nullptr);
+        state->finish(std::move(error));
       });
   return PendingSave(state);
 }
@@ -463,7 +501,7 @@ void Checkpointer::Impl::write(const std::shared_ptr<PendingSave::State>& state,
         [&] {
           if (!d::exists(manifest)) return false;
           try {
-            const Manifest m = d::decode_manifest(d::read_file(manifest, 1u << 30), manifest);
+            const Manifest m = d::decode_manifest(d::read_file(manifest, d::kMaxManifestBytes), manifest);
             const auto it = m.metadata.find("gpucloud.run");
             return m.step == state->step && it != m.metadata.end() && it->second == run;
           } catch (const CheckpointError&) {
@@ -504,7 +542,9 @@ void Checkpointer::Impl::commit(const std::string& tmp, const std::string& final
          },
          options.commit_timeout, "rank " + std::to_string(r) + "'s file in " + tmp);
     try {
-      markers[static_cast<std::size_t>(r)] = json::parse(d::read_file(path, 1u << 30));
+      const std::string text = d::read_file(path, d::kMaxManifestBytes);
+      d::check_json_depth(text, path);
+      markers[static_cast<std::size_t>(r)] = json::parse(text);
     } catch (const json::exception& e) {
       throw CheckpointError("checkpoint commit", path + ": not JSON (" + e.what() + ")", __FILE__, __LINE__);
     }
@@ -541,6 +581,9 @@ void Checkpointer::Impl::commit(const std::string& tmp, const std::string& final
   for (int r = 1; r < world; ++r) std::remove((tmp + "/" + marker_file(r, "json")).c_str());
   d::sync_directory(tmp);
   clean_up(step, tmp);
+  // Checkpoints of higher steps belong to a run that was restarted from an older checkpoint (this
+  // one's past): moved aside first, so that latest() never returns them again.
+  supersede_newer(step);
   // A checkpoint of the same step from an earlier run is replaced.
   std::string old;
   if (d::exists(final_dir)) {
@@ -550,29 +593,52 @@ void Checkpointer::Impl::commit(const std::string& tmp, const std::string& final
   }
   d::rename_durably(tmp, final_dir);
   if (!old.empty()) d::remove_all_quietly(old);
-  if (options.keep_last > 0) {
-    std::vector<std::int64_t> steps;
-    for (const auto& name : d::list_directory(root)) {
-      std::int64_t s = 0;
-      if (committed_step(name, s)) steps.push_back(s);
-    }
-    std::sort(steps.begin(), steps.end());
-    const std::size_t keep = static_cast<std::size_t>(options.keep_last);
-    for (std::size_t i = 0; i + keep < steps.size(); ++i) d::remove_all_quietly(root + "/" + directory_name(steps[i]));
-  }
+  rotate(step);
   d::sync_directory(root);
 }
 
-// Removes what interrupted saves left: temporary directories of other runs, and of this run for
-// earlier steps. (One training run writes to a root at a time.)
+void Checkpointer::Impl::supersede_newer(std::int64_t step) {
+  for (const auto& name : d::list_directory(root)) {
+    std::int64_t s = 0;
+    if (!d::step_of_directory_name(name, s) || s <= step) continue;
+    const std::string from = root + "/" + name;
+    const std::string to = from + ".superseded-" + d::hex64(random_id());
+    std::fprintf(stderr,
+                 "gpucloud: checkpoint %s is superseded by step %lld (the run restarted from an older step): "
+                 "moved to %s\n",
+                 from.c_str(), static_cast<long long>(step), to.c_str());
+    d::rename_durably(from, to);
+  }
+}
+
+// keep_last: the checkpoint just written (the highest step once newer ones are superseded) and
+// the keep_last - 1 highest below it; lower ones deleted. Superseded directories are not counted.
+void Checkpointer::Impl::rotate(std::int64_t step) {
+  if (options.keep_last <= 0) return;
+  std::vector<std::int64_t> older;
+  for (const auto& name : d::list_directory(root)) {
+    std::int64_t s = 0;
+    if (d::step_of_directory_name(name, s) && s < step) older.push_back(s);
+  }
+  std::sort(older.begin(), older.end(), std::greater<>());
+  const auto keep_older = static_cast<std::size_t>(options.keep_last - 1);
+  for (std::size_t i = keep_older; i < older.size(); ++i) {
+    d::remove_all_quietly(root + "/" + directory_name(older[i]));
+  }
+}
+
+// Removes what interrupted saves left: temporary (.tmp-) and replaced (.old-) directories of other
+// runs, and of this run for earlier steps. (One training run writes to a root at a time.)
+// Superseded directories and anything else are the user's.
 void Checkpointer::Impl::clean_up(std::int64_t step, const std::string& keep_tmp) {
   const std::string keep = keep_tmp.substr(keep_tmp.find_last_of('/') + 1);
   for (const auto& name : d::list_directory(root)) {
-    if (name == keep || name.compare(0, 5, "step-") != 0) continue;
+    if (name == keep) continue;
     const auto dot = name.find('.');
     if (dot == std::string::npos) continue;  // committed
+    if (name.compare(dot, 5, ".tmp-") != 0 && name.compare(dot, 5, ".old-") != 0) continue;
     std::int64_t s = 0;
-    if (!committed_step(name.substr(0, dot), s)) continue;
+    if (!d::step_of_directory_name(name.substr(0, dot), s)) continue;
     const bool ours = name.find(d::hex64(run_id)) != std::string::npos;
     if (!ours || s < step) d::remove_all_quietly(root + "/" + name);
   }

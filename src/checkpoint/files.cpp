@@ -28,9 +28,25 @@ File File::create(const std::string& path) {
 }
 
 File File::open_read(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one for ever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) fail_errno("open", path, errno);
-  return File(fd, path);
+  File f(fd, path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail_errno("fstat", path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                                              : "not a regular file";
+    throw CheckpointError("open", path + ": " + kind + ", not a regular file (refused: a checkpoint holds only files)",
+                          __FILE__, __LINE__);
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) fail_errno("fcntl", path, errno);
+  return f;
 }
 
 File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
@@ -143,6 +159,19 @@ std::vector<std::string> list_directory(const std::string& path) {
 bool exists(const std::string& path) {
   std::error_code ec;
   return fs::exists(path, ec);
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void check_path_argument(const std::string& path, const char* call, const char* arg) {
+  GPUCLOUD_EXPECTS(!path.empty(), call, std::string(arg) + ": an empty path");
+  const auto nul = path.find('\0');
+  GPUCLOUD_EXPECTS(nul == std::string::npos, call,
+                   std::string(arg) + ": holds a NUL byte at offset " + std::to_string(nul) +
+                       " (a path cannot; it would be cut short there)");
 }
 
 std::string parent_of(const std::string& path) {

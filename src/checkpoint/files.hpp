@@ -14,7 +14,8 @@ class File {
  public:
   /// Creates (or truncates) @p path for writing.
   static File create(const std::string& path);
-  /// Opens @p path for reading.
+  /// Opens @p path for reading: a regular file only (a FIFO, device or directory is refused
+  /// without blocking on it). @throws CheckpointError naming @p path.
   static File open_read(const std::string& path);
   File(File&& other) noexcept;
   File& operator=(File&&) = delete;
@@ -52,6 +53,11 @@ void remove_all_quietly(const std::string& path) noexcept;
 std::vector<std::string> list_directory(const std::string& path);
 /// True when @p path exists.
 bool exists(const std::string& path);
+/// True when @p path is a regular file (symbolic links followed); nothing is opened.
+bool is_regular_file(const std::string& path);
+/// Refuses (InvalidArgument from @p call, naming @p arg) an empty path or one holding a NUL byte,
+/// which the file system would silently truncate.
+void check_path_argument(const std::string& path, const char* call, const char* arg);
 /// The directory part of @p path.
 std::string parent_of(const std::string& path);
 

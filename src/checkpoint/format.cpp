@@ -58,6 +58,10 @@ constexpr DTypeName kNames[] = {
 
 std::vector<std::int64_t> shape_from(const json& j, const std::string& file, const std::string& name) {
   if (!j.is_array()) corrupt(file, "tensor '" + name + "': shape is not a list");
+  if (j.size() > kMaxRank) {
+    corrupt(file, "tensor '" + name + "': " + std::to_string(j.size()) + " dimensions, more than the " +
+                      std::to_string(kMaxRank) + " a tensor can have");
+  }
   std::vector<std::int64_t> shape;
   for (const auto& d : j) {
     if (!d.is_number_integer() || d.get<std::int64_t>() < 0) {
@@ -99,6 +103,45 @@ void check_extent(const FileEntry& e, const std::string& file, const std::string
   }
 }
 }  // namespace
+
+void check_json_depth(const std::string& text, const std::string& file) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        corrupt(file, "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels at byte " +
+                          std::to_string(i) + " (refused before parsing: not a file this library wrote)");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+bool step_of_directory_name(const std::string& name, std::int64_t& step) {
+  // "step-" and 12 to 19 digits: directory_name pads to 12 and an int64 has at most 19.
+  if (name.size() < 17 || name.size() > 24 || name.compare(0, 5, "step-") != 0) return false;
+  std::uint64_t v = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    v = v * 10 + static_cast<std::uint64_t>(name[i] - '0');  // 19 digits fit in 64 bits
+  }
+  if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
+  const auto s = static_cast<std::int64_t>(v);
+  if (directory_name(s) != name) return false;  // one name per step: no extra leading zeros
+  step = s;
+  return true;
+}
 
 const char* safetensors_dtype(DType t) noexcept {
   for (const auto& n : kNames) {
@@ -144,6 +187,7 @@ std::string safetensors_prefix(const std::map<std::string, FileEntry>& entries, 
 }
 
 std::map<std::string, FileEntry> parse_safetensors_header(const std::string& text, const std::string& file) {
+  check_json_depth(text, file);
   json header;
   try {
     header = json::parse(text);
@@ -194,6 +238,7 @@ std::string encode_manifest(const Manifest& m) {
 }
 
 Manifest decode_manifest(const std::string& text, const std::string& path) {
+  check_json_depth(text, path);
   json whole;
   try {
     whole = json::parse(text);

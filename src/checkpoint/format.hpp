@@ -28,6 +28,22 @@ struct FileEntry {
   std::uint64_t begin = 0, end = 0;
 };
 
+/// Deepest nesting of arrays and objects a reader accepts in any JSON it parses (a manifest
+/// needs 5 levels): checked on the raw text before parsing, which recurses.
+inline constexpr int kMaxJsonDepth = 16;
+/// Largest manifest a reader accepts.
+inline constexpr std::uint64_t kMaxManifestBytes = 256u << 20;
+/// Most dimensions of a tensor.
+inline constexpr std::size_t kMaxRank = 64;
+
+/// @throws CheckpointError naming @p file when @p text nests arrays/objects deeper than
+///         kMaxJsonDepth (strings skipped); nothing else is judged.
+void check_json_depth(const std::string& text, const std::string& file);
+
+/// The step of a committed checkpoint's directory name (exactly directory_name(step)); false for
+/// anything else (temporary, superseded or foreign names).
+bool step_of_directory_name(const std::string& name, std::int64_t& step);
+
 /// Largest header a reader accepts (safetensors' own limit is 100 MB).
 inline constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;
 

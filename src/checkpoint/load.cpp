@@ -8,6 +8,8 @@
 #include "checkpoint/format.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <functional>
 #include <limits>
 
 namespace gpucloud::checkpoint {
@@ -15,7 +17,6 @@ namespace gpucloud::checkpoint {
 namespace d = detail;
 
 namespace {
-constexpr std::size_t kMaxManifestBytes = std::size_t{1} << 30;
 
 [[noreturn]] void mismatch(const std::string& what) {
   throw CheckpointMismatch("checkpoint::load", what, __FILE__, __LINE__);
@@ -58,31 +59,75 @@ CheckedFile open_checked(const std::string& path) {
   }
   return c;
 }
+
+// Why @p directory is not a loadable checkpoint, or nullopt when it is: its manifest verifies,
+// and every file it names is a regular file whose safetensors header describes the manifest's
+// tensors and whose size its header (no tensor data is read: load() checks the checksums).
+std::optional<std::string> invalid_reason(const std::string& directory, std::int64_t step) {
+  try {
+    const Manifest m = read_manifest(directory);
+    if (m.step != step) {
+      return directory + "/manifest.json: holds step " + std::to_string(m.step) + ", not the directory's " +
+             std::to_string(step);
+    }
+    std::map<std::string, CheckedFile> files;
+    for (const auto& f : m.files) files.emplace(f, open_checked(directory + "/" + f));
+    for (const auto& [name, t] : m.tensors) {
+      const auto& entries = files.at(t.file).entries;
+      const auto e = entries.find(name);
+      if (e == entries.end() || e->second.dtype != t.dtype || e->second.shape != t.shape ||
+          e->second.begin != t.begin || e->second.end != t.end) {
+        return directory + "/" + t.file + ": its header does not describe tensor '" + name + "' as the manifest does";
+      }
+    }
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+}
 }  // namespace
 
-std::optional<std::string> latest(const std::string& root) {
-  std::optional<std::int64_t> best;
+LatestScan find_latest(const std::string& root) {
+  d::check_path_argument(root, "checkpoint::latest", "root");
+  std::vector<std::int64_t> steps;
   for (const auto& name : d::list_directory(root)) {
-    if (name.size() != 17 || name.compare(0, 5, "step-") != 0) continue;
-    if (!std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
-    if (!d::exists(root + "/" + name + "/manifest.json")) continue;
-    const std::int64_t step = std::stoll(name.substr(5));
-    if (!best || step > *best) best = step;
+    std::int64_t step = 0;
+    if (d::step_of_directory_name(name, step)) steps.push_back(step);
   }
-  if (!best) return std::nullopt;
-  return root + "/" + directory_name(*best);
+  std::sort(steps.begin(), steps.end(), std::greater<>());
+  LatestScan scan;
+  for (const std::int64_t step : steps) {
+    const std::string dir = root + "/" + directory_name(step);
+    if (auto why = invalid_reason(dir, step)) {
+      scan.skipped.push_back({dir, std::move(*why)});
+      continue;
+    }
+    scan.directory = dir;
+    break;
+  }
+  return scan;
+}
+
+std::optional<std::string> latest(const std::string& root) {
+  LatestScan scan = find_latest(root);
+  for (const auto& s : scan.skipped) {
+    std::fprintf(stderr, "gpucloud: warning: checkpoint::latest skips %s: %s\n", s.directory.c_str(), s.reason.c_str());
+  }
+  return std::move(scan.directory);
 }
 
 Manifest read_manifest(const std::string& directory) {
+  d::check_path_argument(directory, "checkpoint::read_manifest", "directory");
   const std::string path = directory + "/manifest.json";
   if (!d::exists(directory)) corrupt(directory + ": no such checkpoint directory");
   if (!d::exists(path)) corrupt(path + ": missing (not a committed checkpoint)");
-  Manifest m = d::decode_manifest(d::read_file(path, kMaxManifestBytes), path);
+  Manifest m = d::decode_manifest(d::read_file(path, d::kMaxManifestBytes), path);
   m.directory = directory;
   return m;
 }
 
 Manifest load(const std::string& directory, const StateDict& into, StreamView stream, bool strict) {
+  d::check_path_argument(directory, "checkpoint::load", "directory");
   // The caller's side first: names and shapes of what it passes.
   std::map<std::string, std::vector<std::int64_t>> shapes;
   for (const auto& [name, ref] : into) shapes[name] = shape_of(ref, "into['" + name + "']");

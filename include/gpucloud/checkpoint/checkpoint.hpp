@@ -36,7 +36,9 @@ using Metadata = std::map<std::string, std::string>;
 
 /// @brief How a Checkpointer writes.
 struct Options {
-  /// Committed checkpoints to keep (0: all): older ones are deleted after each commit.
+  /// Committed checkpoints to keep (0: all): after each commit, the one just written and the
+  /// keep_last - 1 highest steps below it are kept, lower steps deleted. Rotation never deletes
+  /// the checkpoint just written, nor a superseded one (docs/checkpoint.md, "Rotation").
   int keep_last = 0;
   /// Page-locked host memory for the snapshots, of kind pinned or host (default: the pinned
   /// default resource). It must outlive the Checkpointer.
@@ -95,6 +97,18 @@ class GPUCLOUD_API PendingSave {
   std::shared_ptr<State> state_;
 };
 
+/// @brief How far a Checkpointer's background writer is behind (Checkpointer::progress()).
+struct Progress {
+  std::optional<std::int64_t> writing_step;    ///< the step of the save in flight, if any
+  std::optional<std::int64_t> committed_step;  ///< the newest step this Checkpointer committed
+  double seconds_since_commit = 0;             ///< age of that commit (0 before the first)
+  double committed_unix_time = 0;              ///< when it committed, seconds since the epoch (0: none)
+  double last_save_seconds = 0;                ///< save_async() to commit of the last committed save
+  double waited_seconds = 0;          ///< total time save_async() blocked for the previous save (the writer lagging)
+  std::uint64_t saves_committed = 0;  ///< saves committed so far
+  std::uint64_t saves_failed = 0;     ///< saves that failed so far
+};
+
 /// @brief Writes the checkpoints of one training run under a root directory.
 ///
 /// save_async() snapshots the tensors into pinned staging memory on a copy stream ordered after
@@ -127,6 +141,9 @@ class GPUCLOUD_API Checkpointer {
   void wait();
   /// @brief The root directory.
   const std::string& root() const;
+  /// @brief The writer's lag: the save in flight, the newest commit and its age, time spent
+  ///        waiting for the writer. Thread-safe; never blocks on a save.
+  Progress progress() const;
 
   struct Impl;  ///< internal
 
@@ -134,8 +151,25 @@ class GPUCLOUD_API Checkpointer {
   std::shared_ptr<Impl> impl_;
 };
 
-/// @brief The newest committed checkpoint's directory under @p root, or nullopt when none (or no
-///        @p root). Directories still being written (step-N.tmp-ID) are never returned.
+/// @brief A committed checkpoint that find_latest() passed over, and why.
+struct SkippedCheckpoint {
+  std::string directory;  ///< the checkpoint passed over
+  std::string reason;     ///< what is wrong with it (the error reading it raised)
+};
+
+/// @brief What find_latest() found.
+struct LatestScan {
+  std::optional<std::string> directory;    ///< the newest valid checkpoint, if any
+  std::vector<SkippedCheckpoint> skipped;  ///< the newer ones that are not valid, newest first
+};
+
+/// @brief Scans @p root: the newest committed checkpoint whose manifest verifies and whose files
+///        are present with their sizes, and every newer one it skipped with the reason.
+///        Directories being written (step-N.tmp-ID) or superseded are not candidates.
+GPUCLOUD_API LatestScan find_latest(const std::string& root);
+
+/// @brief find_latest(@p root).directory, with one warning on stderr per checkpoint skipped;
+///        nullopt when there is none (or no @p root).
 GPUCLOUD_API std::optional<std::string> latest(const std::string& root);
 
 /// @brief Reads @p directory's manifest and verifies its checksum and version.
