@@ -6,6 +6,7 @@ import collections.abc
 import datetime
 import numpy
 import numpy.typing
+import os
 import typing
 class Error(RuntimeError):
     """Base of every gpucloud error."""
@@ -23,7 +24,7 @@ class CheckpointError(Error):
     """A checkpoint cannot be written or read (I/O, truncation, checksum)."""
 class CheckpointMismatch(CheckpointError, ValueError):
     """A sound checkpoint that does not fit what it is loaded into; nothing was written."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'set_default_resource', 'supports', 'telemetry_job_labels']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'set_default_resource', 'supports', 'telemetry_job_labels']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -1180,6 +1181,7 @@ class AllReduceCostModel:
     """
     Alpha-beta predictions of flat and hierarchical all-reduce.
     """
+    flat_halving: bool
     inter: LinkCost
     intra: LinkCost
     @staticmethod
@@ -1194,12 +1196,6 @@ class AllReduceCostModel:
     def prefer_hierarchical(self, bytes: typing.SupportsInt | typing.SupportsIndex) -> bool:
         ...
     def to_json(self) -> str:
-        ...
-    @property
-    def flat_halving(self) -> bool:
-        ...
-    @flat_halving.setter
-    def flat_halving(self, arg0: bool) -> None:
         ...
     @property
     def local_size(self) -> int:
@@ -1605,6 +1601,48 @@ class CheckpointManifest:
         """
         Ranks that wrote it.
         """
+class CheckpointProgress:
+    """
+    How far a Checkpointer's background writer is behind.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def committed_step(self) -> int | None:
+        """
+        The newest step this Checkpointer committed, or None.
+        """
+    @property
+    def committed_unix_time(self) -> float:
+        """
+        When it committed, seconds since the epoch (0: none).
+        """
+    @property
+    def last_save_seconds(self) -> float:
+        """
+        save_async to commit of the last committed save.
+        """
+    @property
+    def saves_committed(self) -> int:
+        ...
+    @property
+    def saves_failed(self) -> int:
+        ...
+    @property
+    def seconds_since_commit(self) -> float:
+        """
+        Age of that commit (0 before one).
+        """
+    @property
+    def waited_seconds(self) -> float:
+        """
+        Total time save_async blocked for the previous save (the writer lagging).
+        """
+    @property
+    def writing_step(self) -> int | None:
+        """
+        The step of the save in flight, or None.
+        """
 class PendingSave:
     """
     A save in flight: wait() for its commit.
@@ -1638,7 +1676,7 @@ class Checkpointer:
         """
         Waits for the save in flight (raising its error unless another is already raised).
         """
-    def __init__(self, root: str, keep_last: int = 0, comm: Communicator | None = None, staging: MemoryResource | None = None, commit_timeout: typing.SupportsFloat | typing.SupportsIndex = 600.0) -> None:
+    def __init__(self, root: str | bytes | os.PathLike[str] | os.PathLike[bytes], keep_last: int = 0, comm: Communicator | None = None, staging: MemoryResource | None = None, commit_timeout: typing.SupportsFloat | typing.SupportsIndex = 600.0) -> None:
         """
         keep_last: committed checkpoints kept (0: all). comm: the ranks that write together (every rank calls every save). staging: a pinned (or host) MemoryResource for the snapshots. commit_timeout: seconds.
         """
@@ -1653,6 +1691,11 @@ class Checkpointer:
     def wait(self) -> None:
         """
         Wait for the save in flight, if any; raise its error.
+        """
+    @property
+    def progress(self) -> CheckpointProgress:
+        """
+        The writer's lag: the save in flight, the newest commit and its age, time save_async waited.
         """
     @property
     def root(self) -> str:
@@ -1770,15 +1813,15 @@ def checkpoint_directory_name(step: typing.SupportsInt | typing.SupportsIndex) -
     """
     The name of a step's directory: step-000000001000.
     """
-def checkpoint_latest(root: str) -> str | None:
+def checkpoint_find_latest(root: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> tuple[typing.Any, list]:
     """
-    The newest committed checkpoint's directory under root, or None.
+    (directory or None, [(skipped directory, reason), ...]): the newest valid checkpoint under root and the newer ones that are not valid, newest first.
     """
-def checkpoint_load(directory: str, into: dict[str, numpy.typing.ArrayLike], stream: Stream, strict: bool = True) -> CheckpointManifest:
+def checkpoint_load(directory: str | bytes | os.PathLike[str] | os.PathLike[bytes], into: dict[str, numpy.typing.ArrayLike], stream: Stream, strict: bool = True) -> CheckpointManifest:
     """
-    Load into {name: array} (each found by name): everything verified (manifest, headers, checksums, dtypes, shapes) before the first write; then copied in stream order, and the stream synchronised. Returns the Manifest.
+    Load into {name: array} (each found by name): everything verified (manifest, headers, checksums, dtypes, shapes) before the first write; then copied in stream order, and the stream synchronised. A non-contiguous tensor or array (channels_last, a transposed view) is filled through a contiguous copy. Returns the Manifest.
     """
-def checkpoint_read_manifest(directory: str) -> CheckpointManifest:
+def checkpoint_read_manifest(directory: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> CheckpointManifest:
     """
     Read and verify a checkpoint's manifest.
     """

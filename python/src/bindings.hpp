@@ -144,6 +144,8 @@ GPUCLOUD_PARAMETER_TYPE(Number);
 GPUCLOUD_PARAMETER_TYPE(OptionalPath);
 /// A parameter that takes a gpucloud.MetricsMonitor.
 GPUCLOUD_PARAMETER_TYPE(MonitorArg);
+/// A parameter that takes a file system path: str, bytes or os.PathLike (os.fsencode's rules).
+GPUCLOUD_PARAMETER_TYPE(PathArg);
 /// A parameter that takes an element count or a shape.
 GPUCLOUD_PARAMETER_TYPE(ShapeArg);
 #undef GPUCLOUD_PARAMETER_TYPE
@@ -309,6 +311,10 @@ struct handle_type_name<gpucloud::python::Number> {
 template <>
 struct handle_type_name<gpucloud::python::OptionalPath> {
   static constexpr auto name = const_name("str | None");
+};
+template <>
+struct handle_type_name<gpucloud::python::PathArg> {
+  static constexpr auto name = const_name("str | bytes | os.PathLike[str] | os.PathLike[bytes]");
 };
 template <>
 struct handle_type_name<gpucloud::python::MonitorArg> {

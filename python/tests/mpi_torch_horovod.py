@@ -4,6 +4,9 @@ broadcast_parameters and broadcast_optimizer_state from rank 0.
 
     mpi_torch_horovod.py PORT
 """
+import io
+import json
+import os
 import sys
 
 import torch
@@ -12,6 +15,27 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gpucloud as gc
 import gpucloud.torch as gt
+
+
+class _RunsCode:
+    """Unpickling it creates a file: the proof that a pickle from the root ran code."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def send_raw(comm, description, data_bytes):
+    """Rank 0's side of broadcast_optimizer_state's wire format, with @p description as it is."""
+    from gpucloud.torch._streams import stream_for
+
+    stream = stream_for(torch.device("cpu"))
+    comm.broadcast(torch.tensor([len(description), data_bytes], dtype=torch.int64), 0, stream)
+    comm.broadcast(torch.frombuffer(bytearray(description), dtype=torch.uint8), 0, stream)
+    comm.broadcast(torch.zeros(data_bytes, dtype=torch.uint8), 0, stream)
+    stream.synchronize()
 
 
 def make_model(seed=0):
@@ -94,6 +118,33 @@ def main():
     assert same_on_every_rank(flat(model))
     assert opt.param_groups[0]["lr"] == 1e-3 and float(opt.state_dict()["state"][0]["step"]) == 3.0
     assert same_on_every_rank(opt.state_dict()["state"][0]["exp_avg"].flatten())
+    assert isinstance(opt.param_groups[0]["betas"], tuple)  # plain data keeps its types
+
+    # A compromised or corrupt root: what it sends is data, never code. Rank 0 speaks the wire
+    # format by hand; every other rank must raise CommunicationError, and nothing may run.
+    canary = f"/tmp/gpucloud_canary_{sys.argv[1]}"
+    pickled = io.BytesIO()
+    torch.save({"x": _RunsCode(canary)}, pickled)
+    hostile = [
+        pickled.getvalue(),                                   # the old format: a pickle
+        b"{ not json",
+        json.dumps({"state_dict": {"__dict__": []}, "tensors": [{"dtype": "load", "shape": [1]}]}).encode(),
+        json.dumps({"state_dict": {"__tensor__": 0}, "tensors": [{"dtype": "float32", "shape": [10**6]}]}).encode(),
+        json.dumps({"state_dict": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]], "tensors": []}).encode(),
+        ("[" * 100000 + "]" * 100000).encode(),
+        json.dumps({"state_dict": 5, "tensors": []}).encode(),
+    ]
+    for i, payload in enumerate(hostile):
+        if rank == 0:
+            send_raw(comm, payload, data_bytes=16)
+        else:
+            try:
+                gt.broadcast_optimizer_state(opt, comm, root=0)
+                raise AssertionError(f"hostile payload {i} was accepted")
+            except gc.CommunicationError as e:
+                assert "malformed" in str(e), (i, e)
+        assert not os.path.exists(canary), "the root's payload ran code"
+    assert opt.param_groups[0]["lr"] == 1e-3  # the state is unchanged
     if rank == 0:
         print(f"torch horovod-style API on {comm.size} ranks ({comm.nodes} nodes): ok, worst difference to DDP "
               f"{worst:.1e}")

@@ -193,7 +193,9 @@ class GradScaler:
                 "_growth_tracker": self._get_growth_tracker()}
 
     def load_state_dict(self, state_dict):
-        """Loads torch's format (a torch GradScaler's state dict, or this class's)."""
+        """Loads torch's format (a torch GradScaler's state dict, or this class's). The whole dict is
+        checked first (every key, type and range, the growth tracker below the interval); a refused
+        dict changes nothing."""
         if not self._enabled:
             return
         if not isinstance(state_dict, dict):
@@ -201,12 +203,56 @@ class GradScaler:
         if len(state_dict) == 0:
             raise RuntimeError("The source state dict is empty, possibly because it was saved "
                                "from a disabled instance of GradScaler.")
-        for key in ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"):
-            if key not in state_dict:
-                raise _gc.InvalidArgument(f"GradScaler.load_state_dict: state_dict['{key}']: missing")
+        values = _checked_state(state_dict)
         device = self._device
-        self.__init__(state_dict["scale"], state_dict["growth_factor"], state_dict["backoff_factor"],
-                      state_dict["growth_interval"], True)  # the options are fixed in a device scaler: a new one
-        self._init_growth_tracker = int(state_dict["_growth_tracker"])
+        self.__init__(values["scale"], values["growth_factor"], values["backoff_factor"], values["growth_interval"],
+                      True)  # the options are fixed in a device scaler: a new one
+        self._init_growth_tracker = values["_growth_tracker"]
         if device is not None:
             self._lazy_init(device)
+
+    # -- pickle, copy.deepcopy, torch.save: as torch's scaler, between iterations ----------------
+    def __getstate__(self):
+        if self._enabled and any(s is not _State.READY for s in self._per_optimizer.values()):
+            raise RuntimeError("A GradScaler instance may only be pickled at the beginning of an iteration, "
+                               "or at the end after scaler.update().")
+        return {"enabled": self._enabled, "init_scale": self.get_scale() if self._enabled else self._init_scale,
+                "growth_factor": self._growth_factor, "backoff_factor": self._backoff_factor,
+                "growth_interval": self._growth_interval,
+                "growth_tracker": self._get_growth_tracker() if self._enabled else 0}
+
+    def __setstate__(self, state):
+        self.__init__(state["init_scale"], state["growth_factor"], state["backoff_factor"], state["growth_interval"],
+                      state["enabled"])
+        self._init_growth_tracker = int(state["growth_tracker"])  # applied on the device at the next scale()
+
+
+def _checked_state(state_dict):
+    """Every entry of a scaler state dict checked, as the values to apply; raises before any is."""
+    def number(key, integer=False):
+        if key not in state_dict:
+            raise _gc.InvalidArgument(f"GradScaler.load_state_dict: state_dict['{key}']: missing")
+        v = state_dict[key]
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
+            raise _gc.InvalidArgument(f"GradScaler.load_state_dict: state_dict['{key}']: {v!r} is not "
+                                      f"{'an integer' if integer else 'a number'}")
+        v = int(v) if integer else float(v)
+        if v != v or v in (float("inf"), float("-inf")):
+            raise _gc.InvalidArgument(f"GradScaler.load_state_dict: state_dict['{key}']: {v} is not finite")
+        return v
+
+    values = {"scale": number("scale"), "growth_factor": number("growth_factor"),
+              "backoff_factor": number("backoff_factor"), "growth_interval": number("growth_interval", True),
+              "_growth_tracker": number("_growth_tracker", True)}
+    checks = [("scale", values["scale"] > 0, "is not positive"),
+              ("growth_factor", values["growth_factor"] > 1.0, "is not above 1"),
+              ("backoff_factor", 0.0 < values["backoff_factor"] < 1.0, "is not in (0, 1)"),
+              ("growth_interval", values["growth_interval"] >= 1, "is below 1"),
+              ("_growth_tracker", 0 <= values["_growth_tracker"] < max(values["growth_interval"], 1),
+               f"is not in [0, growth_interval = {values['growth_interval']})")]
+    for key, ok, why in checks:
+        if not ok:
+            raise _gc.InvalidArgument(f"GradScaler.load_state_dict: state_dict['{key}']: {values[key]} {why}")
+    return values

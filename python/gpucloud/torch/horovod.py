@@ -14,7 +14,7 @@ parameter's gradient accumulation marks it ready, and each bucket's all-reduce s
 its last gradient is in (on the stream's worker, overlapping the rest of backward); ``step()``
 (or ``synchronize()``) waits for the last ones. One backward per step.
 """
-import io
+import json
 import weakref
 
 import torch
@@ -184,26 +184,140 @@ def broadcast_parameters(params, comm, root=0):
                 t.copy_(work)
 
 
+# broadcast_optimizer_state's wire format: a JSON description (plain data only: numbers, strings,
+# bools, None, lists, tuples, dicts with str or int keys; tensors as {"__tensor__": i}) and one
+# uint8 buffer holding every tensor's bytes, each at a 16-byte aligned offset. No pickle: what a
+# rank receives is data, never code, whatever the root sends.
+_STATE_DTYPES = {str(t).split(".")[1]: t for t in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+_MAX_DESCRIPTION_BYTES = 64 << 20
+_ALIGN = 16
+
+
+class _Encoder:
+    def __init__(self):
+        self.tensors = []
+
+    def encode(self, value, where):
+        if isinstance(value, torch.Tensor):
+            t = value.detach().to("cpu")
+            name = str(t.dtype).split(".")[1]
+            if name not in _STATE_DTYPES or t.is_sparse:
+                raise TypeError(f"broadcast_optimizer_state: {where}: a {t.dtype} tensor cannot be sent")
+            self.tensors.append(t.contiguous())
+            return {"__tensor__": len(self.tensors) - 1, "dtype": name, "shape": list(t.shape)}
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, (int, float)):
+            return int(value) if isinstance(value, int) else float(value)
+        if isinstance(value, (list, tuple)):
+            items = [self.encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+            return {"__tuple__": items} if isinstance(value, tuple) else items
+        if isinstance(value, dict):
+            keys = []
+            for k in value:
+                if isinstance(k, bool) or not isinstance(k, (int, str)):
+                    raise TypeError(f"broadcast_optimizer_state: {where}: a key of type {type(k).__name__}")
+                keys.append([k, self.encode(value[k], f"{where}[{k!r}]")])
+            return {"__dict__": keys}
+        raise TypeError(f"broadcast_optimizer_state: {where}: a {type(value).__name__} cannot be sent (plain data "
+                        f"and tensors only)")
+
+
+def _decode(value, tensors, depth=0):
+    if depth > 32:
+        raise ValueError("nested deeper than 32 levels")
+    if isinstance(value, list):
+        return [_decode(v, tensors, depth + 1) for v in value]
+    if isinstance(value, dict):
+        if "__tensor__" in value:
+            return tensors[value["__tensor__"]]
+        if "__tuple__" in value:
+            return tuple(_decode(v, tensors, depth + 1) for v in value["__tuple__"])
+        pairs = value["__dict__"]
+        return {k: _decode(v, tensors, depth + 1) for k, v in pairs}
+    return value
+
+
+def _tensors_from(description, data):
+    """The tensors the description lists, checked against the bytes (a malformed one raises)."""
+    out = []
+    offset = 0
+    for i, spec in enumerate(description["tensors"]):
+        dtype = _STATE_DTYPES[spec["dtype"]]  # KeyError for anything else
+        shape = [int(d) for d in spec["shape"]]
+        if any(d < 0 for d in shape) or len(shape) > 64:
+            raise ValueError(f"tensor {i}: shape {shape}")
+        numel = 1
+        for d in shape:
+            numel *= d
+        n = numel * torch.empty((), dtype=dtype).element_size()
+        if offset + n > data.numel():
+            raise ValueError(f"tensor {i}: {n} bytes at {offset}, past the {data.numel()} sent")
+        chunk = data[offset:offset + n]
+        out.append(chunk.view(dtype).reshape(shape).clone() if n else torch.empty(shape, dtype=dtype))
+        offset = -(-(offset + n) // _ALIGN) * _ALIGN
+    return out
+
+
 def broadcast_optimizer_state(optimizer, comm, root=0):
-    """Gives every rank ``root``'s optimizer state and hyperparameters (``load_state_dict`` of root's)."""
+    """Gives every rank ``root``'s optimizer state and hyperparameters (``load_state_dict`` of root's).
+
+    The state moves as tensors and plain data, never as a pickle: a compromised or corrupt root
+    cannot run code on the other ranks; a malformed message raises CommunicationError there."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"broadcast_optimizer_state: optimizer: expected a torch.optim.Optimizer, got "
                         f"{type(optimizer).__name__}")
     if not 0 <= root < comm.size:
         raise _gc.InvalidArgument(f"broadcast_optimizer_state: root: {root} is not a rank of {comm.size}")
     stream = stream_for(torch.device("cpu"))
-    size = torch.zeros(1, dtype=torch.int64)
-    payload = b""
+    sizes = torch.zeros(2, dtype=torch.int64)  # description bytes (-1: root failed), tensor bytes
+    description = b""
+    error = None
     if comm.rank == root:
-        f = io.BytesIO()
-        torch.save(optimizer.state_dict(), f)
-        payload = f.getvalue()
-        size[0] = len(payload)
-    comm.broadcast(size, root, stream)
+        try:
+            enc = _Encoder()
+            body = enc.encode(optimizer.state_dict(), "state_dict")
+            offsets, total = [], 0
+            for t in enc.tensors:
+                offsets.append(total)
+                total = -(-(total + t.numel() * t.element_size()) // _ALIGN) * _ALIGN
+            description = json.dumps({"state_dict": body, "tensors": [
+                {"dtype": str(t.dtype).split(".")[1], "shape": list(t.shape)} for t in enc.tensors]}).encode()
+            sizes[0], sizes[1] = len(description), total
+        except Exception as e:  # the other ranks are told, so that they do not wait for ever
+            error = e
+            sizes[0] = -1
+    comm.broadcast(sizes, root, stream)
     stream.synchronize()
-    data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else torch.empty(int(size[0]),
-                                                                                              dtype=torch.uint8)
-    comm.broadcast(data, root, stream)
+    if int(sizes[0]) < 0:
+        if error is not None:
+            raise error
+        raise _gc.CommunicationError(f"broadcast_optimizer_state: rank {root} could not send its optimizer state")
+    if not 0 <= int(sizes[0]) <= _MAX_DESCRIPTION_BYTES or int(sizes[1]) < 0 or int(sizes[1]) > 1 << 40:
+        raise _gc.CommunicationError(f"broadcast_optimizer_state: rank {root} sent sizes {sizes.tolist()}: malformed")
+    text = torch.empty(int(sizes[0]), dtype=torch.uint8)
+    data = torch.zeros(int(sizes[1]), dtype=torch.uint8)
+    if comm.rank == root:
+        text = torch.frombuffer(bytearray(description), dtype=torch.uint8) if description else text
+        for t, off in zip(enc.tensors, offsets):
+            n = t.numel() * t.element_size()
+            if n:
+                data[off:off + n] = t.reshape(-1).view(torch.uint8)
+    if text.numel():
+        comm.broadcast(text, root, stream)
+    if data.numel():
+        comm.broadcast(data, root, stream)
     stream.synchronize()
-    if comm.rank != root:
-        optimizer.load_state_dict(torch.load(io.BytesIO(data.numpy().tobytes())))
+    if comm.rank == root:
+        return
+    try:
+        message = json.loads(text.numpy().tobytes().decode("utf-8"))
+        state_dict = _decode(message["state_dict"], _tensors_from(message, data))
+        if not isinstance(state_dict, dict):
+            raise ValueError("not a state dict")
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError, UnicodeDecodeError) as e:
+        raise _gc.CommunicationError(f"broadcast_optimizer_state: rank {root} sent a malformed optimizer state: "
+                                     f"{type(e).__name__}: {e}") from None
+    optimizer.load_state_dict(state_dict)
