@@ -3,6 +3,8 @@
 # Python packages (pybind11, scikit-build-core, numpy, pytest) come from PyPI when the package is
 # built and tested (scripts/test.sh does that in a virtual environment). PyTorch (CPU build) and
 # mpi4py come from Debian, for the interop tests, which run with Debian's own Python.
+# civetweb (under prometheus-cpp) loads libssl.so/libcrypto.so by those names for the endpoint's TLS:
+# libssl-dev provides them; openssl makes the test certificates.
 # Slurm (slurmctld, slurmd, srun with its PMIx plugin) and munge run the one-machine Slurm cluster
 # of the Slurm tests (scripts/slurm-cluster.sh).
 # The CUDA toolkit is not installed here: it is found at /usr/local/cuda when present, and the
@@ -11,7 +13,7 @@ set -euo pipefail
 
 packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip python3-venv python3-dev libopenmpi-dev openmpi-bin libdlpack-dev libopenblas-dev doxygen
   libdnnl-dev ocl-icd-opencl-dev
-  nlohmann-json3-dev libxxhash-dev prometheus-cpp-dev prometheus
+  nlohmann-json3-dev libxxhash-dev prometheus-cpp-dev prometheus libssl-dev openssl
   python3-torch python3-mpi4py iproute2 slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do

@@ -1732,6 +1732,10 @@ class StepMetrics:
         """
         Record one checkpoint save's duration.
         """
+    def record_checkpoint_progress(self, progress: CheckpointProgress) -> None:
+        """
+        Set the checkpoint writer's metrics from a Checkpointer's progress (pending saves, the last commit's step and time, time waited for the writer, failures).
+        """
     def record_memory(self, statistics: MemoryStatistics) -> None:
         """
         Set the memory-pool gauges from a StatisticsAdaptor's statistics().
@@ -1745,9 +1749,9 @@ class TelemetryExporter:
     """
     A Prometheus /metrics endpoint of this process (prometheus-cpp), its device and training metrics.
     """
-    def __init__(self, port: int = 0, address: str = '0.0.0.0', labels: dict[str, str] | None = None, textfile: str | None = None) -> None:
+    def __init__(self, port: int = 0, address: str = '0.0.0.0', labels: dict[str, str] | None = None, textfile: str | None = None, *, threads: int = 8, request_timeout: float = 5.0, tls_cert_file: str | None = None, tls_key_file: str | None = None, basic_auth_users: dict[str, str] | None = None, allow: typing.Any = None) -> None:
         """
-        port: 0 picks a free one, -1 serves none. labels: put on every series (job_labels() gives rank, local_rank, node, job). textfile: where write_textfile() writes (node_exporter's textfile collector).
+        port: 0 picks a free one, -1 serves none. address: an IPv4 or IPv6 address to bind. labels: put on every series (job_labels() gives rank, local_rank, node, job). textfile: where write_textfile() writes (node_exporter's textfile collector). threads: serving threads; request_timeout: seconds a client may take to send its request. tls_cert_file, tls_key_file: serve HTTPS. basic_auth_users: {user: bcrypt hash}. allow: the IPv4 CIDR blocks allowed to connect (Prometheus web-config's semantics).
         """
     def detect_stragglers(self, comm: Communicator, stream: Stream, every: int = 50, threshold: typing.SupportsFloat | typing.SupportsIndex = 0.2) -> None:
         """

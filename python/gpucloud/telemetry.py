@@ -54,11 +54,12 @@ def _step(self, samples=0):
 Exporter.step = _step
 
 
-def serve_metrics(port=0, labels=None, address="0.0.0.0", textfile=None):
+def serve_metrics(port=0, labels=None, address="0.0.0.0", textfile=None, **security):
     """Start this process's /metrics endpoint (port 0: a free one; see .port), labelled with
-    job_labels() (rank, local_rank, node, job) plus `labels`."""
+    job_labels() (rank, local_rank, node, job) plus `labels`. `security` takes the exporter's
+    keyword options: threads, request_timeout, tls_cert_file, tls_key_file, basic_auth_users, allow."""
     if labels is not None and not isinstance(labels, dict):
         raise TypeError(f"labels: expected a dict of {{str: str}}, got {type(labels).__name__}")
     merged = dict(job_labels())
     merged.update(labels or {})
-    return Exporter(port=port, address=address, labels=merged, textfile=textfile)
+    return Exporter(port=port, address=address, labels=merged, textfile=textfile, **security)

@@ -5,6 +5,9 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace gpucloud::python {
 
 namespace tel = gpucloud::telemetry;
@@ -71,16 +74,52 @@ void bind_telemetry(py::module_& m) {
           py::arg("seconds"), "Record one checkpoint save's duration.")
       .def("record_memory", &tel::StepMetrics::record_memory, py::arg("statistics"),
            "Set the memory-pool gauges from a StatisticsAdaptor's statistics().")
+      .def("record_checkpoint_progress", &tel::StepMetrics::record_checkpoint_progress, py::arg("progress"),
+           "Set the checkpoint writer's metrics from a Checkpointer's progress (pending saves, the last commit's "
+           "step and time, time waited for the writer, failures).")
       .def_property_readonly("steps", &tel::StepMetrics::steps, "Steps recorded so far.");
 
   py::class_<PyExporter>(m, "TelemetryExporter",
                          "A Prometheus /metrics endpoint of this process (prometheus-cpp), its device and training "
                          "metrics.")
-      .def(py::init([](IntArg port, const std::string& address, StrDict labels, OptionalPath textfile) {
+      .def(py::init([](IntArg port, const std::string& address, StrDict labels, OptionalPath textfile, IntArg threads,
+                       Seconds request_timeout, OptionalPath tls_cert_file, OptionalPath tls_key_file,
+                       StrDict basic_auth_users, py::object allow) {
              tel::ExporterOptions o;
-             o.port = static_cast<int>(arg_int(port, "port"));
+             const std::int64_t port_number = arg_int(port, "port");
+             GPUCLOUD_EXPECTS(port_number >= -1 && port_number <= 65535, "TelemetryExporter",
+                              "port: " + std::to_string(port_number) + " is not a port (0 picks one, -1 serves none)");
+             o.port = static_cast<int>(port_number);
              o.address = address;
              o.labels = to_labels(labels);
+             const std::int64_t t = arg_int(threads, "threads");
+             GPUCLOUD_EXPECTS(t >= 1 && t <= 1024, "TelemetryExporter",
+                              "threads: " + std::to_string(t) + " is not in [1, 1024]");
+             o.threads = static_cast<int>(t);
+             const double timeout = arg_seconds(request_timeout, "request_timeout");
+             GPUCLOUD_EXPECTS(std::isfinite(timeout) && timeout > 0 && timeout < 86400, "TelemetryExporter",
+                              "request_timeout: " + std::to_string(timeout) + " is not a positive number of seconds");
+             o.request_timeout =
+                 std::chrono::milliseconds(std::max<std::int64_t>(1, static_cast<std::int64_t>(timeout * 1000)));
+             auto path = [](py::handle h, const char* arg) -> std::string {
+               if (h.is_none()) return {};
+               if (!py::isinstance<py::str>(h))
+                 throw py::type_error(std::string(arg) + ": expected a path (str) or None");
+               return h.cast<std::string>();
+             };
+             o.tls_cert_file = path(tls_cert_file, "tls_cert_file");
+             o.tls_key_file = path(tls_key_file, "tls_key_file");
+             o.basic_auth_users = arg_str_dict(basic_auth_users, "basic_auth_users");
+             if (!allow.is_none()) {
+               if (py::isinstance<py::str>(allow) || !py::isinstance<py::sequence>(allow)) {
+                 throw py::type_error("allow: expected a list of CIDR blocks (str) or None, got " + type_name(allow));
+               }
+               for (auto a : allow) {
+                 if (!py::isinstance<py::str>(a))
+                   throw py::type_error("allow: every entry must be a str, got " + type_name(a));
+                 o.allow.push_back(a.cast<std::string>());
+               }
+             }
              if (!textfile.is_none()) {
                if (!py::isinstance<py::str>(textfile)) throw py::type_error("textfile: expected a path (str) or None");
                o.textfile = textfile.cast<std::string>();
@@ -92,9 +131,14 @@ void bind_telemetry(py::module_& m) {
              return p;
            }),
            py::arg("port") = 0, py::arg("address") = "0.0.0.0", py::arg("labels") = py::none(),
-           py::arg("textfile") = py::none(),
-           "port: 0 picks a free one, -1 serves none. labels: put on every series (job_labels() gives rank, "
-           "local_rank, node, job). textfile: where write_textfile() writes (node_exporter's textfile collector).")
+           py::arg("textfile") = py::none(), py::kw_only(), py::arg("threads") = 8, py::arg("request_timeout") = 5.0,
+           py::arg("tls_cert_file") = py::none(), py::arg("tls_key_file") = py::none(),
+           py::arg("basic_auth_users") = py::none(), py::arg("allow") = py::none(),
+           "port: 0 picks a free one, -1 serves none. address: an IPv4 or IPv6 address to bind. labels: put on every "
+           "series (job_labels() gives rank, local_rank, node, job). textfile: where write_textfile() writes "
+           "(node_exporter's textfile collector). threads: serving threads; request_timeout: seconds a client may "
+           "take to send its request. tls_cert_file, tls_key_file: serve HTTPS. basic_auth_users: {user: bcrypt "
+           "hash}. allow: the IPv4 CIDR blocks allowed to connect (Prometheus web-config's semantics).")
       .def_property_readonly("port", [](PyExporter& e) { return e.exporter->port(); })
       .def(
           "watch",

@@ -6,6 +6,8 @@
 #include <gpucloud/runtime/event.hpp>
 #include <gpucloud/telemetry/telemetry.hpp>
 
+#include "telemetry/tls_front.hpp"
+
 #include <prometheus/check_names.h>
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
@@ -15,16 +17,23 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <arpa/inet.h>
+#include <crypt.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 
 namespace gpucloud::telemetry {
 
@@ -47,12 +56,74 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
+// Label names the exporter puts on series itself (histogram buckets, summaries, device metrics):
+// a user label of the same name would make a series carry it twice, which Prometheus rejects
+// along with the whole scrape.
+constexpr const char* kReservedLabels[] = {"le", "quantile", "gpu", "device", "modelName", "UUID"};
+
 void check_labels(const Labels& labels, const char* call) {
   for (const auto& [name, value] : labels) {
     GPUCLOUD_EXPECTS(pm::CheckLabelName(name) && name.compare(0, 2, "__") != 0, call,
                      "labels: '" + name + "' is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, no leading __)");
+    for (const char* reserved : kReservedLabels) {
+      GPUCLOUD_EXPECTS(name != reserved, call,
+                       "labels: '" + name +
+                           "' is reserved (the exporter sets it on its own series: le, quantile, "
+                           "gpu, device, modelName, UUID)");
+    }
     GPUCLOUD_EXPECTS(valid_utf8(value), call, "labels['" + name + "']: the value is not valid UTF-8");
   }
+}
+
+// An IPv4 or IPv6 address, as inet_pton reads it; the form civetweb's listening_ports takes.
+std::string listening_address(const std::string& address) {
+  unsigned char buf[sizeof(in6_addr)];
+  if (::inet_pton(AF_INET, address.c_str(), buf) == 1) return address;
+  if (::inet_pton(AF_INET6, address.c_str(), buf) == 1) return "[" + address + "]";
+  GPUCLOUD_FAIL(InvalidArgument, kCall,
+                "options.address: '" + address +
+                    "' is not an IPv4 or IPv6 address (\"0.0.0.0\": every interface, \"127.0.0.1\": this machine)");
+}
+
+// civetweb's access_control_list for @p allow: deny all, then allow each block.
+std::string access_control_list(const std::vector<std::string>& allow) {
+  std::string acl = "-0.0.0.0/0";
+  for (const auto& entry : allow) {
+    const auto slash = entry.find('/');
+    const std::string ip = entry.substr(0, slash);
+    in_addr a{};
+    bool ok = ::inet_pton(AF_INET, ip.c_str(), &a) == 1;
+    if (ok && slash != std::string::npos) {
+      const std::string bits = entry.substr(slash + 1);
+      ok = !bits.empty() && bits.size() <= 2 && std::all_of(bits.begin(), bits.end(), ::isdigit) &&
+           std::stoi(bits) <= 32;
+    }
+    GPUCLOUD_EXPECTS(ok, kCall, "options.allow: '" + entry + "' is not an IPv4 address or CIDR block (\"10.0.0.0/8\")");
+    acl += ",+" + entry;
+  }
+  return acl;
+}
+
+bool is_bcrypt(const std::string& hash) {
+  return hash.size() == 60 && hash[0] == '$' && hash[1] == '2' &&
+         (hash[2] == 'a' || hash[2] == 'b' || hash[2] == 'y') && hash[3] == '$';
+}
+
+// The password @p password of @p user against its bcrypt hash (crypt_r: libxcrypt's bcrypt).
+bool password_matches(const std::map<std::string, std::string>& users, const std::string& user,
+                      const std::string& password) {
+  const auto it = users.find(user);
+  // An unknown user is checked against a fixed hash too: the answer takes as long either way.
+  static const std::string kDummy = "$2y$10$abcdefghijklmnopqrstuu5Mb8ZQwZrtvYQFvbdmK1cR3iHbE/7Xm";
+  const std::string& hash = it != users.end() ? it->second : kDummy;
+  auto data = std::make_unique<crypt_data>();
+  const char* out = ::crypt_r(password.c_str(), hash.c_str(), data.get());
+  if (out == nullptr || out[0] == '*') return false;
+  const std::string computed(out);
+  if (computed.size() != hash.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < hash.size(); ++i) diff |= static_cast<unsigned char>(computed[i] ^ hash[i]);
+  return diff == 0 && it != users.end();
 }
 
 void check_finite(double v, const char* what) {
@@ -118,12 +189,16 @@ class DeviceCollectable : public pm::Collectable {
         put("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", labels, d.clock_mhz);
       } else {
         labels["device"] = "host";
-        put("gpucloud_host_utilization_percent", "CPU utilization of the host (in %).", labels, d.utilization);
+        // Base units, as Prometheus' naming guide asks of a project's own metrics: a ratio, hertz.
+        std::optional<double> ratio, hertz;
+        if (d.utilization) ratio = *d.utilization / 100.0;
+        if (d.clock_mhz) hertz = *d.clock_mhz * 1e6;
+        put("gpucloud_host_utilization_ratio", "CPU utilization of the host (0 to 1).", labels, ratio);
         put("gpucloud_host_temperature_celsius", "Hottest thermal zone of the host (in C).", labels, d.temperature_c);
         put("gpucloud_host_memory_used_bytes", "Host memory in use (total minus available).", labels, used);
         put("gpucloud_host_memory_free_bytes", "Host memory available.", labels, free);
         put("gpucloud_host_power_watts", "CPU package power (RAPL).", labels, d.power_w);
-        put("gpucloud_host_clock_mhz", "Mean CPU core clock.", labels, d.clock_mhz);
+        put("gpucloud_host_clock_hertz", "Mean CPU core clock.", labels, hertz);
       }
     }
     std::vector<pm::MetricFamily> out;
@@ -138,6 +213,29 @@ class DeviceCollectable : public pm::Collectable {
 };
 
 pm::Labels to_pm(const Labels& l) { return pm::Labels(l.begin(), l.end()); }
+
+// A series added to its family at its first use: a metric never recorded is absent from the
+// exposition instead of a 0 that reads as a measurement. Family::Add is idempotent and
+// thread-safe; the pointer is cached for the hot path.
+template <class T>
+class Lazy {
+ public:
+  Lazy() = default;
+  explicit Lazy(pm::Family<T>& family) : family_(&family) {}
+  T& get() {
+    T* m = metric_.load(std::memory_order_acquire);
+    if (m == nullptr) {
+      m = &family_->Add({});
+      metric_.store(m, std::memory_order_release);
+    }
+    return *m;
+  }
+  void operator=(pm::Family<T>& family) { family_ = &family; }
+
+ private:
+  pm::Family<T>* family_ = nullptr;
+  std::atomic<T*> metric_{nullptr};
+};
 
 }  // namespace
 
@@ -159,13 +257,26 @@ struct StepMetrics::Impl {
   std::shared_ptr<pm::Registry> registry;
   pm::Histogram* step_seconds = nullptr;
   pm::Counter *steps = nullptr, *samples = nullptr, *skipped = nullptr, *data_wait = nullptr, *comm = nullptr;
-  pm::Gauge *samples_per_second = nullptr, *loss_scale = nullptr;
-  pm::Gauge *memory_in_use = nullptr, *memory_peak = nullptr, *memory_allocations = nullptr;
+  Lazy<pm::Gauge> samples_per_second, loss_scale, memory_in_use, memory_peak;
+  Lazy<pm::Counter> memory_allocations;
   pm::Histogram* checkpoint_seconds = nullptr;
+  Lazy<pm::Gauge> checkpoint_pending, checkpoint_committed_step, checkpoint_commit_time;
+  Lazy<pm::Counter> checkpoint_waited, checkpoint_failures;
   pm::Family<pm::Gauge>* rank_step = nullptr;
-  pm::Gauge *straggler = nullptr, *straggler_rank = nullptr;
+  Lazy<pm::Gauge> straggler, straggler_rank;
   std::mutex mutex;  // the straggler state (records themselves are lock-free or prometheus-cpp's)
   std::optional<Straggler> stragglers;
+  std::mutex totals_mutex;  // the last totals the counters were advanced to
+  double allocations_seen = 0, checkpoint_waited_seen = 0, checkpoint_failures_seen = 0;
+
+  // Advances @p counter to @p total (a running total kept elsewhere); a total below the last one
+  // (another source, or its reset) counts from 0 again.
+  void advance(Lazy<pm::Counter>& counter, double& seen, double total) {
+    std::lock_guard<std::mutex> lock(totals_mutex);
+    const double delta = total >= seen ? total - seen : total;
+    counter.get().Increment(delta);
+    seen = total;
+  }
 
   // An exchange still queued on the stream reads and writes the straggler buffers: it finishes
   // before they are freed.
@@ -192,8 +303,8 @@ struct StepMetrics::Impl {
     r.straggler =
         r.median > 0 && r.step_seconds[static_cast<std::size_t>(r.slowest)] > r.median * (1 + s.options.threshold);
     for (std::size_t i = 0; i < n; ++i) rank_step->Add({{"rank", std::to_string(i)}}).Set(r.step_seconds[i]);
-    straggler->Set(r.straggler ? 1 : 0);
-    straggler_rank->Set(r.straggler ? r.slowest : -1);
+    straggler.get().Set(r.straggler ? 1 : 0);
+    straggler_rank.get().Set(r.straggler ? r.slowest : -1);
     s.report = std::move(r);
     s.done.reset();
   }
@@ -222,10 +333,10 @@ void StepMetrics::record(const StepRecord& r) {
   m.step_seconds->Observe(r.seconds);
   m.steps->Increment();
   m.samples->Increment(static_cast<double>(r.samples));
-  if (r.seconds > 0) m.samples_per_second->Set(static_cast<double>(r.samples) / r.seconds);
+  if (r.seconds > 0) m.samples_per_second.get().Set(static_cast<double>(r.samples) / r.seconds);
   if (r.data_wait_seconds > 0) m.data_wait->Increment(r.data_wait_seconds);
   if (r.comm_seconds > 0) m.comm->Increment(r.comm_seconds);
-  if (r.loss_scale > 0) m.loss_scale->Set(r.loss_scale);
+  if (r.loss_scale > 0) m.loss_scale.get().Set(r.loss_scale);
   if (r.skipped > 0) m.skipped->Increment(static_cast<double>(r.skipped));
   if (m.stragglers) {
     std::lock_guard<std::mutex> lock(m.mutex);
@@ -247,9 +358,25 @@ void StepMetrics::record_checkpoint(double seconds) {
 }
 
 void StepMetrics::record_memory(const MemoryStatistics& s) {
-  impl_->memory_in_use->Set(static_cast<double>(s.current_bytes));
-  impl_->memory_peak->Set(static_cast<double>(s.peak_bytes));
-  impl_->memory_allocations->Set(static_cast<double>(s.total_allocations));
+  impl_->memory_in_use.get().Set(static_cast<double>(s.current_bytes));
+  impl_->memory_peak.get().Set(static_cast<double>(s.peak_bytes));
+  impl_->advance(impl_->memory_allocations, impl_->allocations_seen, static_cast<double>(s.total_allocations));
+}
+
+void StepMetrics::record_checkpoint_progress(const checkpoint::Progress& p) {
+  constexpr const char* call = "StepMetrics::record_checkpoint_progress";
+  GPUCLOUD_EXPECTS(std::isfinite(p.waited_seconds) && p.waited_seconds >= 0, call,
+                   "progress.waited_seconds: " + std::to_string(p.waited_seconds) + " is not finite and >= 0");
+  GPUCLOUD_EXPECTS(std::isfinite(p.committed_unix_time) && p.committed_unix_time >= 0, call,
+                   "progress.committed_unix_time: not finite and >= 0");
+  Impl& m = *impl_;
+  m.checkpoint_pending.get().Set(p.writing_step ? 1 : 0);
+  if (p.committed_step) {
+    m.checkpoint_committed_step.get().Set(static_cast<double>(*p.committed_step));
+    m.checkpoint_commit_time.get().Set(p.committed_unix_time);
+  }
+  m.advance(m.checkpoint_waited, m.checkpoint_waited_seen, p.waited_seconds);
+  m.advance(m.checkpoint_failures, m.checkpoint_failures_seen, static_cast<double>(p.saves_failed));
 }
 
 std::int64_t StepMetrics::steps() const { return static_cast<std::int64_t>(impl_->steps->Value()); }
@@ -261,6 +388,7 @@ struct Exporter::Impl {
   std::shared_ptr<pm::Registry> registry = std::make_shared<pm::Registry>();
   std::shared_ptr<DeviceCollectable> devices;
   std::unique_ptr<pm::Exposer> exposer;
+  std::unique_ptr<detail::TlsFront> tls;  // destroyed before the exposer it forwards to
   std::unique_ptr<StepMetrics> steps;
   std::shared_ptr<StepMetrics::Impl> step_impl;
   int port = -1;
@@ -276,6 +404,20 @@ Exporter::Exporter(ExporterOptions options) {
   check_labels(options.labels, kCall);
   GPUCLOUD_EXPECTS(options.port >= -1 && options.port <= 65535, kCall,
                    "options.port: " + std::to_string(options.port) + " is not a port (0 picks one, -1 serves none)");
+  const std::string bind = listening_address(options.address);
+  GPUCLOUD_EXPECTS(options.threads >= 1 && options.threads <= 1024, kCall,
+                   "options.threads: " + std::to_string(options.threads) + " is not in [1, 1024]");
+  GPUCLOUD_EXPECTS(options.request_timeout.count() > 0, kCall, "options.request_timeout: must be positive");
+  GPUCLOUD_EXPECTS(options.tls_cert_file.empty() == options.tls_key_file.empty(), kCall,
+                   "options.tls_cert_file and options.tls_key_file: set both (HTTPS) or neither (HTTP)");
+  for (const auto& [user, hash] : options.basic_auth_users) {
+    GPUCLOUD_EXPECTS(!user.empty() && user.find(':') == std::string::npos && valid_utf8(user), kCall,
+                     "options.basic_auth_users: '" + user + "' is not a user name (non-empty, no ':')");
+    GPUCLOUD_EXPECTS(is_bcrypt(hash), kCall,
+                     "options.basic_auth_users['" + user +
+                         "']: not a bcrypt hash ($2y$, $2b$ or $2a$, 60 characters; htpasswd -nbB makes one)");
+  }
+  const std::string acl = options.allow.empty() ? std::string() : access_control_list(options.allow);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->devices = std::make_shared<DeviceCollectable>(options.labels);
@@ -292,8 +434,11 @@ Exporter::Exporter(ExporterOptions options) {
   auto counter = [&](const char* name, const char* help) {
     return &pm::BuildCounter().Name(name).Help(help).Labels(constant).Register(r).Add({});
   };
-  auto gauge = [&](const char* name, const char* help) {
-    return &pm::BuildGauge().Name(name).Help(help).Labels(constant).Register(r).Add({});
+  auto gauge = [&](const char* name, const char* help) -> pm::Family<pm::Gauge>& {
+    return pm::BuildGauge().Name(name).Help(help).Labels(constant).Register(r);
+  };
+  auto lazy_counter = [&](const char* name, const char* help) -> pm::Family<pm::Counter>& {
+    return pm::BuildCounter().Name(name).Help(help).Labels(constant).Register(r);
   };
   m->steps = counter("gpucloud_steps_total", "Training steps recorded.");
   m->samples = counter("gpucloud_samples_total", "Samples processed by this rank.");
@@ -304,7 +449,15 @@ Exporter::Exporter(ExporterOptions options) {
   m->loss_scale = gauge("gpucloud_loss_scale", "The dynamic loss scale.");
   m->memory_in_use = gauge("gpucloud_memory_pool_bytes_in_use", "Bytes allocated from the memory pool.");
   m->memory_peak = gauge("gpucloud_memory_pool_peak_bytes", "Peak bytes allocated from the memory pool.");
-  m->memory_allocations = gauge("gpucloud_memory_pool_allocations_total", "Allocations from the memory pool.");
+  m->memory_allocations = lazy_counter("gpucloud_memory_pool_allocations_total", "Allocations from the memory pool.");
+  m->checkpoint_pending =
+      gauge("gpucloud_checkpoint_pending_saves", "Checkpoint saves being written in the background (0 or 1).");
+  m->checkpoint_committed_step = gauge("gpucloud_checkpoint_committed_step", "The newest committed checkpoint's step.");
+  m->checkpoint_commit_time =
+      gauge("gpucloud_checkpoint_last_commit_timestamp_seconds", "When the newest checkpoint committed (Unix time).");
+  m->checkpoint_waited = lazy_counter("gpucloud_checkpoint_wait_seconds_total",
+                                      "Time save_async blocked for the previous save (the writer lagging).");
+  m->checkpoint_failures = lazy_counter("gpucloud_checkpoint_failures_total", "Checkpoint saves that failed.");
   m->checkpoint_seconds = &pm::BuildHistogram()
                                .Name("gpucloud_checkpoint_save_seconds")
                                .Help("Time a checkpoint save took.")
@@ -320,21 +473,52 @@ Exporter::Exporter(ExporterOptions options) {
                       .Register(r);
   m->straggler = gauge("gpucloud_straggler", "1 while the slowest rank is beyond the straggler threshold.");
   m->straggler_rank = gauge("gpucloud_straggler_rank", "The straggling rank, or -1.");
-  m->straggler_rank->Set(-1);
   impl->step_impl = m;
   impl->steps = std::make_unique<StepMetrics>(m);
   if (options.port >= 0) {
-    const std::string address = options.address + ":" + std::to_string(options.port);
+    // With TLS the HTTP server listens on loopback only, behind a TLS front that enforces the
+    // allow list (detail::TlsFront: civetweb's own TLS does not work with OpenSSL 3 as Debian
+    // builds it); without, it serves the address itself.
+    const bool tls = !options.tls_cert_file.empty();
+    const std::string address = tls ? "127.0.0.1:0" : bind + ":" + std::to_string(options.port);
+    std::vector<std::string> civet = {"listening_ports",    address,
+                                      "num_threads",        std::to_string(options.threads),
+                                      "request_timeout_ms", std::to_string(options.request_timeout.count())};
+    if (tls) {
+      civet.insert(civet.end(), {"access_control_list", "-0.0.0.0/0,+127.0.0.1"});
+    } else if (!acl.empty()) {
+      civet.insert(civet.end(), {"access_control_list", acl});
+    }
     try {
-      impl->exposer = std::make_unique<pm::Exposer>(address, 2);
+      impl->exposer = std::make_unique<pm::Exposer>(civet);
     } catch (const std::exception& e) {
       GPUCLOUD_FAIL(InvalidArgument, kCall,
                     "options.port: cannot serve on " + address + " (" + e.what() + "; in use, or not allowed)");
+    }
+    if (!options.basic_auth_users.empty()) {
+      impl->exposer->RegisterAuth(
+          [users = options.basic_auth_users](const std::string& user, const std::string& password) {
+            return password_matches(users, user, password);
+          },
+          "gpucloud");
     }
     impl->exposer->RegisterCollectable(impl->registry);
     impl->exposer->RegisterCollectable(impl->devices);
     const auto ports = impl->exposer->GetListeningPorts();
     impl->port = ports.empty() ? options.port : ports.front();
+    if (tls) {
+      detail::TlsFrontOptions t;
+      t.address = options.address;
+      t.port = options.port;
+      t.cert_file = options.tls_cert_file;
+      t.key_file = options.tls_key_file;
+      t.allow = options.allow;
+      t.threads = options.threads;
+      t.idle_timeout = options.request_timeout;
+      t.backend_port = impl->port;
+      impl->tls = detail::TlsFront::start(t);
+      impl->port = impl->tls->port();
+    }
   }
   impl_ = std::move(impl);
 }
@@ -358,6 +542,10 @@ void Exporter::detect_stragglers(Communicator& comm, StreamView stream, Straggle
   auto& m = *impl_->step_impl;
   std::lock_guard<std::mutex> lock(m.mutex);
   if (m.stragglers && m.stragglers->done) m.stragglers->done->synchronize();
+  if (!m.stragglers) {  // exported from now on: none yet
+    m.straggler.get().Set(0);
+    m.straggler_rank.get().Set(-1);
+  }
   Straggler s(comm, stream, options);
   const auto n = static_cast<std::size_t>(comm.size());
   s.send = Buffer(1, DType::float64, comm.device(), MemoryKind::device);

@@ -25,6 +25,7 @@ void Exporter::write_textfile() const {}
 void StepMetrics::record(const StepRecord&) {}
 void StepMetrics::record_checkpoint(double) {}
 void StepMetrics::record_memory(const MemoryStatistics&) {}
+void StepMetrics::record_checkpoint_progress(const checkpoint::Progress&) {}
 std::int64_t StepMetrics::steps() const { return 0; }
 
 }  // namespace gpucloud::telemetry

@@ -11,8 +11,9 @@ import sys
 
 DCGM = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED",
         "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"}
-# Series that appear once a straggler exchange has run (it needs a communicator; tested under mpirun).
-AFTER_EXCHANGE = {"gpucloud_rank_step_seconds"}
+# Series that appear once straggler detection is on and an exchange has run (it needs a
+# communicator; tested under mpirun).
+AFTER_EXCHANGE = {"gpucloud_rank_step_seconds", "gpucloud_straggler", "gpucloud_straggler_rank"}
 FUNCTIONS = {"histogram_quantile", "sum", "by", "rate", "max", "increase", "le", "rank", "job", "node", "gpu"}
 
 

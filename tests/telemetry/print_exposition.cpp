@@ -15,6 +15,10 @@ int main() {
   exporter.steps().record({0.01, 8, 0.001, 0.001, 1024, 0});
   exporter.steps().record_checkpoint(0.5);
   exporter.steps().record_memory({});
+  gpucloud::checkpoint::Progress progress;
+  progress.committed_step = 100;
+  progress.committed_unix_time = 1.7e9;
+  exporter.steps().record_checkpoint_progress(progress);
   std::fputs(exporter.exposition().c_str(), stdout);
   return 0;
 }

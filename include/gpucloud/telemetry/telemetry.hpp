@@ -3,11 +3,13 @@
 ///        metrics under the DCGM exporter's names, and per-step training metrics.
 #pragma once
 
+#include <gpucloud/checkpoint/checkpoint.hpp>
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/export.hpp>
 #include <gpucloud/memory/resource_adaptors.hpp>
 #include <gpucloud/monitor/monitor.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -16,7 +18,8 @@
 
 namespace gpucloud::telemetry {
 
-/// @brief Label names and values (Prometheus rules: names [a-zA-Z_][a-zA-Z0-9_]*, not "__"-prefixed).
+/// @brief Label names and values (Prometheus rules: names [a-zA-Z_][a-zA-Z0-9_]*, not "__"-prefixed,
+///        not one the exporter sets itself: le, quantile, gpu, device, modelName, UUID; values UTF-8).
 using Labels = std::map<std::string, std::string>;
 
 /// @brief How a process exports its metrics.
@@ -24,8 +27,22 @@ struct ExporterOptions {
   /// HTTP port serving /metrics: 0 picks a free one (see Exporter::port()), -1 serves none (the
   /// textfile only).
   int port = 0;
-  /// The address to bind ("0.0.0.0": every interface; "127.0.0.1": this machine only).
+  /// The address to bind: an IPv4 address ("0.0.0.0": every interface, the exporters'
+  /// convention; "127.0.0.1": this machine only) or an IPv6 one ("::1").
   std::string address = "0.0.0.0";
+  /// Threads serving HTTP: each open connection holds one while its request is read, so this
+  /// many slow or idle clients at once are needed to delay a scrape (by request_timeout at most).
+  int threads = 8;
+  /// How long a client may take to send its request before it is disconnected.
+  std::chrono::milliseconds request_timeout = std::chrono::seconds(5);
+  /// TLS (Prometheus web-config's tls_server_config): PEM certificate (chain) and private key
+  /// files; both set serves HTTPS only, neither plain HTTP.
+  std::string tls_cert_file, tls_key_file;
+  /// Basic authentication (web-config's basic_auth_users): user -> bcrypt hash ("$2y$..."); empty
+  /// serves without. Use it with TLS: basic auth sends the password in clear otherwise.
+  std::map<std::string, std::string> basic_auth_users;
+  /// Clients allowed to connect, as IPv4 CIDR blocks ("10.0.0.0/8", "127.0.0.1"); empty allows all.
+  std::vector<std::string> allow;
   /// Put on every series this process exports (rank, local_rank, node, job: job_labels()).
   Labels labels;
   /// If set, write_textfile() writes the exposition there atomically (node_exporter's textfile
@@ -56,8 +73,12 @@ class GPUCLOUD_API StepMetrics {
   void record(const StepRecord& step);
   /// @brief Adds one checkpoint save of @p seconds (gpucloud_checkpoint_save_seconds).
   void record_checkpoint(double seconds);
-  /// @brief Sets the memory pool gauges from a StatisticsAdaptor's figures.
+  /// @brief Sets the memory pool gauges (and the allocations counter) from a StatisticsAdaptor's
+  ///        figures.
   void record_memory(const MemoryStatistics& statistics);
+  /// @brief Sets the checkpoint writer's gauges from Checkpointer::progress()
+  ///        (gpucloud_checkpoint_pending_saves, _last_commit_timestamp_seconds, ...).
+  void record_checkpoint_progress(const checkpoint::Progress& progress);
   /// @brief Steps recorded so far.
   std::int64_t steps() const;
 
@@ -90,7 +111,9 @@ class GPUCLOUD_API Exporter {
  public:
   /// @brief Starts serving.
   /// @throws InvalidArgument for a bad label (naming it), a port out of range or one that cannot
-  ///         be bound (in use), Unsupported when built without prometheus-cpp.
+  ///         be bound (in use), an address that is not one, bad TLS files, a basic-auth hash that
+  ///         is not bcrypt, an allow entry that is not a CIDR block; Unsupported when built without
+  ///         prometheus-cpp.
   explicit Exporter(ExporterOptions options = {});
   ~Exporter();                               ///< Stops serving.
   Exporter(Exporter&&) noexcept;             ///< Moves ownership.
