@@ -21,6 +21,11 @@ void register_errors(py::module_& m);
 /// The Python exception object for @p p (GIL held): a gpucloud error as its Python type, a
 /// Python exception as itself, anything else a RuntimeError; None for null.
 py::object exception_object(std::exception_ptr p);
+/// Throws the Python exception of @p e (GIL held) as a C++ exception that may be rethrown any
+/// number of times, from any thread: what work on a stream or a background thread raises, which
+/// every synchronize() on that stream may see. (A py::error_already_set can be restored only once:
+/// rethrown by two threads sharing a stream, it aborted the interpreter.)
+[[noreturn]] void throw_shareable(py::error_already_set& e);
 void bind_runtime(py::module_& m);
 void bind_memory(py::module_& m);
 void bind_movement(py::module_& m);

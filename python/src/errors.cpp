@@ -5,6 +5,8 @@
 #include <Python.h>
 
 #include <cstring>
+#include <memory>
+#include <string>
 
 namespace gpucloud::python {
 
@@ -28,6 +30,20 @@ struct Types {
            *communication_error = nullptr, *unsupported = nullptr, *checkpoint_error = nullptr,
            *checkpoint_mismatch = nullptr;
 } types;
+
+// A Python exception raised by work on a stream or a background thread: the exception object
+// itself, raised again (as itself) wherever it is rethrown, as often as it is.
+class PythonRaised : public std::exception {
+ public:
+  PythonRaised(std::shared_ptr<py::object> value, std::string what)
+      : value_(std::move(value)), what_(std::move(what)) {}
+  const char* what() const noexcept override { return what_.c_str(); }
+  const py::object& value() const { return *value_; }
+
+ private:
+  std::shared_ptr<py::object> value_;  // released with the GIL (gil_safe)
+  std::string what_;
+};
 
 // The Python type of a gpucloud exception, with its message; nullptr when @p p is not one.
 PyObject* python_type(const std::exception_ptr& p, std::string& what) {
@@ -94,6 +110,13 @@ void register_errors(py::module_& m) {
 
   py::register_exception_translator([](std::exception_ptr p) {
     if (!p) return;
+    try {
+      std::rethrow_exception(p);
+    } catch (const PythonRaised& r) {
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(r.value().ptr())), r.value().ptr());
+      return;
+    } catch (...) {
+    }
     std::string what;
     if (PyObject* type = python_type(p, what)) {
       set_error(type, what.c_str());
@@ -103,12 +126,20 @@ void register_errors(py::module_& m) {
   });
 }
 
+void throw_shareable(py::error_already_set& e) {
+  py::object value = e.value();
+  std::string what = e.what();
+  throw PythonRaised(gil_safe(std::move(value)), std::move(what));
+}
+
 py::object exception_object(std::exception_ptr p) {
   if (!p) return py::none();
   try {
     std::rethrow_exception(p);
   } catch (py::error_already_set& e) {  // a Python exception raised by Python work on a stream
     return e.value();
+  } catch (const PythonRaised& r) {
+    return r.value();
   } catch (...) {
   }
   std::string what;

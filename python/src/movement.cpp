@@ -71,7 +71,10 @@ BatchSource python_source(py::object iterable) {
     py::gil_scoped_acquire acquire;
     py::object item = py::reinterpret_steal<py::object>(PyIter_Next(iterator->ptr()));
     if (!item) {
-      if (PyErr_Occurred()) throw py::error_already_set();
+      if (PyErr_Occurred()) {
+        py::error_already_set e;
+        throw_shareable(e);  // read by the consumer thread(s), maybe more than once
+      }
       return std::nullopt;
     }
     std::vector<py::object> arrays;

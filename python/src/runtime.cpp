@@ -418,7 +418,11 @@ void bind_runtime(py::module_& m) {
         launch_host_func(view_of(s), [held] {
           if (interpreter_finalizing()) return;  // Python can no longer run
           py::gil_scoped_acquire acquire;
-          (*held)();  // a Python exception travels as error_already_set to synchronize()
+          try {
+            (*held)();
+          } catch (py::error_already_set& e) {
+            throw_shareable(e);  // to every synchronize() that sees it, as itself
+          }
         });
       },
       py::arg("stream"), py::arg("fn"),

@@ -312,3 +312,57 @@ def test_empty_buffers_export():
         print(np.asarray(b).shape, np.asarray(b.reshape(0, 5)).shape, np.from_dlpack(b).shape)
     """)
     assert out.strip() == "(0,) (0, 5) (0,)"
+
+
+# ---- threads sharing a stream ----------------------------------------------------------------
+
+def test_a_raising_host_function_on_a_shared_stream_reaches_every_thread_as_itself():
+    # Two threads enqueue host functions that raise and synchronize the one stream they share: the
+    # same error may be rethrown by both (it aborted the interpreter: a pybind11 error restored
+    # twice). Every error must arrive as the ValueError raised, and the process exit cleanly.
+    out = run_case("""
+        s = gc.Stream()
+        seen = []
+        class Boom(ValueError):
+            pass
+        def bad():
+            raise Boom("boom")
+        def worker():
+            for _ in range(100):
+                gc.launch_host_func(s, bad)
+                try:
+                    s.synchronize()
+                    seen.append(None)
+                except Boom as e:
+                    seen.append(str(e))
+                except Exception as e:
+                    seen.append("other: " + type(e).__name__ + ": " + str(e))
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        assert all(x in (None, "boom") for x in seen), [x for x in seen if x not in (None, "boom")][:3]
+        assert seen.count("boom") >= 1
+        gc.launch_host_func(s, lambda: None)
+        s.synchronize()  # the stream is usable after the errors
+        print("OK", len(seen))
+    """)
+    assert out.startswith("OK 400"), out
+
+
+def test_a_raising_data_source_of_a_prefetcher_reaches_the_consumer_as_itself():
+    out = run_case("""
+        class SourceError(RuntimeError):
+            pass
+        def source():
+            yield np.ones(8, np.float32)
+            raise SourceError("source broke")
+        s = gc.Stream()
+        p = gc.Prefetcher(source(), depth=2)
+        assert p.next(s) is not None
+        for _ in range(2):  # raised again at every later call, as itself
+            try:
+                p.next(s)
+            except SourceError as e:
+                print("RAISED", e)
+    """)
+    assert "RAISED source broke" in out, out

@@ -349,3 +349,18 @@ def test_work_in_flight_at_fork_is_reported_in_the_child_not_waited_for():
     s.synchronize()
     e.synchronize()
     assert ran == ["queued"]
+
+
+def test_errors_name_their_source_relative_to_the_project_root():
+    # file:line is kept for bug reports, but not the build machine's absolute path.
+    import re
+
+    with pytest.raises(gc.InvalidArgument) as raised:
+        gc.Buffer(-1, "float32")
+    with pytest.raises(gc.InvalidArgument) as from_core:
+        gc.Checkpointer("a\0b") if hasattr(gc, "Checkpointer") else gc.checkpoint.Checkpointer("a\0b")
+    for e in (raised.value, from_core.value):
+        where = re.findall(r"\(([^()]*):(\d+)\)\s*$", str(e))
+        assert where, str(e)
+        path = where[-1][0]
+        assert not path.startswith("/") and re.match(r"(src|python/src|kernels|include)/", path), str(e)
