@@ -5,6 +5,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <functional>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -97,8 +99,10 @@ struct PyScaler {
 /// Keeps Python objects alive until the work enqueued on @p stream so far has finished; they are
 /// released on a Python thread (GIL held) at a later borrowing call or Stream.synchronize(), so no
 /// stream thread ever waits for the GIL. The memory of Buffers and Views among them is recorded
-/// as in use, so exports of it wait (wait_for_work_on).
-void keep_alive_until_done(StreamView stream, std::vector<py::object> objects);
+/// as in use, so exports of it wait (wait_for_work_on). When @p abandoned (called with the GIL,
+/// once the work has passed) says the work was abandoned while it may still touch them (a
+/// collective that timed out, its messages left to MPI), they are kept for the process's life.
+void keep_alive_until_done(StreamView stream, std::vector<py::object> objects, std::function<bool()> abandoned = {});
 /// Always true: the parameter types below accept any object and convert it themselves.
 inline bool accepts_anything(PyObject*) { return true; }
 /// Parameter types that say in signatures and stubs what a parameter accepts (any object is
@@ -165,14 +169,16 @@ decltype(auto) without_gil(F&& fn) {
 /// Runs @p enqueue (C++ calls that enqueue work on @p stream) with the GIL released, then keeps
 /// @p owners (the arrays and objects that work touches) alive until it has finished; returns
 /// what @p enqueue returns. Nothing is held when @p enqueue throws: it enqueued nothing.
+/// @p abandoned: as keep_alive_until_done's.
 template <class F>
-auto enqueue_holding(StreamView stream, std::vector<py::object> owners, F&& enqueue) {
+auto enqueue_holding(StreamView stream, std::vector<py::object> owners, F&& enqueue,
+                     std::function<bool()> abandoned = {}) {
   if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
     without_gil(enqueue);
-    keep_alive_until_done(stream, std::move(owners));
+    keep_alive_until_done(stream, std::move(owners), std::move(abandoned));
   } else {
     auto result = without_gil(enqueue);
-    keep_alive_until_done(stream, std::move(owners));
+    keep_alive_until_done(stream, std::move(owners), std::move(abandoned));
     return result;
   }
 }

@@ -86,12 +86,18 @@ struct PyBucketer {
   }
 };
 
-// Runs a collective on borrowed arrays, the GIL dropped, the arrays kept until the stream is done.
+// Runs a collective on borrowed arrays, the GIL dropped, the arrays kept until the stream is done;
+// for ever when the collective broke the communicator (a timeout: its messages are left to MPI,
+// and a peer that comes late still writes into them: freed, that was a segfault).
 template <class F>
-void collective(PyStream& stream, std::vector<Borrowed> arrays, F f) {
+void collective(Communicator& c, PyStream& stream, std::vector<Borrowed> arrays, F f) {
   std::vector<py::object> owners;
   for (auto& b : arrays) owners.push_back(b.owner);
-  enqueue_holding(stream.view, std::move(owners), [&] { f(); });
+  py::object comm = py::cast(&c, py::return_value_policy::reference);
+  owners.push_back(comm);  // alive while the predicate may be asked
+  Communicator* raw = &c;
+  enqueue_holding(
+      stream.view, std::move(owners), [&] { f(); }, [raw] { return raw->broken(); });
 }
 
 }  // namespace
@@ -245,7 +251,7 @@ void bind_comm(py::module_& m) {
                            1);
             }
             Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
-            collective(stream, {s, r}, [&] {
+            collective(c, stream, {s, r}, [&] {
               if (hierarchical) {
                 c.hierarchical_all_reduce(s.view, r.view, to_op(op), stream.view);
               } else {
@@ -261,7 +267,7 @@ void bind_comm(py::module_& m) {
           "hierarchical_all_reduce",
           [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream, const std::string& op) {
             Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
-            collective(stream, {s, r}, [&] { c.hierarchical_all_reduce(s.view, r.view, to_op(op), stream.view); });
+            collective(c, stream, {s, r}, [&] { c.hierarchical_all_reduce(s.view, r.view, to_op(op), stream.view); });
           },
           py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum",
           "The same result through the node hierarchy (Horovod): reduce-scatter inside each node, all-reduce "
@@ -270,21 +276,21 @@ void bind_comm(py::module_& m) {
           "reduce_scatter",
           [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream, const std::string& op) {
             Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
-            collective(stream, {s, r}, [&] { c.reduce_scatter(s.view, r.view, to_op(op), stream.view); });
+            collective(c, stream, {s, r}, [&] { c.reduce_scatter(s.view, r.view, to_op(op), stream.view); });
           },
           py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum")
       .def(
           "all_gather",
           [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream) {
             Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
-            collective(stream, {s, r}, [&] { c.all_gather(s.view, r.view, stream.view); });
+            collective(c, stream, {s, r}, [&] { c.all_gather(s.view, r.view, stream.view); });
           },
           py::arg("send"), py::arg("recv"), py::arg("stream"))
       .def(
           "broadcast",
           [](Communicator& c, ArrayLike buffer, int root, PyStream& stream) {
             Borrowed b = borrow_writable(buffer, "buffer");
-            collective(stream, {b}, [&] { c.broadcast(b.view, root, stream.view); });
+            collective(c, stream, {b}, [&] { c.broadcast(b.view, root, stream.view); });
           },
           py::arg("buffer"), py::arg("root"), py::arg("stream"))
       .def(
@@ -298,7 +304,7 @@ void bind_comm(py::module_& m) {
           "all_reduce_auto",
           [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream, const std::string& op) {
             Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
-            collective(stream, {s, r}, [&] { c.all_reduce_auto(s.view, r.view, to_op(op), stream.view); });
+            collective(c, stream, {s, r}, [&] { c.all_reduce_auto(s.view, r.view, to_op(op), stream.view); });
           },
           py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum",
           "All-reduce, flat or hierarchical as the cost model predicts faster.")

@@ -117,6 +117,7 @@ namespace {
 // exports which pending work touches what they export.
 struct PendingBorrow {
   std::shared_ptr<std::atomic<bool>> done;
+  std::function<bool()> abandoned;  // true: keep the objects for ever (see keep_alive_until_done)
   py::object objects;
   std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;  // [begin, end) of gpucloud memory
   std::vector<const PyObject*> ids;                               // the objects, and the owners of Views
@@ -139,6 +140,13 @@ void wait_for_flags(const std::vector<std::shared_ptr<std::atomic<bool>>>& flags
   }
 }
 
+// What abandoned work may still write: kept for the process's life, never released (not even at
+// exit: the job ends with the operation pending). Guarded by the GIL.
+std::vector<py::object>& kept_for_ever() {
+  static auto* list = new std::vector<py::object>();
+  return *list;
+}
+
 // Background threads (prefetchers) to stop at exit: key -> how to stop it. Guarded by the GIL.
 std::map<const void*, std::function<void()>>& background() {
   static auto* map = new std::map<const void*, std::function<void()>>();
@@ -155,6 +163,9 @@ void release_finished_borrows() {
                                     [](const PendingBorrow& b) { return !b.done->load(std::memory_order_acquire); });
   std::move(keep, list.end(), std::back_inserter(finished));
   list.erase(keep, list.end());
+  for (auto& f : finished) {
+    if (f.abandoned && f.abandoned()) kept_for_ever().push_back(std::move(f.objects));
+  }
   finished.clear();
 }
 
@@ -167,13 +178,17 @@ void release_all_borrows_at_exit() {
   all.swap(list);
 }
 
-void keep_alive_until_done(StreamView stream, std::vector<py::object> objects) {
+void keep_alive_until_done(StreamView stream, std::vector<py::object> objects, std::function<bool()> abandoned) {
   release_finished_borrows();
   if (objects.empty()) return;
   // A host stream that has already run everything (a small copy runs in place on an idle stream)
   // holds nothing: the objects are released here, with the GIL, as a finished borrow would be.
-  if (stream.device().is_host() && stream.query()) return;
+  if (stream.device().is_host() && stream.query()) {
+    if (abandoned && abandoned()) kept_for_ever().push_back(py::cast(std::move(objects)));
+    return;
+  }
   PendingBorrow pending;
+  pending.abandoned = std::move(abandoned);
   for (const auto& o : objects) {
     pending.ids.push_back(o.ptr());
     if (py::isinstance<PyBuffer>(o)) {

@@ -83,6 +83,45 @@ except gc.CommunicationError as e:
     assert took < 60, f"the job took {took:.0f} s to end"
 
 
+@pytest.mark.parametrize("path", ["in_place", "worker"])
+def test_the_arrays_of_a_collective_that_timed_out_are_kept_for_the_process_life(path):
+    """A collective that timed out is abandoned with its messages left to MPI: a late peer still
+    writes into its arrays. Dropped by the caller, they must stay allocated (a 2^31-byte broadcast
+    that timed out segfaulted when its freed buffer was written), however large they are."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
+    code = """
+import gc as pygc, time, weakref, numpy as np, gpucloud as gc
+c = gc.Communicator.mpi_world()
+s = gc.Stream()
+if c.rank == 1:
+    time.sleep(30)        # joins long after rank 0 gave up
+    raise SystemExit(0)
+a = np.ones(1 << 20, np.float32)
+if PATH == "worker":      # a busy stream: the collective goes to its worker
+    gc.launch_host_func(s, lambda: time.sleep(0.2))
+c.broadcast(a, 0, s)      # idle stream: run in place, polled by this thread
+try:
+    s.synchronize()
+except gc.CommunicationError:
+    pass
+alive = weakref.ref(a)
+del a
+for _ in range(3):
+    pygc.collect()
+gc.Stream().synchronize()  # a binding call: finished borrows are released here
+print("kept:", alive() is not None, flush=True)
+"""
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1",
+               GPUCLOUD_COMM_TIMEOUT="1")
+    r = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
+                        sys.executable, "-c", f"PATH = {path!r}\n" + code], env=env, capture_output=True, text=True,
+                       timeout=100)
+    assert "kept: True" in r.stdout, r.stdout + r.stderr
+    assert "Segmentation fault" not in r.stderr and "signal 11" not in r.stderr, r.stderr
+
+
 def test_a_torchrun_worker_without_mpi_is_refused_not_made_rank_0_of_1():
     """torchrun sets RANK/WORLD_SIZE but starts no MPI job: mpi_world() says so instead of giving
     every worker a world of its own."""
