@@ -26,8 +26,8 @@ namespace tel = gpucloud::telemetry;
 
 namespace {
 
-// GET http://127.0.0.1:port/path with a plain socket; the body.
-std::string http_get(int port, const std::string& path) {
+// A TCP connection to 127.0.0.1:port, or -1.
+int connect_loopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -35,8 +35,15 @@ std::string http_get(int port, const std::string& path) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd);
-    return "connect failed";
+    return -1;
   }
+  return fd;
+}
+
+// GET http://127.0.0.1:port/path with a plain socket; the body.
+std::string http_get(int port, const std::string& path) {
+  const int fd = connect_loopback(port);
+  if (fd < 0) return "connect failed";
   const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
   (void)::write(fd, request.data(), request.size());
   std::string response;
@@ -222,16 +229,8 @@ namespace {
 
 // A connection to 127.0.0.1:port that sent @p bytes and then nothing (a slow or idle client).
 int half_sent_request(int port, const std::string& bytes) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  (void)::write(fd, bytes.data(), bytes.size());
+  const int fd = connect_loopback(port);
+  if (fd >= 0) (void)::write(fd, bytes.data(), bytes.size());
   return fd;
 }
 
