@@ -8,6 +8,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 namespace gpucloud::telemetry::detail {
@@ -111,12 +114,18 @@ struct TlsFront::Impl {
         std::lock_guard<std::mutex> lock(mutex);
         ++active;
       }
-      std::thread([this, fd] {
-        serve(fd);
+      try {
+        std::thread([this, fd] {
+          serve(fd);
+          std::lock_guard<std::mutex> lock(mutex);
+          --active;
+          cv.notify_all();
+        }).detach();
+      } catch (const std::system_error&) {  // no thread to be had: this client is turned away
+        ::close(fd);
         std::lock_guard<std::mutex> lock(mutex);
         --active;
-        cv.notify_all();
-      }).detach();
+      }
     }
   }
 
@@ -151,6 +160,13 @@ struct TlsFront::Impl {
 
   // One client: the handshake and its requests bounded by idle_timeout, bytes forwarded both ways.
   void serve(int fd) {
+    // OpenSSL writes with write(): a client gone mid-response must be EPIPE, not a SIGPIPE that
+    // ends the process (a signal caused by a write is the writing thread's, so blocking it here
+    // is enough).
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     set_timeouts(fd, options.idle_timeout);
     SSL* ssl = SSL_new(ctx);
     int back = -1;

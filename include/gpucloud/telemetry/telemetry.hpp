@@ -35,9 +35,11 @@ struct ExporterOptions {
   int threads = 8;
   /// How long a client may take to send its request before it is disconnected.
   std::chrono::milliseconds request_timeout = std::chrono::seconds(5);
-  /// TLS (Prometheus web-config's tls_server_config): PEM certificate (chain) and private key
-  /// files; both set serves HTTPS only, neither plain HTTP.
-  std::string tls_cert_file, tls_key_file;
+  /// TLS (Prometheus web-config's tls_server_config.cert_file): the PEM certificate (chain);
+  /// with tls_key_file serves HTTPS only, without both plain HTTP.
+  std::string tls_cert_file;
+  /// TLS: the PEM private key of tls_cert_file (web-config's tls_server_config.key_file).
+  std::string tls_key_file;
   /// Basic authentication (web-config's basic_auth_users): user -> bcrypt hash ("$2y$..."); empty
   /// serves without. Use it with TLS: basic auth sends the password in clear otherwise.
   std::map<std::string, std::string> basic_auth_users;
