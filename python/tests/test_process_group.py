@@ -82,11 +82,9 @@ print(f"rank {r}: process group communicator on {n} ranks ({comm.nodes} nodes): 
 
 
 def _free_port():
-    import socket
+    from ports import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 def _env(**extra):

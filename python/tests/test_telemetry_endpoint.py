@@ -17,6 +17,7 @@ import pytest
 
 import gpucloud as gc
 from gpucloud import telemetry
+from ports import free_port
 
 PASSWORD = "s3cret pass"
 
@@ -130,12 +131,6 @@ def test_idle_half_sent_requests_do_not_stall_a_scrape():
 
 
 # ---- a real Prometheus ------------------------------------------------------------------------------
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_a_real_prometheus_scrapes_over_tls_with_basic_auth_and_is_refused_without(tmp_path, certificate):
     prometheus = shutil.which("prometheus")

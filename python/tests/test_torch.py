@@ -220,11 +220,9 @@ def test_the_nccl_unique_id_travels_through_a_torch_store(tmp_path):
 
 
 def _free_port():
-    import socket
+    from ports import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 @pytest.mark.parametrize("agent_store", [False, True])

@@ -14,6 +14,7 @@ import gpucloud as gc
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (Debian: python3-torch)")
 import gpucloud.torch as gt  # noqa: E402
+from ports import free_port  # noqa: E402
 
 STEPS = 50
 
@@ -347,13 +348,6 @@ print('ok')
 
 
 # ---- DDP communication hooks --------------------------------------------------------------------
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_torch_mpi(script, ranks, local_size):
