@@ -19,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <crypt.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -109,6 +110,19 @@ bool is_bcrypt(const std::string& hash) {
          (hash[2] == 'a' || hash[2] == 'b' || hash[2] == 'y') && hash[3] == '$';
 }
 
+// libcrypt's crypt_r, looked up in libcrypt itself rather than called by name: a sanitizer
+// runtime preloaded into a program that loads libcrypt only later (Python loading the extension)
+// intercepts crypt_r with no real function behind it, and the call jumped to address 0.
+using CryptR = char* (*)(const char*, const char*, crypt_data*);
+CryptR real_crypt_r() {
+  static const CryptR fn = [] {
+    void* lib = ::dlopen("libcrypt.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (lib == nullptr) lib = ::dlopen("libcrypt.so.1", RTLD_NOW);
+    return lib == nullptr ? nullptr : reinterpret_cast<CryptR>(::dlsym(lib, "crypt_r"));
+  }();
+  return fn;
+}
+
 // The password @p password of @p user against its bcrypt hash (crypt_r: libxcrypt's bcrypt).
 bool password_matches(const std::map<std::string, std::string>& users, const std::string& user,
                       const std::string& password) {
@@ -116,8 +130,10 @@ bool password_matches(const std::map<std::string, std::string>& users, const std
   // An unknown user is checked against a fixed hash too: the answer takes as long either way.
   static const std::string kDummy = "$2y$10$abcdefghijklmnopqrstuu5Mb8ZQwZrtvYQFvbdmK1cR3iHbE/7Xm";
   const std::string& hash = it != users.end() ? it->second : kDummy;
+  const CryptR crypt = real_crypt_r();
+  if (crypt == nullptr) return false;
   auto data = std::make_unique<crypt_data>();
-  const char* out = ::crypt_r(password.c_str(), hash.c_str(), data.get());
+  const char* out = crypt(password.c_str(), hash.c_str(), data.get());
   if (out == nullptr || out[0] == '*') return false;
   const std::string computed(out);
   if (computed.size() != hash.size()) return false;
@@ -418,6 +434,9 @@ Exporter::Exporter(ExporterOptions options) {
                          "']: not a bcrypt hash ($2y$, $2b$ or $2a$, 60 characters; htpasswd -nbB makes one)");
   }
   const std::string acl = options.allow.empty() ? std::string() : access_control_list(options.allow);
+  if (!options.basic_auth_users.empty() && real_crypt_r() == nullptr) {
+    GPUCLOUD_FAIL(Unsupported, kCall, "options.basic_auth_users: libcrypt.so.1 (crypt_r, for bcrypt) cannot be loaded");
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->devices = std::make_shared<DeviceCollectable>(options.labels);
