@@ -45,9 +45,7 @@ std::string arg_path(py::handle path, const char* arg) {
 }
 
 // A path back to Python: str, decoded as os.fsdecode does.
-py::str path_to_python(const std::string& path) {
-  return py::module_::import("os").attr("fsdecode")(py::bytes(path));
-}
+py::str path_to_python(const std::string& path) { return py::module_::import("os").attr("fsdecode")(py::bytes(path)); }
 
 // A contiguous copy of a torch tensor or NumPy array that is not contiguous (channels_last
 // weights, a transposed view), or None when @p obj is contiguous or neither. A CUDA tensor's copy
