@@ -221,3 +221,28 @@ def test_progress_reports_the_last_commit_and_failures(tmp_path, stream):
         writer.save(5, {"w": np.ones(8, np.float32)}, stream)
     p = writer.progress
     assert p.saves_failed == 1 and p.committed_step == 4
+
+
+def test_a_non_contiguous_array_dropped_while_its_save_is_in_flight(tmp_path):
+    # The contiguous copy made for the save is held by the save itself: the caller may drop the
+    # view and its base at once (in a subprocess: a use after free would crash one case).
+    code = textwrap.dedent(f"""
+        import gc as pygc, time, numpy as np, gpucloud as gc
+        from gpucloud import checkpoint as ck
+        s = gc.Stream()
+        gc.launch_host_func(s, lambda: time.sleep(0.3))   # the snapshot runs later
+        w = ck.Checkpointer({str(tmp_path)!r})
+        base = np.arange(24, dtype=np.float32).reshape(4, 6)
+        pending = w.save_async(1, {{"t": base.T}}, s)
+        del base
+        for _ in range(3):
+            pygc.collect()
+        junk = [np.full(4096, -1.0, np.float32) for _ in range(64)]
+        pending.wait()
+        into = np.zeros((6, 4), np.float32)
+        ck.load(ck.latest({str(tmp_path)!r}), {{"t": into}}, s)
+        assert (into == np.arange(24, dtype=np.float32).reshape(4, 6).T).all(), into
+        print("OK")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
