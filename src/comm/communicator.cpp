@@ -4,7 +4,7 @@
 #include <gpucloud/runtime/error.hpp>
 
 #include "comm/communicator_impl.hpp"
-#include "runtime/access.hpp"
+#include "memory/access.hpp"
 
 #include <unistd.h>
 
@@ -64,7 +64,7 @@ void end_job_if_communicator_broke() noexcept {
   if (why.empty()) return;
   std::fprintf(stderr,
                "gpucloud: ending the job: %s, and MPI cannot finalise with that collective abandoned "
-               "(it would wait for the missing rank)\n",
+               "(it would wait for the ranks that did not finish it)\n",
                why.c_str());
   std::fflush(stderr);
   abort_job(1);
@@ -86,8 +86,9 @@ std::exception_ptr Communicator::Impl::timed_out(const char* op, std::chrono::st
   return std::make_exception_ptr(CommunicationError(
       op,
       where + " waited " + std::to_string(waited.count()) +
-          " ms for the other ranks (GPUCLOUD_COMM_TIMEOUT); a rank is missing, slow or dead. The communicator is "
-          "broken: later collectives on it fail, and " +
+          " ms for the other ranks to finish the collective (GPUCLOUD_COMM_TIMEOUT): a rank is missing, stopped or "
+          "dead, or the transfer needs longer than the timeout (then raise it: GPUCLOUD_COMM_TIMEOUT or "
+          "set_timeout). The communicator is broken: later collectives on it fail, and " +
           ends,
       __FILE__, __LINE__));
 }

@@ -81,7 +81,7 @@ int load(const std::string& dir, std::int64_t step) {
   std::vector<gc::Buffer> buffers;
   for (const auto& t : layout()) {
     buffers.emplace_back(count(t.shape), t.dtype, gc::Device::host(), gc::MemoryKind::device);
-    std::memset(buffers.back().data(), 0, buffers.back().size_bytes());
+    if (!buffers.back().view().empty()) std::memset(buffers.back().data(), 0, buffers.back().size_bytes());
     into[t.name] = {buffers.back().view(), t.shape};
   }
   const auto latest = ck::latest(dir);

@@ -86,7 +86,10 @@ int cut_link(gc::Communicator& c) {
 // CommunicationError within its 1 s timeout instead of waiting for ever, with the communicator
 // broken, and nothing of the abandoned collective may keep a core busy afterwards (a thread left
 // polling, or spinning in a blocking MPI call). It then leaves and the job ends (the stopped rank
-// with it).
+// with it). "stall-broadcast": the same with 64 MiB broadcasts from rank 1, the one that stops:
+// on 2 ranks the chain of polled segments on rank 0's worker, abandoned mid-transfer. Under
+// AddressSanitizer (the asan configuration runs these) the abandoned collective, its buffer and
+// the exit handler are checked for use after free.
 // User and system CPU time of the process so far, all threads.
 double cpu_seconds() {
   rusage u{};
@@ -95,7 +98,9 @@ double cpu_seconds() {
   return s(u.ru_utime) + s(u.ru_stime);
 }
 
-int stall(gc::Communicator& c, std::size_t floats, bool hierarchical = false) {
+enum class Stalled { all_reduce, hierarchical, broadcast };
+
+int stall(gc::Communicator& c, std::size_t floats, Stalled op = Stalled::all_reduce) {
   c.set_timeout(std::chrono::milliseconds(1000));
   gc::Stream s;
   gc::Buffer data(floats, gc::DType::float32);
@@ -114,8 +119,10 @@ int stall(gc::Communicator& c, std::size_t floats, bool hierarchical = false) {
   long long calls = 0, waited = 0;
   try {
     for (;; ++calls) {
-      if (hierarchical) {
+      if (op == Stalled::hierarchical) {
         c.hierarchical_all_reduce(data, data, gc::ReduceOp::sum, s);
+      } else if (op == Stalled::broadcast) {
+        c.broadcast(data, 1, s);
       } else {
         c.all_reduce(data, data, gc::ReduceOp::sum, s);
       }
@@ -157,7 +164,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "cut") return cut_link(c);
   if (argc > 1 && std::string(argv[1]) == "stall") return stall(c, std::size_t{1} << 17);
   if (argc > 1 && std::string(argv[1]) == "stall-worker") return stall(c, std::size_t{1} << 20);
-  if (argc > 1 && std::string(argv[1]) == "stall-hierarchical") return stall(c, std::size_t{1} << 20, true);
+  if (argc > 1 && std::string(argv[1]) == "stall-hierarchical") return stall(c, std::size_t{1} << 20, Stalled::hierarchical);
+  if (argc > 1 && std::string(argv[1]) == "stall-broadcast") return stall(c, std::size_t{1} << 24, Stalled::broadcast);
   gc::Communicator again = gc::Communicator::mpi_world();  // for the dropped stream, below
   gc::Communicator idle = gc::Communicator::mpi_world();   // for the in-place collective, below
   if (c.rank() != 0) {                                     // never joins: waits, or leaves the job at once

@@ -267,8 +267,9 @@ struct NcclCommunicator final : Communicator::Impl {
       if (q != cudaErrorNotReady) return where + ": " + p.op + " failed on the GPU (" + cudaGetErrorString(q) + ")";
       if (waited > timeout.load()) {
         return where + ": " + p.op + " waited " + std::to_string(waited.count()) +
-               " ms for the other ranks (GPUCLOUD_COMM_TIMEOUT); a rank is missing, slow or dead. The "
-               "communicator is aborted (ncclCommAbort): later collectives on it fail";
+               " ms for the other ranks to finish the collective (GPUCLOUD_COMM_TIMEOUT): a rank is missing, "
+               "stopped or dead, or the transfer needs longer than the timeout (then raise it: GPUCLOUD_COMM_TIMEOUT "
+               "or set_timeout). The communicator is aborted (ncclCommAbort): later collectives on it fail";
       }
       break;  // collectives complete in order: the oldest pending one decides
     }
