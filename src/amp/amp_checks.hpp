@@ -5,7 +5,7 @@
 #include <gpucloud/runtime/error.hpp>
 #include <gpucloud/runtime/stream.hpp>
 
-#include "runtime/access.hpp"
+#include "memory/access.hpp"
 
 #include <string>
 

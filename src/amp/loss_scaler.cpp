@@ -5,7 +5,7 @@
 #include "amp/amp_checks.hpp"
 #include "amp/amp_launch.hpp"
 #include "checkpoint/state_checks.hpp"
-#include "runtime/access.hpp"
+#include "memory/access.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <cmath>

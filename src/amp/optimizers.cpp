@@ -6,8 +6,8 @@
 #include "amp/amp_checks.hpp"
 #include "amp/amp_launch.hpp"
 #include "checkpoint/state_checks.hpp"
+#include "memory/access.hpp"
 #include "memory/workspace.hpp"
-#include "runtime/access.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <cstring>

@@ -4,7 +4,7 @@
 #include <gpucloud/runtime/error.hpp>
 #include <gpucloud/runtime/event.hpp>
 
-#include "runtime/access.hpp"
+#include "memory/access.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <string>

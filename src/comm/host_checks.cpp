@@ -2,7 +2,7 @@
 
 #include <gpucloud/runtime/error.hpp>
 
-#include "runtime/access.hpp"
+#include "memory/access.hpp"
 
 #include <string>
 

@@ -1,10 +1,10 @@
 #include <gpucloud/compute/cast.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include "compute/cuda/cast_backend.hpp"
 #include "kernels/compute/cast_body.hpp"
 #include "kernels/launch/dispatch.hpp"
-#include "runtime/access.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
+#include "memory/access.hpp"
 #include "runtime/host/host_stream.hpp"
 #include "runtime/stream_impl.hpp"
 

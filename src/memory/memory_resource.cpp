@@ -2,9 +2,9 @@
 #include <gpucloud/memory/plain_resource.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include "memory/cuda/memory_backend.hpp"
 #include "memory/host_memory.hpp"
 #include "memory/workspace.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/host/host_stream.hpp"
 #include "runtime/stream_impl.hpp"
 

@@ -1,8 +1,8 @@
 #include <gpucloud/memory/pool_resource.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include "memory/cuda/memory_backend.hpp"
 #include "memory/host_memory.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <condition_variable>

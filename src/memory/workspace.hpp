@@ -12,7 +12,7 @@
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/runtime/stream.hpp>
 
-#include "runtime/cuda/cuda_backend.hpp"
+#include "memory/cuda/memory_backend.hpp"
 
 #include <cstddef>
 #include <optional>

@@ -3,9 +3,9 @@
 #include <gpucloud/monitor/monitor.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include "monitor/cuda/monitor_backend.hpp"
 #include "monitor/host/host_metrics.hpp"
 #include "monitor/metrics_summary.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
 
 #include <algorithm>
 #include <condition_variable>

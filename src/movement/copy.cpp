@@ -2,8 +2,9 @@
 #include <gpucloud/movement/copy.hpp>
 #include <gpucloud/runtime/error.hpp>
 
-#include "runtime/access.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
+#include "memory/access.hpp"
+#include "memory/cuda/memory_backend.hpp"
+#include "movement/cuda/movement_backend.hpp"
 #include "runtime/host/host_stream.hpp"
 #include "runtime/host/parallel_for.hpp"
 #include "runtime/stream_impl.hpp"

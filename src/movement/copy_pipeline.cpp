@@ -3,7 +3,7 @@
 #include <gpucloud/runtime/error.hpp>
 #include <gpucloud/runtime/event.hpp>
 
-#include "runtime/access.hpp"
+#include "memory/access.hpp"
 #include "runtime/nvtx.hpp"
 #include "runtime/stream_impl.hpp"
 

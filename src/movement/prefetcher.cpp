@@ -4,7 +4,7 @@
 #include <gpucloud/movement/prefetcher.hpp>
 #include <gpucloud/runtime/error.hpp>
 
-#include "runtime/access.hpp"
+#include "memory/access.hpp"
 #include "runtime/nvtx.hpp"
 
 #include <condition_variable>

@@ -1,7 +1,7 @@
 #include <gpucloud/runtime/device.hpp>
 #include <gpucloud/runtime/error.hpp>
 
-#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/runtime_backend.hpp"
 
 #include <sys/sysinfo.h>
 #include <unistd.h>

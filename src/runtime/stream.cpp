@@ -2,7 +2,7 @@
 #include <gpucloud/runtime/event.hpp>
 #include <gpucloud/runtime/stream.hpp>
 
-#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/runtime_backend.hpp"
 #include "runtime/host/host_stream.hpp"
 #include "runtime/stream_impl.hpp"
 

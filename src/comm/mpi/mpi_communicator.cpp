@@ -16,7 +16,7 @@
 #include "comm/mpi/mpi_check.hpp"
 #include "comm/mpi/ring.hpp"
 #include "comm/nccl/nccl_communicator.hpp"
-#include "runtime/access.hpp"
+#include "memory/access.hpp"
 #include "runtime/host/deadline.hpp"
 #include "runtime/host/host_stream.hpp"
 #include "runtime/nvtx.hpp"

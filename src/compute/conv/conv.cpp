@@ -4,12 +4,12 @@
 #include <gpucloud/runtime/error.hpp>
 
 #include "compute/conv/conv_plan.hpp"
+#include "compute/conv/cuda/conv_backend.hpp"
 #include "compute/conv/host/onednn_conv.hpp"
 #include "compute/gemm/host/host_sgemm.hpp"
 #include "compute/host_values.hpp"
 #include "kernels/compute/host_convert.hpp"
-#include "runtime/access.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
+#include "memory/access.hpp"
 #include "runtime/host/parallel_for.hpp"
 #include "runtime/stream_impl.hpp"
 

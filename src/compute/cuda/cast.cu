@@ -3,7 +3,7 @@
 #include "kernels/launch/dispatch.hpp"
 #include "runtime/cuda/launch.cuh"
 
-#include "runtime/cuda/cuda_backend.hpp"
+#include "compute/cuda/cast_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
 
 #include <cuda_runtime_api.h>

@@ -1,14 +1,14 @@
 #include <gpucloud/compute/gemm.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include "compute/gemm/cuda/gemm_backend.hpp"
 #include "compute/gemm/gemm_plan.hpp"
 #include "compute/gemm/host/host_bf16_gemm.hpp"
 #include "compute/gemm/host/host_sgemm.hpp"
 #include "compute/host_values.hpp"
 #include "kernels/compute/host_convert.hpp"
 #include "kernels/compute/host_nn_ops.hpp"
-#include "runtime/access.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
+#include "memory/access.hpp"
 #include "runtime/host/host_stream.hpp"
 #include "runtime/stream_impl.hpp"
 

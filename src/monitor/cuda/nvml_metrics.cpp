@@ -5,8 +5,9 @@
 // reordering cannot mix them up. Without NVML, memory still comes from the CUDA runtime.
 #include <gpucloud/runtime/error.hpp>
 
-#include "runtime/cuda/cuda_backend.hpp"
+#include "monitor/cuda/monitor_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/runtime_backend.hpp"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

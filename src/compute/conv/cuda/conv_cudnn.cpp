@@ -5,10 +5,10 @@
 // device, bound to the caller's stream under a lock for each call.
 #include <gpucloud/runtime/error.hpp>
 
+#include "compute/conv/cuda/conv_backend.hpp"
 #include "compute/conv/cuda/cudnn_check.hpp"
 #include "compute/plan_cache.hpp"
 #include "memory/workspace.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
 #include "runtime/cuda/device_handles.hpp"
 #include "runtime/cuda/native_stream.hpp"

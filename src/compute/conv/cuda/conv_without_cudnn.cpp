@@ -1,7 +1,7 @@
 // CUDA builds whose toolkit has no cuDNN: convolutions on a GPU say so (the host model still runs).
 #include <gpucloud/runtime/error.hpp>
 
-#include "runtime/cuda/cuda_backend.hpp"
+#include "compute/conv/cuda/conv_backend.hpp"
 
 namespace gpucloud::detail::cuda {
 

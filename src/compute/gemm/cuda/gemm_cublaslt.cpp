@@ -3,11 +3,12 @@
 #include <gpucloud/memory/pool_resource.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include "compute/cuda/cast_backend.hpp"
 #include "compute/gemm/alignment.hpp"
+#include "compute/gemm/cuda/gemm_backend.hpp"
 #include "compute/gemm/cuda/library_check.hpp"
 #include "compute/plan_cache.hpp"
 #include "memory/workspace.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
 #include "runtime/cuda/cuda_check.hpp"
 #include "runtime/cuda/device_handles.hpp"
 #include "runtime/cuda/native_stream.hpp"

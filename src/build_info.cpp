@@ -3,7 +3,7 @@
 #include "compute/conv/host/onednn_conv.hpp"
 #include "compute/gemm/host/host_bf16_gemm.hpp"
 #include "compute/gemm/host/host_sgemm.hpp"
-#include "runtime/cuda/cuda_backend.hpp"
+#include "runtime/cuda/runtime_backend.hpp"
 
 namespace gpucloud {
 

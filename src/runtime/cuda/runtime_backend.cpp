@@ -1,5 +1,5 @@
-// The CUDA backend: devices, streams, events, allocation and copies through the CUDA runtime.
-#include "runtime/cuda/cuda_backend.hpp"
+// The runtime's CUDA backend: devices, streams and events through the CUDA runtime.
+#include "runtime/cuda/runtime_backend.hpp"
 
 #include <gpucloud/runtime/error.hpp>
 
@@ -192,18 +192,6 @@ void CudaStream::wait(EventImpl& event) {
   GPUCLOUD_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<CudaEvent&>(event).event(), 0));
 }
 
-cudaMemLocation location_of(Device target) {
-  cudaMemLocation loc{};
-  if (target.is_host()) {
-    loc.type = cudaMemLocationTypeHost;
-    loc.id = 0;
-  } else {
-    loc.type = cudaMemLocationTypeDevice;
-    loc.id = target.index();
-  }
-  return loc;
-}
-
 }  // namespace
 
 std::unique_ptr<StreamImpl> make_stream(int device) { return std::make_unique<CudaStream>(device); }
@@ -216,118 +204,5 @@ std::unique_ptr<StreamImpl> adopt_stream(int device, void* native) {
   return std::make_unique<CudaStream>(device, static_cast<cudaStream_t>(native));
 }
 std::unique_ptr<EventImpl> make_event(int device, bool timing) { return std::make_unique<CudaEvent>(device, timing); }
-
-void* allocate(MemoryKind kind, std::size_t bytes, int device) {
-  DeviceGuard guard(device);
-  void* p = nullptr;
-  switch (kind) {
-    case MemoryKind::device:
-      GPUCLOUD_CUDA_CHECK_ALLOC(cudaMalloc(&p, bytes), bytes);
-      break;
-    case MemoryKind::pinned:
-      GPUCLOUD_CUDA_CHECK_ALLOC(cudaMallocHost(&p, bytes), bytes);
-      break;
-    case MemoryKind::managed:
-      GPUCLOUD_CUDA_CHECK_ALLOC(cudaMallocManaged(&p, bytes, cudaMemAttachGlobal), bytes);
-      break;
-    case MemoryKind::host:
-      GPUCLOUD_FAIL(InvalidArgument, "allocate", "kind: host memory is not a CUDA allocation");
-  }
-  return p;
-}
-
-void deallocate(MemoryKind kind, void* p, int device) noexcept {
-  try {
-    DeviceGuard guard(device);
-    if (kind == MemoryKind::pinned) {
-      GPUCLOUD_CUDA_CHECK_NOTHROW(cudaFreeHost(p));
-    } else {
-      GPUCLOUD_CUDA_CHECK_NOTHROW(cudaFree(p));
-    }
-  } catch (const std::exception&) {
-    // cudaSetDevice failed: the runtime is going away; nothing more can be freed.
-  }
-}
-
-void* allocate_async(std::size_t bytes, int device, StreamImpl* stream) {
-  DeviceGuard guard(device);
-  void* p = nullptr;
-  if (stream != nullptr) {
-    GPUCLOUD_CUDA_CHECK_ALLOC(cudaMallocAsync(&p, bytes, native(*stream)), bytes);
-  } else {
-    GPUCLOUD_CUDA_CHECK_ALLOC(cudaMallocAsync(&p, bytes, cudaStreamPerThread), bytes);
-    GPUCLOUD_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
-  }
-  return p;
-}
-
-void deallocate_async(void* p, int device, StreamImpl* stream) noexcept {
-  try {
-    DeviceGuard guard(device);
-    GPUCLOUD_CUDA_CHECK_NOTHROW(cudaFreeAsync(p, stream != nullptr ? native(*stream) : cudaStreamPerThread));
-  } catch (const std::exception&) {
-  }
-}
-
-void memcpy_async(void* dst, const void* src, std::size_t bytes, StreamImpl& stream) {
-  DeviceGuard guard(stream.device().index());
-  GPUCLOUD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native(stream)));
-}
-
-void prefetch(const void* p, std::size_t bytes, Device target, StreamImpl& stream) {
-  DeviceGuard guard(stream.device().index());
-  GPUCLOUD_CUDA_CHECK(cudaMemPrefetchAsync(p, bytes, location_of(target), 0, native(stream)));
-}
-
-void advise(const void* p, std::size_t bytes, MemoryAdvice advice, Device target) {
-  cudaMemoryAdvise a = cudaMemAdviseSetReadMostly;
-  switch (advice) {
-    case MemoryAdvice::read_mostly:
-      a = cudaMemAdviseSetReadMostly;
-      break;
-    case MemoryAdvice::unset_read_mostly:
-      a = cudaMemAdviseUnsetReadMostly;
-      break;
-    case MemoryAdvice::preferred_location:
-      a = cudaMemAdviseSetPreferredLocation;
-      break;
-    case MemoryAdvice::unset_preferred_location:
-      a = cudaMemAdviseUnsetPreferredLocation;
-      break;
-    case MemoryAdvice::accessed_by:
-      a = cudaMemAdviseSetAccessedBy;
-      break;
-    case MemoryAdvice::unset_accessed_by:
-      a = cudaMemAdviseUnsetAccessedBy;
-      break;
-  }
-  GPUCLOUD_CUDA_CHECK(cudaMemAdvise(p, bytes, a, location_of(target)));
-}
-
-PointerInfo pointer_info(const void* p) {
-  cudaPointerAttributes attr{};
-  const cudaError_t status = cudaPointerGetAttributes(&attr, p);
-  PointerInfo info;
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();
-    return info;
-  }
-  switch (attr.type) {
-    case cudaMemoryTypeDevice:
-      info.kind = MemoryKind::device;
-      info.device = Device::cuda(attr.device);
-      break;
-    case cudaMemoryTypeManaged:
-      info.kind = MemoryKind::managed;
-      info.device = Device::cuda(attr.device);
-      break;
-    case cudaMemoryTypeHost:
-      info.kind = MemoryKind::pinned;
-      break;
-    default:
-      break;
-  }
-  return info;
-}
 
 }  // namespace gpucloud::detail::cuda

@@ -1,0 +1,10 @@
+// The monitor's CUDA backend stand-in for builds without CUDA: a clear error from every entry point
+// (which the public layer never reaches, since no CUDA Device exists).
+#include "monitor/cuda/monitor_backend.hpp"
+#include "runtime/cuda/unavailable.hpp"
+
+namespace gpucloud::detail::cuda {
+void read_metrics(int, DeviceMetrics&) { unavailable("read_metrics"); }
+std::string nvml_unavailable_reason() { return kBuiltWithoutCuda; }
+
+}  // namespace gpucloud::detail::cuda
