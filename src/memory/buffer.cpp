@@ -1,11 +1,13 @@
 #include <gpucloud/memory/buffer.hpp>
-#include <gpucloud/movement/copy.hpp>
 #include <gpucloud/runtime/error.hpp>
 
 #include "memory/access.hpp"
+#include "memory/cuda/memory_backend.hpp"
+#include "runtime/host/host_stream.hpp"
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include <limits>
 #include <string>
@@ -83,22 +85,36 @@ Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, Me
 Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream, MemoryResource* mr)
     : Buffer(Allocate{}, size, dtype, device, kind, std::optional<StreamView>(stream), mr) {}
 
+namespace {
+// Copies element @p element of a buffer from (@p to_buffer: to) the caller's @p value in @p stream's
+// order and waits for it (the value lives on the caller's stack): cudaMemcpyAsync on a GPU stream,
+// memmove on a host stream (on this thread when the stream is idle, else behind its work).
+void copy_element(void* value, BufferView element, bool to_buffer, StreamView stream) {
+  detail::check_access(element, stream, detail::Access::copy, "copy", to_buffer ? "dst" : "src");
+  void* dst = to_buffer ? element.data() : value;
+  const void* src = to_buffer ? value : element.data();
+  const std::size_t bytes = element.size_bytes();
+  if (stream.device().is_cuda()) {
+    detail::cuda::memcpy_async(dst, src, bytes, *stream.impl());
+  } else {
+    detail::run_or_enqueue(*stream.impl(), true, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  }
+  stream.synchronize();
+}
+}  // namespace
+
 void Buffer::read_element(std::size_t i, void* out, StreamView stream) const {
   GPUCLOUD_EXPECTS(i < size(), "Buffer::element",
                    "i: " + std::to_string(i) + " is out of range for " + std::to_string(size()) + " elements");
   GPUCLOUD_EXPECTS(out != nullptr, "Buffer::element", "out: null");
-  const BufferView host(out, 1, dtype(), MemoryKind::host, Device::host());
-  copy(host, view_.slice(i, 1), stream);
-  stream.synchronize();
+  copy_element(out, view_.slice(i, 1), /*to_buffer=*/false, stream);
 }
 
 void Buffer::write_element(std::size_t i, const void* value, StreamView stream) {
   GPUCLOUD_EXPECTS(i < size(), "Buffer::set_element",
                    "i: " + std::to_string(i) + " is out of range for " + std::to_string(size()) + " elements");
   GPUCLOUD_EXPECTS(value != nullptr, "Buffer::set_element", "value: null");
-  const BufferView host(const_cast<void*>(value), 1, dtype(), MemoryKind::host, Device::host());
-  copy(view_.slice(i, 1), host, stream);
-  stream.synchronize();  // the value lives on the caller's stack
+  copy_element(const_cast<void*>(value), view_.slice(i, 1), /*to_buffer=*/true, stream);
 }
 
 Buffer::~Buffer() { release(); }
