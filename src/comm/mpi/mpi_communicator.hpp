@@ -1,0 +1,245 @@
+// Internal: the MPI backend of Communicator (not API). Every collective is issued through
+// MpiCommunicator::enqueue: in one order per communicator, after the ranks' agreement
+// (comm/mpi/agreement_exchange.hpp), on the caller's thread when the stream is idle and the
+// collective is small (run_in_place), else on the stream's worker under the timeout's watchdog.
+// The collectives themselves (which algorithm at which size) are in mpi_collectives.cpp, the
+// polled point-to-point schedules in ring.hpp, the set-up in mpi_communicator.cpp.
+#pragma once
+
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/runtime/error.hpp>
+
+#include "comm/agreement.hpp"
+#include "comm/communicator_impl.hpp"
+#include "comm/mpi/agreement_exchange.hpp"
+#include "comm/mpi/mpi_check.hpp"
+#include "comm/mpi/ring.hpp"
+#include "runtime/host/deadline.hpp"
+#include "runtime/host/host_stream.hpp"
+#include "runtime/nvtx.hpp"
+#include "runtime/stream_impl.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace gpucloud::detail {
+
+// How the job ends after a collective timed out (CommunicationError's message).
+inline constexpr const char* kEnds =
+    "the job ends at exit (MPI_Abort) since MPI cannot finalise with the collective pending";
+
+// A collective of at most this many bytes in all that runs as a RingCollective runs on the
+// caller's thread when the stream is idle (as inline collectives do); larger ones stay
+// asynchronous on the worker, so a caller overlapping communication with compute is not held for
+// the transfer.
+inline constexpr std::size_t kInPlaceRingBytes = std::size_t{1} << 20;
+
+// The MPI backend: the communicator's duplicate of the caller's MPI communicator, and the
+// intra-node (local) and cross-node sub-communicators, built once. Enqueued work holds a
+// shared_ptr to it, so a Communicator dropped while its collectives are queued stays alive until
+// they have run.
+struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<MpiCommunicator> {
+  MPI_Comm world = MPI_COMM_NULL, local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+  MPI_Comm agreement = MPI_COMM_NULL;  // world's duplicate, for the agreement's messages alone
+  // The agreement's buffers (this rank's, and what peers send), made once and used under `order`:
+  // 64 KiB each, allocated per call they cost page faults whenever malloc returns the top of its
+  // heap to the system (2 ranks from Python, 32 KiB all-reduce: 35-50 µs instead of 17).
+  std::unique_ptr<Agreement> own_agreement{new Agreement}, peer_agreement{new Agreement}, out_agreement{new Agreement};
+  // Elements per MPI call (MPI counts are int): larger all-reduces and broadcasts are split, larger
+  // per-rank reduce-scatters and all-gathers are refused. GPUCLOUD_MPI_MAX_COUNT lowers it (tests).
+  std::int64_t max_count = std::numeric_limits<int>::max();
+
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    // A broken communicator may still have an abandoned request in flight: freeing it, or the
+    // agreement buffers it writes, is undefined, and the process is about to end the job anyway.
+    if (finalized || broken) {
+      (void)own_agreement.release();
+      (void)peer_agreement.release();
+      (void)out_agreement.release();
+      (void)ring_scratch.release();
+      (void)halving_workspace.release();
+      return;
+    }
+    for (MPI_Comm* c : {&agreement, &cross, &local, &world}) {
+      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    }
+  }
+
+  // This rank's agreement on @p sig (in `own_agreement`; `order` held), for an AgreementExchange
+  // to combine with the other ranks'. Every rank must agree on the operation, reduce op, root,
+  // count and dtype (the header: each field as itself and negated, so max over ranks gives max and
+  // -min); a mismatch is a CommunicationError on every rank instead of corrupted data, a hang or an
+  // MPI abort. When @p inline_bytes fit, @p pack writes the payload, all @p inline_bytes of it
+  // (all-gather and broadcast zero what is not this rank's: the ranks' slots are ORed together),
+  // and a.high[5] holds the ranks; the payload is uninitialised beyond.
+  template <class Pack>
+  Agreement& make_agreement(const Signature& sig, std::size_t inline_bytes, const Pack& pack) {
+    Agreement& a = *own_agreement;
+    const bool inline_data = inline_bytes <= kInlineBytes;
+    if (inline_data) pack(*this, a.payload);
+    std::int64_t fields[kFields];
+    detail::agreement_fields(sig, inline_data ? size : 0, fields);
+    for (int i = 0; i < kFields; ++i) {
+      a.high[i] = fields[i];
+      a.low[i] = -fields[i];
+    }
+    return a;
+  }
+
+  // Drives a polled exchange (an AgreementExchange, a RingCollective) until @p test() is true, the
+  // core yielded every kYieldEvery-th test. MPI's own progress already yields on an idle test
+  // under mpi_yield_when_idle (oversubscribed cores), so extra yields only cost: every 4th made
+  // 4 ranks on 2 cores pay +2.3-6.3 µs over the raw call at 8 B, every 8th +1.1-3.5 µs (never
+  // yielding +1.2-4.7 µs); never yielding also lets a polling stream worker starve the trainer's own
+  // thread (2-rank train_mlp 101-185 k samples/s against 190-215 k every 8th). It throws the timeout's
+  // CommunicationError once the collective has taken `timeout` since @p began, its messages left
+  // to MPI: on the caller's thread that is the timeout; on the worker the watchdog's deadline
+  // fires at the same time, and the throw ends the abandoned worker's loop (a blocking MPI call
+  // would keep it spinning until the process ends).
+  static constexpr unsigned kYieldEvery = 8;
+  struct Poll {
+    MpiCommunicator& c;
+    const char* call;
+    std::chrono::steady_clock::time_point began;
+    template <class Test>
+    void operator()(Test test) const {
+      const std::chrono::milliseconds limit = c.timeout.load();
+      for (unsigned tests = 1; !test(); ++tests) {
+        if (std::chrono::steady_clock::now() - began >= limit) {
+          std::rethrow_exception(c.timed_out(call, began, kEnds));
+        }
+        if (tests % kYieldEvery == 0) std::this_thread::yield();
+      }
+    }
+  };
+
+  // The ring all-reduce's scratch (kRingScratchBytes), made at its first use (`order` held) and,
+  // like the agreement's buffers, never freed once a timeout broke the communicator.
+  std::unique_ptr<unsigned char[]> ring_scratch;
+  unsigned char* scratch() {
+    if (!ring_scratch) ring_scratch.reset(new unsigned char[detail::kRingScratchBytes]);
+    return ring_scratch.get();
+  }
+  // The halving reduce-scatter's whole vector of partial results (at least @p bytes), grown when a
+  // larger one comes (`order` held; nothing is in flight then) and, like the scratch, never freed
+  // once a timeout broke the communicator. At most the ring's smallest size (on 16 ranks 7 MiB).
+  std::unique_ptr<unsigned char[]> halving_workspace;
+  std::size_t halving_workspace_bytes = 0;
+  unsigned char* workspace(std::size_t bytes) {
+    if (bytes > halving_workspace_bytes) {
+      halving_workspace.reset();
+      halving_workspace.reset(new unsigned char[bytes]);
+      halving_workspace_bytes = bytes;
+    }
+    return halving_workspace.get();
+  }
+
+  // A collective run by the calling thread when @p stream is idle and no other collective of this
+  // communicator is in flight: no hand-off to the worker, which on busy cores costs more than the
+  // message. Either its data fits in the agreement (@p inline_bytes: the agreement is the whole
+  // collective, @p unpack reads the result) or @p body only polls MPI (a RingCollective). Both are
+  // polled against the timeout instead of the watchdog; after a timeout the pending messages are
+  // left to MPI (their buffers never freed: the missing rank may still write them) and the stream
+  // holds the CommunicationError, as when the worker's call is abandoned. False: enqueue it.
+  template <class Pack, class Unpack, class Body>
+  bool run_in_place(StreamView stream, const char* call, const Signature& sig, std::size_t inline_bytes,
+                    const Pack& pack, const Unpack& unpack, const Body& body) {
+    std::unique_lock<std::mutex> lock(order, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    return static_cast<detail::HostStream&>(*stream.impl()).run_now_if_idle([&] {
+      detail::NvtxRange range(call);
+      check_usable(call);
+      const Poll poll{*this, call, std::chrono::steady_clock::now()};
+      Agreement& a = make_agreement(sig, inline_bytes, pack);
+      AgreementExchange exchange(a, *peer_agreement, *out_agreement, agreement, rank, size);
+      poll([&] { return exchange.test(); });
+      detail::check_agreement(call, where, a.high, a.low);
+      if (inline_bytes <= kInlineBytes) {
+        unpack(*this, a.payload);
+      } else {
+        body(*this, poll);
+      }
+      busy_ns.fetch_add(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - poll.began).count(),
+          std::memory_order_relaxed);
+    });
+  }
+
+  // The one way a collective is issued: in one order per communicator, after every rank agreed on
+  // @p sig. When its data fits in kInlineBytes (@p inline_bytes), @p pack writes it into the
+  // agreement's payload and @p unpack reads the result from it: the agreement was the whole
+  // collective, run in place when the stream is idle (run_in_place). Otherwise @p body(comm, poll)
+  // runs after the agreement: either MPI's blocking (tuned) collectives, or a RingCollective that
+  // only waits through `poll` (@p ring_bytes, its bytes in all, non-zero), in place when the stream
+  // is idle up to kInPlaceRingBytes. On the stream's worker it holds this communicator and runs
+  // under the timeout's deadline: a watchdog abandons the worker of a collective that never
+  // completes, and the stream's waiters get the CommunicationError.
+  template <class Pack, class Unpack, class Body>
+  void enqueue(StreamView stream, const char* call, Signature sig, std::size_t inline_bytes, Pack pack, Unpack unpack,
+               Body body, std::size_t ring_bytes = 0) {
+    const bool ring_in_place = ring_bytes != 0 && ring_bytes <= kInPlaceRingBytes;
+    if ((inline_bytes <= kInlineBytes || ring_in_place) &&
+        run_in_place(stream, call, sig, inline_bytes, pack, unpack, body))
+      return;
+    auto self = shared_from_this();
+    launch_host_func(stream, [self, call, sig, inline_bytes, pack, unpack, body] {
+      detail::NvtxRange range(call);
+      self->check_usable(call);
+      const Poll poll{*self, call, std::chrono::steady_clock::now()};  // busy_seconds' timing too
+      detail::run_with_deadline(
+          self->timeout,
+          [&] {
+            std::lock_guard<std::mutex> lock(self->order);  // inside the deadline: its holder may be stuck
+            self->check_usable(call);
+            Agreement& a = self->make_agreement(sig, inline_bytes, pack);
+            AgreementExchange exchange(a, *self->peer_agreement, *self->out_agreement, self->agreement, self->rank,
+                                       self->size);
+            poll([&] { return exchange.test(); });
+            detail::check_agreement(call, self->where, a.high, a.low);
+            if (inline_bytes <= kInlineBytes) {
+              unpack(*self, a.payload);
+            } else {
+              body(*self, poll);
+            }
+          },
+          [&] { return self->timed_out(call, poll.began, kEnds); });
+      self->busy_ns.fetch_add(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - poll.began).count(),
+          std::memory_order_relaxed);
+    });
+  }
+
+  // Runs @p one(offset, count) over [0, n) in pieces of at most max_count elements.
+  template <class One>
+  void in_pieces(std::int64_t n, One one) const {
+    for (std::int64_t at = 0; at < n; at += max_count) one(at, std::min(max_count, n - at));
+  }
+
+  // A communicator over a duplicate of @p parent: nodes from GPUCLOUD_LOCAL_SIZE or a
+  // shared-memory split, the cross-node communicator, the timeout from GPUCLOUD_COMM_TIMEOUT.
+  static std::shared_ptr<MpiCommunicator> build(MPI_Comm parent, const char* call);
+
+  void all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) override;
+  void hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) override;
+  void reduce_scatter(BufferView send, BufferView recv, ReduceOp op, StreamView stream) override;
+  void all_gather(BufferView send, BufferView recv, StreamView stream) override;
+  void broadcast(BufferView buffer, int root, StreamView stream) override;
+  void barrier(StreamView stream) override;
+  double time_all_reduce(bool intra, std::size_t bytes, int repeats) override;
+  bool flat_all_reduce_halves() const override {
+    return detail::halving_applies(std::size_t{1} << 30, size, nodes, kInlineBytes);
+  }
+};
+
+}  // namespace gpucloud::detail
