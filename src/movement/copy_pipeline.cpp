@@ -76,10 +76,21 @@ struct CopyPipeline::State {
     capacity = bytes;
   }
 
+  // @throws InvalidArgument naming the argument, before anything is enqueued.
+  void check(Direction dir, BufferView dst, BufferView src, StreamView caller, const ChunkStep& step) const;
+  // Chunk @p src_chunk into @p work on slot @p k's stream: pageable memory through the slot's
+  // pinned staging.
+  void copy_in(BufferView work, BufferView src_chunk, std::size_t k);
+  // @p work out to @p dst_chunk on slot @p k's stream, pageable memory through the pinned staging.
+  void copy_out(BufferView dst_chunk, BufferView work, std::size_t k);
+  // The caller's stream waits for the first @p used slots; errors raised by work on them surface
+  // at the caller's next synchronize().
+  void join(StreamView caller, std::size_t used);
   void run(Direction dir, BufferView dst, BufferView src, StreamView caller, const ChunkStep& step);
 };
 
-void CopyPipeline::State::run(Direction dir, BufferView dst, BufferView src, StreamView caller, const ChunkStep& step) {
+void CopyPipeline::State::check(Direction dir, BufferView dst, BufferView src, StreamView caller,
+                                const ChunkStep& step) const {
   const char* call = call_name(dir);
   GPUCLOUD_EXPECTS(caller.device() == device, call,
                    "stream: the pipeline runs on " + device.str() + ", the stream on " + caller.device().str());
@@ -88,14 +99,12 @@ void CopyPipeline::State::run(Direction dir, BufferView dst, BufferView src, Str
       std::string("src: dtype ") + dtype_name(src.dtype()) + " differs from dst's " + dtype_name(dst.dtype()));
   GPUCLOUD_EXPECTS(dst.size() == src.size(), call,
                    "src: " + std::to_string(src.size()) + " elements, dst holds " + std::to_string(dst.size()));
-  const BufferView host_in = dir == Direction::download ? dst : src;  // the host side(s)
   GPUCLOUD_EXPECTS(host_accessible(src) || dir == Direction::download, call,
                    std::string("src: must be host memory, got ") + memory_kind_name(src.kind()) + " memory on " +
                        src.device().str());
   GPUCLOUD_EXPECTS(host_accessible(dst) || dir == Direction::upload, call,
                    std::string("dst: must be host memory, got ") + memory_kind_name(dst.kind()) + " memory on " +
                        dst.device().str());
-  (void)host_in;
   if (dir != Direction::transform) {
     const BufferView on_device = dir == Direction::upload ? dst : src;
     detail::check_access(on_device, caller, detail::Access::copy, call, dir == Direction::upload ? "dst" : "src");
@@ -107,10 +116,50 @@ void CopyPipeline::State::run(Direction dir, BufferView dst, BufferView src, Str
   } else {
     detail::check_no_overlap(dst, src, call, "src");
   }
+}
+
+void CopyPipeline::State::copy_in(BufferView work, BufferView src_chunk, std::size_t k) {
+  Stream& s = streams[k];
+  if (src_chunk.kind() != MemoryKind::host) return copy(work, src_chunk, s);
+  const BufferView staged = as(staging_in[k].view(), src_chunk.size(), src_chunk.dtype());
+  launch_host_func(s, [to = staged.data(), from = src_chunk.data(), bytes = src_chunk.size_bytes()] {
+    detail::NvtxRange stage("gpucloud stage in");
+    std::memcpy(to, from, bytes);
+  });
+  copy(work, staged, s);
+}
+
+void CopyPipeline::State::copy_out(BufferView dst_chunk, BufferView work, std::size_t k) {
+  Stream& s = streams[k];
+  if (dst_chunk.kind() != MemoryKind::host) return copy(dst_chunk, work, s);
+  const BufferView staged = as(staging_out[k].view(), dst_chunk.size(), dst_chunk.dtype());
+  copy(staged, work, s);
+  launch_host_func(s, [to = dst_chunk.data(), from = staged.data(), bytes = dst_chunk.size_bytes()] {
+    detail::NvtxRange stage("gpucloud stage out");
+    std::memcpy(to, from, bytes);
+  });
+}
+
+void CopyPipeline::State::join(StreamView caller, std::size_t used) {
+  std::vector<detail::StreamImpl*> impls;
+  for (std::size_t k = 0; k < used; ++k) {
+    done[k].record(streams[k]);
+    caller.wait(done[k]);
+    impls.push_back(streams[k].impl());
+  }
+  launch_host_func(caller, [impls] {
+    for (auto* impl : impls) {
+      if (auto error = impl->take_error()) std::rethrow_exception(error);
+    }
+  });
+}
+
+void CopyPipeline::State::run(Direction dir, BufferView dst, BufferView src, StreamView caller, const ChunkStep& step) {
+  check(dir, dst, src, caller, step);
   const std::size_t n = src.size();
   if (n == 0) return;
 
-  detail::NvtxRange range(call);
+  detail::NvtxRange range(call_name(dir));
   const std::size_t elem = dtype_size(src.dtype());
   const std::size_t chunk = std::max<std::size_t>(1, options.chunk_bytes / elem);
   const std::size_t chunks = (n + chunk - 1) / chunk;
@@ -121,23 +170,8 @@ void CopyPipeline::State::run(Direction dir, BufferView dst, BufferView src, Str
   entry->record(caller);  // internal streams start after the caller's earlier work
   for (std::size_t k = 0; k < used; ++k) streams[k].wait(*entry);
 
-  auto finish = [&] {  // the caller's stream waits for everything enqueued here
-    std::vector<detail::StreamImpl*> impls;
-    for (std::size_t k = 0; k < used; ++k) {
-      done[k].record(streams[k]);
-      caller.wait(done[k]);
-      impls.push_back(streams[k].impl());
-    }
-    // Errors raised by work on the internal streams surface at the caller's next synchronize().
-    launch_host_func(caller, [impls] {
-      for (auto* impl : impls) {
-        if (auto error = impl->take_error()) std::rethrow_exception(error);
-      }
-    });
-  };
-
   try {
-    for (std::size_t i = 0; i < chunks; ++i) {
+    for (std::size_t i = 0; i < chunks; ++i) {  // chunk i on slot i % depth: copy in, step, copy out
       const std::size_t k = i % streams.size();
       Stream& s = streams[k];
       const std::size_t offset = i * chunk;
@@ -150,49 +184,23 @@ void CopyPipeline::State::run(Direction dir, BufferView dst, BufferView src, Str
         ev = &timeline.back();
         ev->copy_in_begin.record(s);
       }
-
       // Where the chunk lives on the device while the step runs.
       BufferView work = dst_chunk;
       if (dir == Direction::transform) work = as(device_chunks[k].view(), len, src.dtype());
       if (dir == Direction::download) work = src_chunk;
 
-      // Copy in (upload, transform): pageable memory goes through the slot's pinned staging.
-      if (dir != Direction::download) {
-        if (src_chunk.kind() == MemoryKind::host) {
-          const BufferView staged = as(staging_in[k].view(), len, src.dtype());
-          launch_host_func(s, [to = staged.data(), from = src_chunk.data(), bytes = len * elem] {
-            detail::NvtxRange stage("gpucloud stage in");
-            std::memcpy(to, from, bytes);
-          });
-          copy(work, staged, s);
-        } else {
-          copy(work, src_chunk, s);
-        }
-      }
+      if (dir != Direction::download) copy_in(work, src_chunk, k);
       if (ev != nullptr) ev->copy_in_end.record(s);
       if (step) step(Chunk{i, offset, work, s.view()});
       if (ev != nullptr) ev->compute_end.record(s);
-
-      // Copy out (download, transform).
-      if (dir != Direction::upload) {
-        if (dst_chunk.kind() == MemoryKind::host) {
-          const BufferView staged = as(staging_out[k].view(), len, dst.dtype());
-          copy(staged, work, s);
-          launch_host_func(s, [to = dst_chunk.data(), from = staged.data(), bytes = len * elem] {
-            detail::NvtxRange stage("gpucloud stage out");
-            std::memcpy(to, from, bytes);
-          });
-        } else {
-          copy(dst_chunk, work, s);
-        }
-      }
+      if (dir != Direction::upload) copy_out(dst_chunk, work, k);
       if (ev != nullptr) ev->copy_out_end.record(s);
     }
   } catch (...) {
-    finish();  // what was enqueued still completes in the caller's order
+    join(caller, used);  // what was enqueued still completes in the caller's order
     throw;
   }
-  finish();
+  join(caller, used);
 }
 
 CopyPipeline::CopyPipeline(Device device, PipelineOptions options) {
