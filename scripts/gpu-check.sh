@@ -129,7 +129,7 @@ if run_step configure "$out/configure.log" cmake -S . -B build/gpu "${cfg[@]}" &
     record "vs torch" skip 0 "needs torch with CUDA and the gpucloud package"
   fi
   if command -v compute-sanitizer >/dev/null; then
-    for t in test_amp test_gemm test_conv test_copy_cast test_nn_ops test_stream test_memory test_data_movement; do
+    for t in test_loss_scaler test_optimizers test_gemm test_conv test_copy_cast test_nn_ops test_stream test_memory test_data_movement; do
       for tool in memcheck racecheck; do
         run_step "$tool $t" "$out/$tool-$t.log" compute-sanitizer --tool "$tool" --error-exitcode 1 \
           "build/gpu/tests/$t" --gtest_filter='*cuda0*:*Backends.*:HostStream.*'

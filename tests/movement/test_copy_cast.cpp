@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "buffer_values.hpp"
 #include "device_cases.hpp"
 
 #include <algorithm>
@@ -39,25 +40,10 @@ gc::Device home_of(gc::MemoryKind kind, gc::Device d) {
 // Host-readable staging for any device.
 gc::Buffer staging(std::size_t n, gc::DType t) { return gc::Buffer(n, t, gc::Device::host(), gc::MemoryKind::pinned); }
 
-template <class T>
-std::vector<T> download(gc::BufferView v, gc::StreamView s) {
-  gc::Buffer out = staging(v.size(), v.dtype());
-  gc::copy(out, v, s);
-  s.synchronize();
-  const T* p = out.data_as<T>();
-  return std::vector<T>(p, p + v.size());
-}
-
-template <class T>
-gc::Buffer upload(const std::vector<T>& data, gc::Device d, gc::StreamView s) {
-  gc::Buffer in = staging(data.size(), gc::dtype_of<T>());
-  if (!data.empty()) std::memcpy(in.data(), data.data(), data.size() * sizeof(T));
-  gc::Buffer out(data.size(), gc::dtype_of<T>(), d, gc::MemoryKind::device, s);
-  gc::copy(out, in, s);
-  s.synchronize();
-  return out;
-}
 }  // namespace
+
+using gc::testing::download;
+using gc::testing::upload;
 
 class CopyTest : public gc::testing::OnEveryDevice {};
 

@@ -1,0 +1,273 @@
+// What must not corrupt a collective, across MPI ranks: bad input, ranks that disagree on the
+// operation, reduce op, root, count or size (an error on every rank, the communicator still
+// usable), agreement messages around the piece size, counts above one MPI call, a bad timeout,
+// and a communicator dropped with its work queued.
+#include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/comm/grad_buckets.hpp>
+#include <gpucloud/comm/mpi_interop.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/movement/copy.hpp>
+#include <gpucloud/runtime/build_info.hpp>
+#include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/stream.hpp>
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "collectives_cases.hpp"
+
+namespace gc = gpucloud;
+using namespace gc::testing::collectives;  // NOLINT(google-build-using-namespace): the suite's harness
+
+TEST(Collectives, BadInputAndMismatchedCountsAreErrorsNotCorruption) {
+  auto& c = world();
+  gc::Stream s;
+  gc::Buffer ints = inputs(gc::DType::int32, 8, c.rank());
+  EXPECT_THROW(c.all_reduce(ints, ints, gc::ReduceOp::average, s), gc::InvalidArgument);
+  gc::Buffer shorter(7, gc::DType::int32);
+  EXPECT_THROW(c.all_reduce(ints, shorter, gc::ReduceOp::sum, s), gc::InvalidArgument);
+  EXPECT_THROW(c.broadcast(ints, c.size(), s), gc::InvalidArgument);
+  EXPECT_THROW(c.all_gather(ints, ints, s), gc::InvalidArgument);
+  // Rank 0 sends 10 elements, the others 11: every rank gets an error, nobody's data changes.
+  const std::size_t n = c.rank() == 0 ? 10 : 11;
+  gc::Buffer data = inputs(gc::DType::float32, n, c.rank());
+  c.all_reduce(data, data, gc::ReduceOp::sum, s);
+  expect_disagreement(s, c, "rank " + std::to_string(c.rank()));
+  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(load(data, i), value(c.rank(), i));
+  // Rank 0's data fits in the agreement (64 KiB) and the others' does not (and their streams are
+  // busy, so rank 0 runs in place and they on their workers): still an error on every rank.
+  const std::size_t straddle = c.rank() == 0 ? 16384 : 16385;
+  gc::Buffer big = inputs(gc::DType::float32, straddle, c.rank());
+  if (c.rank() != 0) keep_busy(s);
+  c.all_reduce(big, big, gc::ReduceOp::sum, s);
+  expect_disagreement(s, c, "disagree");
+  for (std::size_t i = 0; i < straddle; ++i) EXPECT_EQ(load(big, i), value(c.rank(), i));
+  EXPECT_FALSE(c.broken());
+  gc::Buffer ok = inputs(gc::DType::float32, 10, c.rank());  // the communicator still works
+  c.all_reduce(ok, ok, gc::ReduceOp::sum, s);
+  s.synchronize();
+  EXPECT_EQ(load(ok, 3), expected(gc::ReduceOp::sum, c.size(), 3));
+}
+
+namespace {
+// Every rank runs @p mine or, on rank 0, @p rank0: each call is valid on its own, together they
+// are different collectives. Every rank must get a CommunicationError naming @p field, and the
+// communicator must still work afterwards.
+template <class Rank0, class Others>
+void expect_disagreement(const char* field, Rank0 rank0, Others others) {
+  auto& c = world();
+  if (c.size() < 2) GTEST_SKIP() << "needs two ranks";
+  gc::Stream s;
+  if (c.rank() == 0) {
+    rank0(c, s);
+  } else {
+    others(c, s);
+  }
+  try {
+    s.synchronize();
+    ADD_FAILURE() << field << ": mismatched collectives completed";
+  } catch (const gc::CommunicationError& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(c.rank())), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(c.broken());
+  gc::Buffer ok = inputs(gc::DType::float32, 10, c.rank());
+  c.all_reduce(ok, ok, gc::ReduceOp::sum, s);
+  s.synchronize();
+  EXPECT_EQ(load(ok, 3), expected(gc::ReduceOp::sum, c.size(), 3));
+}
+}  // namespace
+
+TEST(Collectives, DifferentReduceOpsAreAnErrorOnEveryRank) {
+  gc::Buffer x = inputs(gc::DType::float32, 16, world().rank());
+  expect_disagreement(
+      "reduce op", [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(x, x, gc::ReduceOp::sum, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(x, x, gc::ReduceOp::max, s); });
+  for (std::size_t i = 0; i < 16; ++i) EXPECT_EQ(load(x, i), value(world().rank(), i));  // untouched
+}
+
+TEST(Collectives, DifferentRootsAreAnErrorOnEveryRank) {
+  gc::Buffer x = inputs(gc::DType::int32, 9, world().rank());
+  expect_disagreement(
+      "root", [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(x, 0, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(x, 1, s); });
+  for (std::size_t i = 0; i < 9; ++i) EXPECT_EQ(load(x, i), value(world().rank(), i));
+}
+
+TEST(Collectives, DifferentOperationsAreAnErrorOnEveryRank) {
+  const int n = world().size();
+  gc::Buffer send = inputs(gc::DType::float32, 4, world().rank());
+  gc::Buffer gathered(4 * static_cast<std::size_t>(n), gc::DType::float32);
+  gc::Buffer big = inputs(gc::DType::float32, 4 * static_cast<std::size_t>(n), world().rank());
+  gc::Buffer piece(4, gc::DType::float32);
+  expect_disagreement(
+      "operation", [&](gc::Communicator& c, gc::Stream& s) { c.all_gather(send, gathered, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(send, send, gc::ReduceOp::sum, s); });
+  expect_disagreement(
+      "operation", [&](gc::Communicator& c, gc::Stream& s) { c.reduce_scatter(big, piece, gc::ReduceOp::sum, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(piece, piece, gc::ReduceOp::sum, s); });
+  // A barrier against an all-reduce used to abort the whole job (MPI_ERR_TRUNCATE).
+  expect_disagreement(
+      "operation", [&](gc::Communicator& c, gc::Stream& s) { c.barrier(s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(send, send, gc::ReduceOp::sum, s); });
+  if (world().nodes() > 1 || world().local_size() > 1) {
+    expect_disagreement(
+        "operation",
+        [&](gc::Communicator& c, gc::Stream& s) { c.hierarchical_all_reduce(send, send, gc::ReduceOp::sum, s); },
+        [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(send, send, gc::ReduceOp::sum, s); });
+  }
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(load(send, i), value(world().rank(), i));
+}
+
+// One rank's data fits in the agreement's payload, the others' does not: still one agreement,
+// an error on every rank, no hang.
+TEST(Collectives, AnInlineSizeAgainstAFullSizeIsAnErrorOnEveryRank) {
+  gc::Buffer small = inputs(gc::DType::float32, 10, world().rank());
+  gc::Buffer large = inputs(gc::DType::float32, 20000, world().rank());
+  expect_disagreement(
+      "count", [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(small, small, gc::ReduceOp::sum, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(large, large, gc::ReduceOp::sum, s); });
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(load(small, i), value(world().rank(), i));
+  expect_disagreement(
+      "count", [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(large, 0, s); },
+      [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(small, 0, s); });
+}
+
+// An agreement message goes as eager-sized pieces of 4032 bytes (the first holds the 96-byte header)
+// and a last, shorter one: messages one element short of a piece, exactly one (an empty last
+// piece), one past it, exactly two and past two, for each collective (the inline all-gather and
+// reduce-scatter send mask blocks in round mask, so their per-rank counts are the same sizes over 1
+// and 2 blocks). A rank whose message is split against ranks whose messages are not is a
+// disagreement, not a hang.
+TEST(Collectives, AgreementMessagesAroundThePieceSizeArriveWhole) {
+  auto& c = world();
+  gc::Stream s;
+  const auto ranks = static_cast<std::size_t>(c.size());
+  const std::size_t head = 4032 - 96;  // payload bytes that fill the first piece
+  std::size_t wrong = 0;
+  for (std::size_t blocks : {std::size_t{1}, std::size_t{2}}) {
+    for (std::size_t bytes : {head - 4, head, head + 4, 2 * head + 96, 2 * head + 100}) {
+      const std::size_t n = bytes / 4 / blocks;  // int32 elements
+      gc::Buffer all = inputs(gc::DType::int32, n, c.rank());
+      c.all_reduce(all, all, gc::ReduceOp::sum, s);
+      gc::Buffer bcast = inputs(gc::DType::int32, n, c.rank());
+      c.broadcast(bcast, 0, s);
+      gc::Buffer mine = inputs(gc::DType::int32, n, c.rank()), gathered(n * ranks, gc::DType::int32);
+      c.all_gather(mine, gathered, s);
+      gc::Buffer send = inputs(gc::DType::int32, n * ranks, c.rank()), shard(n, gc::DType::int32);
+      c.reduce_scatter(send, shard, gc::ReduceOp::sum, s);
+      s.synchronize();
+      for (std::size_t i = 0; i < n; ++i) {
+        wrong += load(all, i) != expected(gc::ReduceOp::sum, c.size(), i);
+        wrong += load(bcast, i) != value(0, i);
+        wrong += load(shard, i) != expected(gc::ReduceOp::sum, c.size(), static_cast<std::size_t>(c.rank()) * n + i);
+        for (int r = 0; r < c.size(); ++r) wrong += load(gathered, static_cast<std::size_t>(r) * n + i) != value(r, i);
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0u);
+  gc::Buffer split = inputs(gc::DType::int32, head / 4, c.rank());
+  gc::Buffer whole = inputs(gc::DType::int32, head / 4 - 1, c.rank());
+  expect_disagreement(
+      "count", [&](gc::Communicator& comm, gc::Stream& st) { comm.all_reduce(split, split, gc::ReduceOp::sum, st); },
+      [&](gc::Communicator& comm, gc::Stream& st) { comm.all_reduce(whole, whole, gc::ReduceOp::sum, st); });
+  for (std::size_t i = 0; i < head / 4; ++i) EXPECT_EQ(load(split, i), value(c.rank(), i));
+}
+
+TEST(Collectives, PartlyOverlappingSendAndRecvAreRejected) {
+  auto& c = world();
+  gc::Stream s;
+  gc::Buffer x(20, gc::DType::float32);
+  EXPECT_THROW(c.all_reduce(x.view().slice(0, 10), x.view().slice(5, 10), gc::ReduceOp::sum, s), gc::InvalidArgument);
+  EXPECT_THROW(c.hierarchical_all_reduce(x.view().slice(0, 10), x.view().slice(1, 10), gc::ReduceOp::sum, s),
+               gc::InvalidArgument);
+}
+
+// Counts above what one MPI call takes (int) are split into several calls (all-reduce, broadcast;
+// the hierarchical all-reduce's phases send segments, whatever the count) or refused before any
+// work (per-rank counts of reduce-scatter and all-gather). GPUCLOUD_MPI_MAX_COUNT lowers the limit so the split runs
+// here on small buffers.
+TEST(Collectives, CountsAboveOneMpiCallAreSplitOrRefused) {
+  setenv("GPUCLOUD_MPI_MAX_COUNT", "1000", 1);
+  gc::Communicator c = gc::Communicator::mpi_world();
+  unsetenv("GPUCLOUD_MPI_MAX_COUNT");
+  gc::Stream s;
+  const std::size_t n = 2501;
+  for (auto t : {gc::DType::float32, gc::DType::bfloat16, gc::DType::int64}) {
+    gc::Buffer in_place = inputs(t, n, c.rank());
+    gc::Buffer send = inputs(t, n, c.rank());
+    gc::Buffer recv(n, t);
+    gc::Buffer hier = inputs(t, n, c.rank());
+    gc::Buffer bcast = inputs(t, n, c.rank());
+    c.all_reduce(in_place, in_place, gc::ReduceOp::sum, s);
+    c.all_reduce(send, recv, gc::ReduceOp::max, s);
+    c.hierarchical_all_reduce(hier, hier, gc::ReduceOp::sum, s);
+    c.broadcast(bcast, c.size() - 1, s);
+    s.synchronize();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      wrong += load(in_place, i) != expected(gc::ReduceOp::sum, c.size(), i);
+      wrong += load(recv, i) != expected(gc::ReduceOp::max, c.size(), i);
+      wrong += load(hier, i) != expected(gc::ReduceOp::sum, c.size(), i);
+      wrong += load(bcast, i) != value(c.size() - 1, i);
+    }
+    EXPECT_EQ(wrong, 0u) << gc::dtype_name(t);
+  }
+  gc::Buffer send(1001, gc::DType::float32);
+  gc::Buffer gathered(1001 * static_cast<std::size_t>(c.size()), gc::DType::float32);
+  try {
+    c.all_gather(send, gathered, s);
+    ADD_FAILURE() << "an all-gather of 1001 elements per rank must be refused at a limit of 1000";
+  } catch (const gc::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("send: 1001 elements per rank"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(c.reduce_scatter(gathered, send, gc::ReduceOp::sum, s), gc::InvalidArgument);
+  s.synchronize();  // nothing was enqueued
+}
+
+TEST(Collectives, AnOutOfRangeTimeoutIsRefusedNamingTheVariable) {
+  for (const char* bad : {"inf", "nan", "1e16", "0.0001", "0", "-3", "ten", "5s"}) {
+    setenv("GPUCLOUD_COMM_TIMEOUT", bad, 1);
+    try {
+      (void)gc::Communicator::mpi_world();
+      ADD_FAILURE() << "GPUCLOUD_COMM_TIMEOUT=" << bad << " was accepted";
+    } catch (const gc::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("GPUCLOUD_COMM_TIMEOUT"), std::string::npos) << e.what();
+    }
+  }
+  setenv("GPUCLOUD_COMM_TIMEOUT", "0.25", 1);
+  EXPECT_EQ(gc::Communicator::mpi_world().timeout().count(), 250);
+  unsetenv("GPUCLOUD_COMM_TIMEOUT");
+}
+
+// Enqueued collectives keep their communicator alive: one dropped (say, made inside a function)
+// while its all-reduce waits behind other work still runs it, on every rank.
+TEST(Collectives, ACommunicatorDroppedWhileItsWorkIsQueuedStillRunsIt) {
+  gc::Stream s;
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  gc::launch_host_func(s, [open] { open.wait(); });
+  gc::Buffer x = inputs(gc::DType::int64, 33, world().rank());
+  {
+    gc::Communicator c = gc::Communicator::mpi_world();
+    c.all_reduce(x, x, gc::ReduceOp::sum, s);
+  }  // dropped with the all-reduce still queued
+  gate.set_value();
+  s.synchronize();
+  for (std::size_t i = 0; i < 33; ++i) EXPECT_EQ(load(x, i), expected(gc::ReduceOp::sum, world().size(), i));
+}
+
+// Simulated nodes (GPUCLOUD_LOCAL_SIZE) are blocks of world ranks, also for a sub-communicator:
+// its ranks keep the nodes their processes are on.
