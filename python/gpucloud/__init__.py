@@ -114,18 +114,3 @@ from . import checkpoint  # noqa: E402,F401  (gpucloud.checkpoint)
 from . import telemetry  # noqa: E402,F401  (gpucloud.telemetry)
 
 __all__ = [name for name in dir() if not name.startswith("_")]
-
-# Names before 0.2, when Python and C++ named these differently: they still work for one release,
-# with a DeprecationWarning naming the one name they now share.
-_DEPRECATED = {"View": "BufferView", "conv2d": "conv2d_forward", "conv2d_output_shape": "conv2d_output_size"}
-
-
-def __getattr__(name):
-    if name in _DEPRECATED:
-        import warnings
-
-        new = _DEPRECATED[name]
-        warnings.warn(f"gpucloud.{name} is deprecated: use gpucloud.{new} (the C++ name)", DeprecationWarning,
-                      stacklevel=2)
-        return globals()[new]
-    raise AttributeError(f"module 'gpucloud' has no attribute {name!r}")

@@ -334,9 +334,9 @@ class Event:
     """
     A marker recorded on a stream, to order work across streams (a TimedEvent also times it).
     """
-    def __init__(self, device: Device = ..., timing: bool | None = None) -> None:
+    def __init__(self, device: Device = ...) -> None:
         """
-        An untimed event (the cheaper kind); `timing` is deprecated (TimedEvent measures time).
+        An untimed event (the cheaper kind): it orders work; TimedEvent measures time.
         """
     def query(self) -> bool:
         """
@@ -1300,9 +1300,9 @@ class Communicator:
         """
     def all_gather(self, send: numpy.typing.ArrayLike, recv: numpy.typing.ArrayLike, stream: Stream) -> None:
         ...
-    def all_reduce(self, send: numpy.typing.ArrayLike, recv: numpy.typing.ArrayLike, stream: Stream, *, op: str = 'sum', hierarchical: bool = False) -> None:
+    def all_reduce(self, send: numpy.typing.ArrayLike, recv: numpy.typing.ArrayLike, stream: Stream, *, op: str = 'sum') -> None:
         """
-        recv = op over ranks of send (in place when they are the same array). hierarchical=True is deprecated: call hierarchical_all_reduce.
+        recv = op over ranks of send (in place when they are the same array).
         """
     def all_reduce_auto(self, send: numpy.typing.ArrayLike, recv: numpy.typing.ArrayLike, stream: Stream, *, op: str = 'sum') -> None:
         """

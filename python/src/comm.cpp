@@ -242,27 +242,12 @@ void bind_comm(py::module_& m) {
       .def_property("timeout", &Communicator::timeout, &Communicator::set_timeout, "How long a collective may take.")
       .def(
           "all_reduce",
-          [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream, const std::string& op,
-             bool hierarchical) {
-            if (hierarchical) {
-              PyErr_WarnEx(PyExc_DeprecationWarning,
-                           "Communicator.all_reduce(hierarchical=True) is deprecated: call "
-                           "Communicator.hierarchical_all_reduce (the C++ name)",
-                           1);
-            }
+          [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream, const std::string& op) {
             Borrowed s = borrow(send, "send"), r = borrow_writable(recv, "recv");
-            collective(c, stream, {s, r}, [&] {
-              if (hierarchical) {
-                c.hierarchical_all_reduce(s.view, r.view, to_op(op), stream.view);
-              } else {
-                c.all_reduce(s.view, r.view, to_op(op), stream.view);
-              }
-            });
+            collective(c, stream, {s, r}, [&] { c.all_reduce(s.view, r.view, to_op(op), stream.view); });
           },
           py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum",
-          py::arg("hierarchical") = false,
-          "recv = op over ranks of send (in place when they are the same array). hierarchical=True is deprecated: "
-          "call hierarchical_all_reduce.")
+          "recv = op over ranks of send (in place when they are the same array).")
       .def(
           "hierarchical_all_reduce",
           [](Communicator& c, ArrayLike send, ArrayLike recv, PyStream& stream, const std::string& op) {

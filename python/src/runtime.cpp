@@ -386,18 +386,8 @@ void bind_runtime(py::module_& m) {
   py::implicitly_convertible<py::object, PyStream>();
 
   event_class
-      .def(py::init([](Device device, std::optional<bool> timing) {
-             if (!timing) return std::make_unique<Event>(device);
-             if (PyErr_WarnEx(PyExc_DeprecationWarning,
-                              "Event(timing=...) is deprecated: use gpucloud.TimedEvent to measure time, "
-                              "gpucloud.Event to order work",
-                              1) != 0) {
-               throw py::error_already_set();
-             }
-             return std::make_unique<Event>(device, *timing);  // the deprecated C++ spelling, as asked
-           }),
-           py::arg_v("device", Device::host(), "Device.host()"), py::arg("timing") = py::none(),
-           "An untimed event (the cheaper kind); `timing` is deprecated (TimedEvent measures time).")
+      .def(py::init<Device>(), py::arg_v("device", Device::host(), "Device.host()"),
+           "An untimed event (the cheaper kind): it orders work; TimedEvent measures time.")
       .def_property_readonly("device", &Event::device)
       .def_property_readonly("timed", &Event::timed, "True for a TimedEvent.")
       .def(
@@ -415,14 +405,12 @@ void bind_runtime(py::module_& m) {
       .def(py::init<Device>(), py::arg_v("device", Device::host(), "Device.host()"));
   m.def(
       "elapsed_ms",
-      // One function for both kinds (Python picks no overloads by type): the Event overload checks at
-      // run time that both are timed ("start: an untimed event ..."). It is deprecated in C++ only in
-      // favour of its compile-time-checked TimedEvent sibling.
+      // Events of either kind (Python picks no overloads by type), checked at run time. Only a
+      // TimedEvent is timed (every Event constructor makes an untimed one), so a timed one is one.
       [](const Event& start, const Event& end) {
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-        return elapsed_ms(start, end);
-#pragma GCC diagnostic pop
+        GPUCLOUD_EXPECTS(start.timed(), "elapsed_ms", "start: an untimed event (create a TimedEvent to measure time)");
+        GPUCLOUD_EXPECTS(end.timed(), "elapsed_ms", "end: an untimed event (create a TimedEvent to measure time)");
+        return elapsed_ms(static_cast<const TimedEvent&>(start), static_cast<const TimedEvent&>(end));
       },
       py::arg("start"), py::arg("end"), "Milliseconds between two completed records of TimedEvents.");
 

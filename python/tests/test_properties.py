@@ -231,7 +231,7 @@ def test_operations_given_junk_arrays(a, b):
 
 
 PUBLIC_FUNCTIONS = sorted(name for name in dir(gc) if not name.startswith("_") and callable(getattr(gc, name))
-                          and not isinstance(getattr(gc, name), type) and name not in gc._DEPRECATED)
+                          and not isinstance(getattr(gc, name), type))
 
 
 @pytest.mark.parametrize("name", PUBLIC_FUNCTIONS)
@@ -246,7 +246,7 @@ def test_every_public_function_given_junk_raises_a_typed_error(name, args):
 
 
 PUBLIC_CLASSES = sorted(name for name in dir(gc) if not name.startswith("_") and isinstance(getattr(gc, name), type)
-                        and not issubclass(getattr(gc, name), BaseException) and name not in gc._DEPRECATED)
+                        and not issubclass(getattr(gc, name), BaseException))
 
 
 @pytest.mark.parametrize("name", PUBLIC_CLASSES)

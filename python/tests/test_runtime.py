@@ -129,20 +129,20 @@ def test_events_order_and_time_work_across_streams(device):
         gc.elapsed_ms(ready, end)
 
 
-def test_event_timing_flag_is_deprecated_but_still_works(device):
+def test_event_takes_no_timing_flag_and_elapsed_ms_refuses_untimed_events(device):
     stream = gc.Stream(device)
-    with pytest.warns(DeprecationWarning, match="TimedEvent"):
-        start = gc.Event(device, timing=True)
-    with pytest.warns(DeprecationWarning):
-        untimed = gc.Event(device, False)
+    with pytest.raises(TypeError):
+        gc.Event(device, timing=True)  # TimedEvent measures time
+    start, untimed, end = gc.TimedEvent(device), gc.Event(device), gc.TimedEvent(device)
     assert start.timed and not untimed.timed
-    end = gc.TimedEvent(device)
     for e in (start, untimed, end):
         e.record(stream)
     stream.synchronize()
     assert gc.elapsed_ms(start, end) >= 0.0
     with pytest.raises(gc.InvalidArgument, match="end: an untimed event"):
         gc.elapsed_ms(start, untimed)
+    with pytest.raises(gc.InvalidArgument, match="start: an untimed event"):
+        gc.elapsed_ms(untimed, end)
 
 
 def test_query_sees_pending_work(stream):
@@ -242,13 +242,9 @@ def test_torch_streams_are_accepted():
     assert float(x.sum()) == 2000.0
 
 
-def test_pre_0_2_names_still_work_and_warn():
-    with pytest.warns(DeprecationWarning, match="gpucloud.conv2d_forward"):
-        assert gc.conv2d is gc.conv2d_forward
-    with pytest.warns(DeprecationWarning, match="gpucloud.conv2d_output_size"):
-        assert gc.conv2d_output_shape((1, 2, 5, 5), (3, 2, 3, 3)) == gc.conv2d_output_size((1, 2, 5, 5), (3, 2, 3, 3))
-    with pytest.warns(DeprecationWarning, match="gpucloud.BufferView"):
-        assert gc.View is gc.BufferView
+def test_python_and_cpp_share_one_name_each():
+    for gone in ("View", "conv2d", "conv2d_output_shape"):  # the C++ names are BufferView, conv2d_forward, ...
+        assert not hasattr(gc, gone), gone
     with pytest.raises(AttributeError):
         gc.no_such_name  # noqa: B018
 
@@ -260,7 +256,7 @@ def test_hierarchical_all_reduce_has_its_own_name():
     s = gc.Stream()
     x = np.arange(10, dtype=np.float32)
     c.hierarchical_all_reduce(x, x, s)
-    with pytest.warns(DeprecationWarning, match="hierarchical_all_reduce"):
+    with pytest.raises(TypeError):
         c.all_reduce(x, x, s, hierarchical=True)
     s.synchronize()
     assert (x == np.arange(10, dtype=np.float32)).all()  # one rank: the sum is the input

@@ -437,7 +437,7 @@ std::shared_ptr<Event> Checkpointer::Impl::take_snapshot(std::vector<Item>& mine
                          DType::uint8, staging_kind, Device::host());
     copy(dst, src, copier);
   }
-  auto snapshot = std::make_shared<Event>(dev, false);
+  auto snapshot = std::make_shared<Event>(dev);
   snapshot->record(copier);
   if (copier != stream) stream.wait(*snapshot);
   for (auto& it : mine) it.src = static_cast<const char*>(im.staging.data()) + it.offset;

@@ -115,8 +115,8 @@ GradBucketer::GradBucketer(Communicator& comm, std::vector<BufferView> grads, Bu
     b.pending = b.members.size();
   }
   for (std::size_t i = 0; i < impl->grads.size(); ++i)
-    impl->grad_events.push_back(std::make_unique<Event>(impl->device, false));
-  impl->done = std::make_unique<Event>(impl->device, false);
+    impl->grad_events.push_back(std::make_unique<Event>(impl->device));
+  impl->done = std::make_unique<Event>(impl->device);
   impl_ = std::move(impl);
 }
 

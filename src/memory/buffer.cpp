@@ -79,12 +79,6 @@ Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, St
 Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream, MemoryResource& mr)
     : Buffer(Allocate{}, size, dtype, device, kind, std::optional<StreamView>(stream), &mr) {}
 
-Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, MemoryResource* mr)
-    : Buffer(Allocate{}, size, dtype, device, kind, std::nullopt, mr) {}
-
-Buffer::Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream, MemoryResource* mr)
-    : Buffer(Allocate{}, size, dtype, device, kind, std::optional<StreamView>(stream), mr) {}
-
 namespace {
 // Copies element @p element of a buffer from (@p to_buffer: to) the caller's @p value in @p stream's
 // order and waits for it (the value lives on the caller's stack): cudaMemcpyAsync on a GPU stream,

@@ -84,8 +84,6 @@ Event::Event(Device device, bool timing, std::nullptr_t)
 
 Event::Event(Device device) : Event(device, false, nullptr) {}
 
-Event::Event(Device device, bool timing) : Event(device, timing, nullptr) {}
-
 TimedEvent::TimedEvent(Device device) : Event(device, true, nullptr) {}
 
 Event::~Event() = default;
@@ -111,9 +109,7 @@ bool Event::timed() const {
   return impl_->timing();
 }
 
-namespace {
-
-float elapsed_between(const Event& start, const Event& end) {
+float elapsed_ms(const TimedEvent& start, const TimedEvent& end) {
   GPUCLOUD_EXPECTS(start.impl() != nullptr, "elapsed_ms", "start: this event was moved from");
   GPUCLOUD_EXPECTS(end.impl() != nullptr, "elapsed_ms", "end: this event was moved from");
   GPUCLOUD_EXPECTS(start.device() == end.device(), "elapsed_ms",
@@ -124,11 +120,5 @@ float elapsed_between(const Event& start, const Event& end) {
   GPUCLOUD_EXPECTS(end.impl()->recorded(), "elapsed_ms", "end: never recorded");
   return end.impl()->elapsed_ms_since(*start.impl());
 }
-
-}  // namespace
-
-float elapsed_ms(const TimedEvent& start, const TimedEvent& end) { return elapsed_between(start, end); }
-
-float elapsed_ms(const Event& start, const Event& end) { return elapsed_between(start, end); }
 
 }  // namespace gpucloud

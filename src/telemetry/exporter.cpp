@@ -333,7 +333,7 @@ struct StepMetrics::Impl {
     copy(s.send, s.host_send, s.stream);
     s.comm->all_gather(s.send, s.recv, s.stream);
     copy(s.host_recv, s.recv, s.stream);
-    s.done.emplace(s.stream.device(), false);
+    s.done.emplace(s.stream.device());
     s.done->record(s.stream);
   }
 };

@@ -1,11 +1,5 @@
-// Uses the library the way a downstream trainer would: a stream, buffers, a copy. It includes
-// the pre-0.2 flat paths too, which must keep working for one release (forwarding headers).
+// Uses the library the way a downstream trainer would: a stream, buffers, a copy.
 #include <gpucloud/gpucloud.hpp>
-
-#include <gpucloud/buffer.hpp>        // old path of <gpucloud/memory/buffer.hpp>
-#include <gpucloud/communicator.hpp>  // old path of <gpucloud/comm/communicator.hpp>
-#include <gpucloud/copy.hpp>          // old path of <gpucloud/movement/copy.hpp>
-#include <gpucloud/stream.hpp>        // old path of <gpucloud/runtime/stream.hpp>
 
 #include <cstdio>
 

@@ -21,6 +21,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace gc = gpucloud;
@@ -199,25 +200,10 @@ TEST_P(MemoryTest, LibraryScratchComesFromTheUsersDefaultResource) {
   EXPECT_EQ(stats.statistics().current_allocations, 0U);  // scratch is freed in stream order
 }
 
-// The pre-0.2 pointer spellings still allocate (nullptr: the default resource) for one release.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-TEST_P(MemoryTest, DeprecatedResourcePointersStillWork) {
-  gc::Stream s(device());
-  gc::PlainResource plain(gc::MemoryKind::device, device());
-  gc::StatisticsAdaptor stats(plain);
-  {
-    gc::Buffer a(16, gc::DType::float32, device(), gc::MemoryKind::device, &stats);
-    gc::Buffer b(16, gc::DType::float32, device(), gc::MemoryKind::device, s, &stats);
-    gc::TypedBuffer<float> c(16, device(), gc::MemoryKind::device, &stats);
-    gc::TypedBuffer<float> d(16, device(), gc::MemoryKind::device, s, nullptr);  // the default resource
-    EXPECT_EQ(stats.statistics().current_allocations, 3U);
-    s.synchronize();
-  }
-  s.synchronize();
-  EXPECT_EQ(stats.statistics().current_allocations, 0U);
-}
-#pragma GCC diagnostic pop
+// A resource is passed by reference (rmm's resource_ref), never as a pointer that may be null.
+static_assert(
+    !std::is_constructible_v<gc::Buffer, std::size_t, gc::DType, gc::Device, gc::MemoryKind, gc::MemoryResource*>,
+    "pass the resource by reference, or omit it for the default");
 
 TEST_P(MemoryTest, LimitingAdaptorFailsCleanlyAndStaysUsable) {
   gc::PlainResource plain(gc::MemoryKind::device, device());

@@ -22,6 +22,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace gc = gpucloud;
@@ -262,31 +264,28 @@ TEST_P(StreamTest, ElapsedTimeRejectsBadEvents) {
   EXPECT_GE(gc::elapsed_ms(recorded, pending), 0.0f);
 }
 
-// The pre-0.2 spellings still work for one release, and an untimed event is a clear error.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-TEST_P(StreamTest, DeprecatedTimingFlagStillTimesAndUntimedEventsAreRefused) {
+// A plain Event is untimed; elapsed_ms() takes TimedEvents only (checked at compile time).
+template <class E, class = void>
+struct MeasuredBetween : std::false_type {};
+template <class E>
+struct MeasuredBetween<E, std::void_t<decltype(gc::elapsed_ms(std::declval<const E&>(), std::declval<const E&>()))>>
+    : std::true_type {};
+static_assert(MeasuredBetween<gc::TimedEvent>::value && !MeasuredBetween<gc::Event>::value,
+              "elapsed_ms takes TimedEvents");
+static_assert(!std::is_constructible_v<gc::Event, gc::Device, bool>, "no timing flag: TimedEvent times");
+
+TEST_P(StreamTest, PlainEventsAreUntimedAndTimedEventsTime) {
   gc::Stream s(device());
-  gc::Event timed(device(), /*timing=*/true), also_timed(device(), true), untimed(device(), false);
-  EXPECT_TRUE(timed.timed());
+  gc::Event untimed(device());
+  gc::TimedEvent start(device()), end(device());
   EXPECT_FALSE(untimed.timed());
-  timed.record(s);
+  EXPECT_TRUE(start.timed());
+  start.record(s);
   untimed.record(s);
-  also_timed.record(s);
+  end.record(s);
   s.synchronize();
-  EXPECT_GE(gc::elapsed_ms(timed, also_timed), 0.0f);
-  try {
-    (void)gc::elapsed_ms(untimed, timed);
-    FAIL() << "an untimed start was accepted";
-  } catch (const gc::InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("start: an untimed event"), std::string::npos) << e.what();
-  }
-  gc::TimedEvent t(device());
-  t.record(s);
-  s.synchronize();
-  EXPECT_THROW((void)gc::elapsed_ms(t, untimed), gc::InvalidArgument);  // Event overload, checked at run time
+  EXPECT_GE(gc::elapsed_ms(start, end), 0.0f);
 }
-#pragma GCC diagnostic pop
 
 TEST_P(StreamTest, ManyStreamsChainedByEvents) {
   constexpr int kStreams = 32;

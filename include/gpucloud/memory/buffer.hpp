@@ -80,15 +80,6 @@ class GPUCLOUD_API Buffer {
   Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream);
   /// @brief As above, from @p mr, allocated and freed in the order of @p stream.
   Buffer(std::size_t size, DType dtype, Device device, MemoryKind kind, StreamView stream, MemoryResource& mr);
-  /// @brief Deprecated: @p mr null meant the default resource; pass a MemoryResource& or nothing.
-  [[deprecated("pass the resource by reference, or omit it for the default")]] Buffer(std::size_t size, DType dtype,
-                                                                                      Device device, MemoryKind kind,
-                                                                                      MemoryResource* mr);
-  /// @brief Deprecated: as above, stream-ordered.
-  [[deprecated("pass the resource by reference, or omit it for the default")]] Buffer(std::size_t size, DType dtype,
-                                                                                      Device device, MemoryKind kind,
-                                                                                      StreamView stream,
-                                                                                      MemoryResource* mr);
   /// @brief Frees the memory (stream-ordered when allocated so); never throws.
   ~Buffer();
   Buffer(Buffer&& other) noexcept;             ///< Moves ownership; other becomes empty.
@@ -156,16 +147,6 @@ class TypedBuffer {
   /// @brief Allocates @p size elements of T from @p mr, ordered on @p stream (see Buffer).
   TypedBuffer(std::size_t size, Device device, MemoryKind kind, StreamView stream, MemoryResource& mr)
       : buffer_(size, dtype_of<T>(), device, kind, stream, mr) {}
-  /// @brief Deprecated: pass the resource by reference, or omit it for the default.
-  [[deprecated("pass the resource by reference, or omit it for the default")]] TypedBuffer(std::size_t size,
-                                                                                           Device device,
-                                                                                           MemoryKind kind,
-                                                                                           MemoryResource* mr)
-      : TypedBuffer(size, device, kind, resolve(mr, kind, device)) {}
-  /// @brief Deprecated: as above, stream-ordered.
-  [[deprecated("pass the resource by reference, or omit it for the default")]] TypedBuffer(
-      std::size_t size, Device device, MemoryKind kind, StreamView stream, MemoryResource* mr)
-      : TypedBuffer(size, device, kind, stream, resolve(mr, kind, device)) {}
 
   /// @brief Typed start of the memory.
   T* data() const noexcept { return static_cast<T*>(buffer_.data()); }
@@ -197,9 +178,6 @@ class TypedBuffer {
   operator BufferView() const noexcept { return buffer_.view(); }  // NOLINT(google-explicit-constructor)
 
  private:
-  static MemoryResource& resolve(MemoryResource* mr, MemoryKind kind, Device device) {
-    return mr != nullptr ? *mr : default_resource(kind, device);
-  }
   T* host_data(const char* call) const {
     GPUCLOUD_EXPECTS(buffer_.view().host_accessible(), call,
                      "the buffer is device memory of " + buffer_.device().str() +

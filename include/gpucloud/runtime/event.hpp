@@ -25,9 +25,6 @@ class GPUCLOUD_API Event {
  public:
   /// @brief Creates an untimed event on @p device.
   explicit Event(Device device = Device::host());
-  /// @brief Deprecated: @p timing true creates a timed event; use TimedEvent (or Event) instead.
-  [[deprecated("use gpucloud::TimedEvent for elapsed_ms(), gpucloud::Event to order work")]] Event(Device device,
-                                                                                                   bool timing);
   ~Event();                            ///< Releases the event; never throws.
   Event(Event&&) noexcept;             ///< Moves ownership.
   Event& operator=(Event&&) noexcept;  ///< Moves ownership.
@@ -68,7 +65,5 @@ class GPUCLOUD_API TimedEvent : public Event {
 /// @throws InvalidArgument if either was never recorded or is on another device;
 ///         Error if either has not completed yet.
 GPUCLOUD_API float elapsed_ms(const TimedEvent& start, const TimedEvent& end);
-/// @brief Deprecated: as above for Events created with timing; untimed ones are an InvalidArgument.
-[[deprecated("time with gpucloud::TimedEvent")]] GPUCLOUD_API float elapsed_ms(const Event& start, const Event& end);
 
 }  // namespace gpucloud
