@@ -7,6 +7,7 @@
 #include <gpucloud/runtime/error.hpp>
 #include <gpucloud/runtime/event.hpp>
 
+#include "checkpoint/checkpointer_impl.hpp"
 #include "checkpoint/files.hpp"
 #include "checkpoint/format.hpp"
 
@@ -34,34 +35,6 @@ using nlohmann::json;
 namespace d = detail;
 
 // ---- PendingSave ----------------------------------------------------------------------------
-
-struct PendingSave::State {
-  std::string directory;
-  std::int64_t step = 0;
-  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
-  double seconds = 0;
-  std::mutex mutex;
-  std::condition_variable cv;
-  bool finished = false;
-  std::exception_ptr error;
-  bool error_taken = false;
-
-  void finish(std::exception_ptr e) {
-    std::lock_guard<std::mutex> lock(mutex);
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    finished = true;
-    error = std::move(e);
-    cv.notify_all();
-  }
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex);
-    cv.wait(lock, [this] { return finished; });
-    if (error && !error_taken) {
-      error_taken = true;
-      std::rethrow_exception(error);
-    }
-  }
-};
 
 PendingSave::PendingSave() = default;
 PendingSave::PendingSave(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -91,27 +64,11 @@ namespace {
 
 constexpr const char* kCall = "Checkpointer::save_async";
 
-std::string rank_file(int rank) {
-  char name[40];
-  std::snprintf(name, sizeof name, "rank-%05d.safetensors", rank);
-  return name;
-}
-std::string marker_file(int rank, const char* suffix) {
-  char name[40];
-  std::snprintf(name, sizeof name, "rank-%05d.%s", rank, suffix);
-  return name;
-}
-
-// One tensor as this rank writes it.
-struct Item {
-  std::string name;
-  BufferView view;
-  std::vector<std::int64_t> shape;
-  std::uint64_t bytes = 0;
-  int rank = 0;               // the rank that writes it
-  std::uint64_t offset = 0;   // in this rank's data (and staging)
-  const char* src = nullptr;  // what the writer writes: the staging copy, or the tensor itself
-};
+using d::Item;
+using d::marker_file;
+using d::poll;
+using d::rank_file;
+using d::read_error_marker;
 
 // Balanced by bytes: largest first, each to the least loaded rank (ties: the lower). Every rank
 // computes the same assignment from the same names and sizes.
@@ -144,30 +101,6 @@ void check_encodable(const std::string& s, const std::string& what) {
   }
 }
 
-std::uint64_t random_id() {
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
-         static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-}
-
-// Polls @p ready until it returns true, checking @p failed (a message: throw) in between, for at
-// most @p timeout.
-template <class Ready, class Failed>
-void poll(Ready ready, Failed failed, std::chrono::milliseconds timeout, const std::string& waiting_for) {
-  const auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::milliseconds(1);
-  while (!ready()) {
-    if (auto message = failed()) throw CheckpointError("checkpoint commit", *message, __FILE__, __LINE__);
-    if (std::chrono::steady_clock::now() - start > timeout) {
-      throw CheckpointError("checkpoint commit",
-                            "timed out after " + std::to_string(timeout.count()) + " ms waiting for " + waiting_for,
-                            __FILE__, __LINE__);
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(50));
-  }
-}
-
 // SCHED_IDLE for the calling thread (Linux), else the lowest nice value; best effort.
 void lower_thread_priority() noexcept {
 #if defined(__linux__)
@@ -177,56 +110,15 @@ void lower_thread_priority() noexcept {
   (void)setpriority(PRIO_PROCESS, 0, 19);
 }
 
-std::optional<std::string> read_error_marker(const std::string& path) {
-  if (!d::exists(path)) return std::nullopt;
-  try {
-    return d::read_file(path, 1 << 16);
-  } catch (const std::exception&) {
-    return std::string("(its error marker could not be read)");
-  }
-}
-
 }  // namespace
 
+std::uint64_t d::random_id() {
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
+         static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
 // ---- Checkpointer ---------------------------------------------------------------------------
-
-struct Checkpointer::Impl {
-  std::string root;
-  Options options;
-  int rank = 0, world = 1;
-  std::uint64_t run_id = 0;
-  std::optional<Stream> copy_stream;  // on the device of the latest save's stream
-  Buffer staging;                     // reused while large enough
-  std::thread writer;
-  std::shared_ptr<PendingSave::State> current;
-  mutable std::mutex progress_mutex;  // guards progress and commit_time (the writer updates them)
-  Progress progress;
-  std::chrono::steady_clock::time_point commit_time;
-
-  ~Impl() { finish_previous(false); }
-
-  void finish_previous(bool rethrow) {
-    if (writer.joinable()) writer.join();
-    if (current && rethrow) {
-      auto state = std::move(current);
-      state->wait();
-    }
-    current.reset();
-  }
-
-  // The background part of a save.
-  void write(const std::shared_ptr<PendingSave::State>& state, std::vector<Item> mine, std::shared_ptr<Event> snapshot,
-             std::uint64_t layout, const Metadata& metadata, const std::vector<Item>& all);
-  PendingSave start(std::int64_t step, const StateDict& tensors, StreamView stream, const Metadata& metadata,
-                    bool direct);
-  std::shared_ptr<Event> take_snapshot(std::vector<Item>& mine, std::uint64_t total, StreamView stream);
-  void commit(const std::string& tmp, const std::string& final_dir, std::int64_t step, std::uint64_t layout,
-              const json& own, const std::vector<Item>& all, const Metadata& metadata);
-  void clean_up(std::int64_t step, const std::string& keep_tmp);
-  void supersede_newer(std::int64_t step);
-  void rotate(std::int64_t step);
-  void finished(std::int64_t step, double seconds, bool ok);
-};
 
 Checkpointer::Checkpointer(std::string root, Options options) {
   d::check_path_argument(root, "Checkpointer", "root");
@@ -243,7 +135,7 @@ Checkpointer::Checkpointer(std::string root, Options options) {
   impl->root = std::move(root);
   impl->options = options;
   d::make_directories(impl->root);
-  impl->run_id = random_id();
+  impl->run_id = d::random_id();
   if (options.comm != nullptr) {
     Communicator& comm = *options.comm;
     impl->rank = comm.rank();
@@ -524,123 +416,6 @@ void Checkpointer::Impl::write(const std::shared_ptr<PendingSave::State>& state,
     } catch (...) {
     }
     throw;
-  }
-}
-
-void Checkpointer::Impl::commit(const std::string& tmp, const std::string& final_dir, std::int64_t step,
-                                std::uint64_t layout, const json& own, const std::vector<Item>& all,
-                                const Metadata& metadata) {
-  std::vector<json> markers(static_cast<std::size_t>(world));
-  markers[0] = own;
-  for (int r = 1; r < world; ++r) {
-    const std::string path = tmp + "/" + marker_file(r, "json");
-    poll([&] { return d::exists(path); },
-         [&]() -> std::optional<std::string> {
-           auto e = read_error_marker(tmp + "/" + marker_file(r, "error"));
-           if (e) return "rank " + std::to_string(r) + " failed to write its file: " + *e;
-           return std::nullopt;
-         },
-         options.commit_timeout, "rank " + std::to_string(r) + "'s file in " + tmp);
-    try {
-      const std::string text = d::read_file(path, d::kMaxManifestBytes);
-      d::check_json_depth(text, path);
-      markers[static_cast<std::size_t>(r)] = json::parse(text);
-    } catch (const json::exception& e) {
-      throw CheckpointError("checkpoint commit", path + ": not JSON (" + e.what() + ")", __FILE__, __LINE__);
-    }
-    if (markers[static_cast<std::size_t>(r)].value("layout", "") != d::hex64(layout)) {
-      throw CheckpointError("checkpoint commit",
-                            "rank " + std::to_string(r) +
-                                " saved another step or other tensors (names, dtypes or "
-                                "shapes) than rank 0: every rank must save the same state",
-                            __FILE__, __LINE__);
-    }
-  }
-  Manifest m;
-  m.step = step;
-  m.world_size = world;
-  for (int r = 0; r < world; ++r) m.files.push_back(rank_file(r));
-  m.metadata = metadata;
-  m.metadata["gpucloud.run"] = d::hex64(run_id);
-  for (const auto& it : all) {
-    const json& t = markers[static_cast<std::size_t>(it.rank)]["tensors"];
-    if (!t.contains(it.name)) {
-      throw CheckpointError("checkpoint commit", "rank " + std::to_string(it.rank) + " did not write '" + it.name + "'",
-                            __FILE__, __LINE__);
-    }
-    TensorInfo info;
-    info.dtype = it.view.dtype();
-    info.shape = it.shape;
-    info.file = rank_file(it.rank);
-    info.begin = t[it.name]["begin"].get<std::uint64_t>();
-    info.end = t[it.name]["end"].get<std::uint64_t>();
-    info.xxh3 = std::stoull(t[it.name]["xxh3_64"].get<std::string>(), nullptr, 16);
-    m.tensors.emplace(it.name, std::move(info));
-  }
-  d::write_file(tmp + "/manifest.json", d::encode_manifest(m));
-  for (int r = 1; r < world; ++r) std::remove((tmp + "/" + marker_file(r, "json")).c_str());
-  d::sync_directory(tmp);
-  clean_up(step, tmp);
-  // Checkpoints of higher steps belong to a run that was restarted from an older checkpoint (this
-  // one's past): moved aside first, so that latest() never returns them again.
-  supersede_newer(step);
-  // A checkpoint of the same step from an earlier run is replaced.
-  std::string old;
-  if (d::exists(final_dir)) {
-    old = final_dir + ".old-" + d::hex64(run_id);
-    d::remove_all_quietly(old);
-    d::rename_durably(final_dir, old);
-  }
-  d::rename_durably(tmp, final_dir);
-  if (!old.empty()) d::remove_all_quietly(old);
-  rotate(step);
-  d::sync_directory(root);
-}
-
-void Checkpointer::Impl::supersede_newer(std::int64_t step) {
-  for (const auto& name : d::list_directory(root)) {
-    std::int64_t s = 0;
-    if (!d::step_of_directory_name(name, s) || s <= step) continue;
-    const std::string from = root + "/" + name;
-    const std::string to = from + ".superseded-" + d::hex64(random_id());
-    std::fprintf(stderr,
-                 "gpucloud: checkpoint %s is superseded by step %lld (the run restarted from an older step): "
-                 "moved to %s\n",
-                 from.c_str(), static_cast<long long>(step), to.c_str());
-    d::rename_durably(from, to);
-  }
-}
-
-// keep_last: the checkpoint just written (the highest step once newer ones are superseded) and
-// the keep_last - 1 highest below it; lower ones deleted. Superseded directories are not counted.
-void Checkpointer::Impl::rotate(std::int64_t step) {
-  if (options.keep_last <= 0) return;
-  std::vector<std::int64_t> older;
-  for (const auto& name : d::list_directory(root)) {
-    std::int64_t s = 0;
-    if (d::step_of_directory_name(name, s) && s < step) older.push_back(s);
-  }
-  std::sort(older.begin(), older.end(), std::greater<>());
-  const auto keep_older = static_cast<std::size_t>(options.keep_last - 1);
-  for (std::size_t i = keep_older; i < older.size(); ++i) {
-    d::remove_all_quietly(root + "/" + directory_name(older[i]));
-  }
-}
-
-// Removes what interrupted saves left: temporary (.tmp-) and replaced (.old-) directories of other
-// runs, and of this run for earlier steps. (One training run writes to a root at a time.)
-// Superseded directories and anything else are the user's.
-void Checkpointer::Impl::clean_up(std::int64_t step, const std::string& keep_tmp) {
-  const std::string keep = keep_tmp.substr(keep_tmp.find_last_of('/') + 1);
-  for (const auto& name : d::list_directory(root)) {
-    if (name == keep) continue;
-    const auto dot = name.find('.');
-    if (dot == std::string::npos) continue;  // committed
-    if (name.compare(dot, 5, ".tmp-") != 0 && name.compare(dot, 5, ".old-") != 0) continue;
-    std::int64_t s = 0;
-    if (!d::step_of_directory_name(name.substr(0, dot), s)) continue;
-    const bool ours = name.find(d::hex64(run_id)) != std::string::npos;
-    if (!ours || s < step) d::remove_all_quietly(root + "/" + name);
   }
 }
 
