@@ -1,7 +1,7 @@
 // The MPI backend's reduction (and an average's division), one typed loop per dtype and op, vectorised (`omp simd`,
 // built with -fopenmp-simd like the other host array loops) and compiled for AVX-512, AVX2 and the baseline
-// (GPUCLOUD_HOST_CLONES). It used to be one scalar loop: GCC's -O2 cost model does not vectorise a
-// loop that needs a remainder, so every ring step and inline round reduced one element at a time.
+// (GPUCLOUD_HOST_CLONES). Written out rather than left to the compiler: GCC's -O2 cost model does
+// not vectorise a plain loop that needs a remainder, so it would reduce one element at a time.
 #include "comm/host_reduce.hpp"
 
 #include "kernels/compute/host_convert.hpp"
