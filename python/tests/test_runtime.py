@@ -218,8 +218,10 @@ def test_gpucloud_streams_round_trip_through_the_protocol():
     assert version == 0 and handle == own.native_handle != 0
     adopted = gc.Stream(ForeignStream(handle))  # as a framework's stream would come in
     assert adopted.native_handle == handle and adopted.device == gc.Device.cuda(0)
-    with pytest.raises(gc.InvalidArgument, match="legacy default stream"):
-        gc.Stream.from_native(0, gc.Device.cuda(0))
+    legacy = gc.Stream.from_native(0, gc.Device.cuda(0))  # torch's current stream by default
+    assert legacy.native_handle == 0 and legacy.__cuda_stream__() == (0, 0)
+    with pytest.raises(gc.InvalidArgument, match="cudaStreamPerThread"):
+        gc.Stream.from_native(2, gc.Device.cuda(0))
     buf = gc.Buffer(1000, "float32", gc.Device.cuda(0))
     gc.fill(buf, 3.0, ForeignStream(handle))  # accepted wherever a Stream is
     own.synchronize()  # the same CUDA stream: the fill is done

@@ -6,6 +6,7 @@
 #include "runtime/host/host_stream.hpp"
 #include "runtime/stream_impl.hpp"
 
+#include <cstdint>
 #include <utility>
 
 namespace gpucloud {
@@ -26,9 +27,13 @@ Stream::Stream(Device device)
 Stream Stream::from_native(void* native, Device device) {
   GPUCLOUD_EXPECTS(device.is_cuda(), "Stream::from_native",
                    "device: " + device.str() + " has no native streams; adopt a CUDA stream of a GPU");
-  GPUCLOUD_EXPECTS(native != nullptr, "Stream::from_native",
-                   "native: null is the legacy default stream, which synchronises with every other; pass a "
-                   "created stream");
+  // cudaStreamPerThread (CUDA's driver_types.h; no CUDA types in this file). The legacy default
+  // stream (null, or cudaStreamLegacy) is one stream per device, whichever thread uses it.
+  constexpr std::uintptr_t kPerThreadDefaultStream = 0x2;
+  GPUCLOUD_EXPECTS(reinterpret_cast<std::uintptr_t>(native) != kPerThreadDefaultStream, "Stream::from_native",
+                   "native: cudaStreamPerThread is a different stream on every host thread, and gpucloud orders "
+                   "frees and cleanups from its own threads; pass the legacy default stream (null) or a created "
+                   "stream");
   return Stream(detail::cuda::adopt_stream(device.index(), native));
 }
 

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <future>
 #include <memory>
@@ -144,8 +145,24 @@ TEST_P(StreamTest, FromNativeAdoptsACallersStream) {
     return;
   }
   gc::Stream owner(device());
-  EXPECT_THROW(gc::Stream::from_native(nullptr, device()), gc::InvalidArgument);  // the legacy stream
   std::atomic<int> ran{0};
+  {
+    // The legacy default stream (PyTorch's current stream outside torch.cuda.stream(...)): host
+    // functions, copies and events on it, from another device being current too.
+    gc::Stream legacy = gc::Stream::from_native(nullptr, device());
+    EXPECT_EQ(legacy.native_handle(), nullptr);
+    gc::Buffer host(64, gc::DType::float32, gc::Device::host(), gc::MemoryKind::pinned);
+    gc::Buffer dev(64, gc::DType::float32, device(), gc::MemoryKind::device);
+    for (std::size_t i = 0; i < 64; ++i) host.data_as<float>()[i] = static_cast<float>(i);
+    gc::copy(dev, host, legacy);
+    gc::Event copied(device());
+    copied.record(legacy);
+    owner.wait(copied);
+    gc::launch_host_func(legacy, [&] { ++ran; });
+    legacy.synchronize();
+    EXPECT_EQ(ran.load(), 1);
+    ran = 0;
+  }
   {
     gc::Stream adopted = gc::Stream::from_native(owner.native_handle(), device());
     EXPECT_EQ(adopted.native_handle(), owner.native_handle());
@@ -154,6 +171,18 @@ TEST_P(StreamTest, FromNativeAdoptsACallersStream) {
   gc::launch_host_func(owner, [&] { ++ran; });
   owner.synchronize();
   EXPECT_EQ(ran.load(), 2);
+}
+
+// cudaStreamPerThread is a different stream on every host thread: refused, naming the argument,
+// before the stream is looked at.
+TEST(StreamFromNative, ThePerThreadDefaultStreamIsRefused) {
+  if (gc::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << gc::cuda_unavailable_reason();
+  try {
+    (void)gc::Stream::from_native(reinterpret_cast<void*>(std::uintptr_t{2}), gc::Device::cuda(0));
+    FAIL() << "cudaStreamPerThread was adopted";
+  } catch (const gc::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("native: cudaStreamPerThread"), std::string::npos) << e.what();
+  }
 }
 
 TEST(HostStream, EventSynchronizeFromWorkOnItsOwnStreamIsAnErrorNotADeadlock) {

@@ -37,7 +37,8 @@ class GPUCLOUD_API StreamView {
   bool query() const;
   /// @brief Makes later work on this stream wait for @p event's last record.
   void wait(const Event& event) const;
-  /// @brief The native handle (a cudaStream_t on CUDA, nullptr on the host).
+  /// @brief The native handle (a cudaStream_t on CUDA, null for the legacy default stream; null
+  ///        on the host).
   void* native_handle() const noexcept;
   /// @brief Internal implementation (not API).
   detail::StreamImpl* impl() const noexcept { return impl_; }
@@ -63,8 +64,11 @@ class GPUCLOUD_API Stream {
   ///        ordered with the framework's own work. The caller keeps @p native alive while the
   ///        returned Stream is used; destroying the Stream drains gpucloud's work and leaves
   ///        @p native alone.
-  /// @throws InvalidArgument for the host device (a host stream has no native handle) or a
-  ///         null handle (the legacy default stream, which gpucloud never uses).
+  ///        A null handle (or cudaStreamLegacy) is the device's legacy default stream, what
+  ///        PyTorch's current stream is outside `torch.cuda.stream(...)`.
+  /// @throws InvalidArgument for the host device (a host stream has no native handle) or
+  ///         cudaStreamPerThread (a different stream on every host thread, while gpucloud
+  ///         orders frees and cleanups from its own threads).
   static Stream from_native(void* native, Device device);
   /// @brief Waits for the stream's work to finish, then releases it; never throws.
   ~Stream();

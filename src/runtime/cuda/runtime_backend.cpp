@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <utility>
 
@@ -31,7 +32,8 @@ int device_count(std::string& reason) noexcept {
   return count;
 }
 
-DeviceProperties properties(int device) {
+namespace {
+DeviceProperties query_properties(int device) {
   cudaDeviceProp prop{};
   GPUCLOUD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   DeviceProperties out;
@@ -50,6 +52,20 @@ DeviceProperties properties(int device) {
   out.uuid = uuid;
   return out;
 }
+}  // namespace
+
+// Queried once per device (cudaGetDeviceProperties costs tens of µs and is asked on every GEMM and
+// convolution); a device's properties do not change while the process runs.
+DeviceProperties properties(int device) {
+  static std::mutex mutex;
+  static std::map<int, DeviceProperties> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  DeviceProperties p = query_properties(device);  // throws for a device that does not exist: not cached
+  known.emplace(device, p);
+  return p;
+}
 
 MemoryInfo memory_info(int device) {
   DeviceGuard guard(device);
@@ -66,30 +82,40 @@ class CudaStream final : public StreamImpl {
     DeviceGuard guard(device);
     GPUCLOUD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
-  // Adopts @p native (a framework's stream): used, never destroyed.
+  // Adopts @p native (a framework's stream): used, never destroyed. Null (or cudaStreamLegacy) is
+  // the legacy default stream of whichever device is current, so every call below sets the device.
   CudaStream(int device, cudaStream_t native) : StreamImpl(Device::cuda(device)), stream_(native), owned_(false) {}
   ~CudaStream() override {
-    GPUCLOUD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));
-    cleanups_.wait(detail::CleanupQueue::shared());  // they refer to this stream
+    try {
+      DeviceGuard guard(device().index());
+      GPUCLOUD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));
+    } catch (const std::exception&) {  // cudaSetDevice failed: the runtime is going away
+    }
+    cleanups_->wait(detail::CleanupQueue::shared());  // they refer to this stream
     if (owned_) GPUCLOUD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
   }
   void synchronize() override {
-    GPUCLOUD_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    cleanups_.wait(detail::CleanupQueue::shared());  // done means released too, as on the host
+    {
+      DeviceGuard guard(device().index());
+      GPUCLOUD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    cleanups_->wait(detail::CleanupQueue::shared());  // done means released too, as on the host
     std::lock_guard<std::mutex> lock(mutex_);
     if (host_error_) std::rethrow_exception(std::exchange(host_error_, nullptr));
   }
   bool query() override {
+    DeviceGuard guard(device().index());
     const cudaError_t status = cudaStreamQuery(stream_);
     if (status == cudaErrorNotReady) {
       (void)cudaGetLastError();
       return false;
     }
     GPUCLOUD_CUDA_CHECK(status);
-    return cleanups_.idle();
+    return cleanups_->idle();
   }
   void wait(EventImpl& event) override;
   void launch_host_func(std::function<void()> fn, bool always_run) override {
+    DeviceGuard guard(device().index());
     auto* payload = new Payload{std::move(fn), this, always_run};
     const cudaError_t status = cudaLaunchHostFunc(stream_, &CudaStream::trampoline, payload);
     if (status != cudaSuccess) delete payload;
@@ -115,29 +141,47 @@ class CudaStream final : public StreamImpl {
     std::unique_ptr<Payload> payload(static_cast<Payload*>(data));
     CudaStream& s = *payload->owner;
     if (payload->always_run) {
-      s.cleanups_.begin();
+      s.cleanups_->begin();
       try {
-        detail::CleanupQueue::shared().post([p = payload.get()] {
-          CudaStream* owner = p->owner;
+        // The count outlives the stream: releasing what the cleanup captured may destroy the stream.
+        detail::CleanupQueue::shared().post([p = payload.get(), pending = s.cleanups_] {
           {
             const std::unique_ptr<Payload> own(p);  // what the cleanup captured goes with it
-            owner->run(*own);
+            own->owner->run(*own);
           }
-          owner->cleanups_.end();
+          pending->end();
         });
         (void)payload.release();
       } catch (...) {  // could not queue it (out of memory): run it here rather than never
         s.run(*payload);
         payload.reset();
-        s.cleanups_.end();
+        s.cleanups_->end();
       }
       return;
     }
+    bool skip = false;
     {
       std::lock_guard<std::mutex> lock(s.mutex_);
-      if (s.host_error_) return;  // same contract as the host backend
+      skip = s.host_error_ != nullptr;  // same contract as the host backend
     }
-    s.run(*payload);
+    if (!skip) s.run(*payload);
+    s.release_elsewhere(std::move(payload));
+  }
+  // What a function captured is released on the cleanup thread, never on CUDA's callback thread:
+  // the last reference to a stream (its destructor synchronises it) or to a Python object (its
+  // release takes the GIL) must not be dropped there. synchronize() and query() wait for it.
+  void release_elsewhere(std::unique_ptr<Payload> payload) noexcept {
+    cleanups_->begin();
+    try {
+      detail::CleanupQueue::shared().post([p = payload.get(), pending = cleanups_] {
+        delete p;  // may destroy this stream: the count is held apart
+        pending->end();
+      });
+      (void)payload.release();
+    } catch (...) {  // could not queue it (out of memory): release it here rather than leak it
+      payload.reset();
+      cleanups_->end();
+    }
   }
   // Runs @p p's function; an exception becomes the stream's error, raised at synchronize().
   void run(Payload& p) noexcept {
@@ -152,7 +196,7 @@ class CudaStream final : public StreamImpl {
   bool owned_ = true;  // false: a caller's stream (from_native), never destroyed here
   std::mutex mutex_;
   std::exception_ptr host_error_;
-  detail::PendingCleanups cleanups_;
+  std::shared_ptr<detail::PendingCleanups> cleanups_ = std::make_shared<detail::PendingCleanups>();
 };
 
 class CudaEvent final : public EventImpl {
@@ -181,6 +225,7 @@ class CudaEvent final : public EventImpl {
 
  protected:
   void do_record(StreamImpl& stream) override {
+    DeviceGuard guard(device().index());
     GPUCLOUD_CUDA_CHECK(cudaEventRecord(event_, static_cast<CudaStream&>(stream).stream()));
   }
 
@@ -189,6 +234,7 @@ class CudaEvent final : public EventImpl {
 };
 
 void CudaStream::wait(EventImpl& event) {
+  DeviceGuard guard(device().index());
   GPUCLOUD_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<CudaEvent&>(event).event(), 0));
 }
 
