@@ -157,6 +157,18 @@ detail::GemmPlan validate(BufferView c, BufferView a, BufferView b, const GemmAr
                   std::string(precision_name(plan.precision)) + " GEMMs need a newer GPU than " +
                       device_properties(s.device()).name);
   }
+  // What cuBLASLt's fp8 table has (cublasLtMatmul: E4M3 x E4M3, E4M3 x E5M2, E5M2 x E4M3, in its
+  // TN layout); the host model computes every pairing and layout.
+  if (s.device().is_cuda() && detail::is_fp8(a.dtype())) {
+    if (a.dtype() == DType::float8_e5m2 && b.dtype() == DType::float8_e5m2) {
+      GPUCLOUD_FAIL(Unsupported, kCall,
+                    "b: cuBLASLt has no e5m2 x e5m2 product; make one operand e4m3 (e5m2 is for gradients)");
+    }
+    if (g.trans_a != Transpose::none || g.trans_b != Transpose::transpose) {
+      GPUCLOUD_FAIL(Unsupported, kCall,
+                    "trans_b: fp8 on cuBLASLt needs C = A * B^T (trans_a none, trans_b transpose), its TN layout");
+    }
+  }
   return plan;
 }
 

@@ -29,6 +29,8 @@ namespace gpucloud::detail::cuda {
 namespace {
 
 constexpr std::size_t kMaxWorkspace = std::size_t{32} << 20;
+// The least alignment of a bias handed to cuBLASLt as it is; less is staged (gemm(), below).
+constexpr std::uint32_t kBiasAlignment = 16;
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -79,14 +81,20 @@ PerDeviceHandles<cublasLtHandle_t>& handles() {
 // chosen for aligned pointers then fails or reads out of bounds. Part of the plan's key.
 struct Alignments {
   std::uint32_t a = 256, b = 256, c = 256;
+  std::uint32_t bias = 256;  // the bias cuBLASLt reads: the caller's, or staged in aligned scratch
 };
 
-Alignments alignments_of(const BufferView& a, const BufferView& b, const BufferView& c) {
-  return {pointer_alignment(a.data()), pointer_alignment(b.data()), pointer_alignment(c.data())};
+Alignments alignments_of(const BufferView& a, const BufferView& b, const BufferView& c, const GemmPlan& p) {
+  Alignments out{pointer_alignment(a.data()), pointer_alignment(b.data()), pointer_alignment(c.data())};
+  if (p.has_bias) {
+    const std::uint32_t bias = pointer_alignment(p.args.bias.data());
+    out.bias = bias < kBiasAlignment ? 256 : bias;  // under kBiasAlignment it is staged (gemm(), below)
+  }
+  return out;
 }
 
 // Everything a plan depends on.
-using PlanKey = std::array<std::int64_t, 22>;
+using PlanKey = std::array<std::int64_t, 23>;
 
 PlanKey key_of(int device, DType a, DType b, DType c, const GemmPlan& p, Alignments align) {
   const GemmArgs& g = p.args;
@@ -111,7 +119,8 @@ PlanKey key_of(int device, DType a, DType b, DType c, const GemmPlan& p, Alignme
           g.tf32 ? 1 : 0,
           g.beta != 0.0f ? 1 : 0,
           static_cast<std::int64_t>(align.a) | static_cast<std::int64_t>(align.b) << 16,
-          align.c};
+          align.c,
+          align.bias};
 }
 
 struct Plan {
@@ -201,11 +210,14 @@ std::unique_ptr<Plan> try_plan(cublasLtHandle_t handle, DType a, DType b, DType 
 }
 
 // The plan: the bias in its own dtype, or, where cuBLASLt takes no float32 bias with this output
-// (it documents the output's dtype as the bias's default), converted to the output's dtype per
-// call: the host model adds the float32 bias, a difference far inside the 16-bit tolerance.
+// (it documents the output's dtype as the bias's default; bfloat16 for fp8 products into float32),
+// converted per call: the host model adds the float32 bias, a difference far inside the 16-bit
+// and fp8 tolerances.
 std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, DType a, DType b, DType c, const GemmPlan& p,
                                 Alignments align) {
-  const DType bias_type = p.has_bias ? p.args.bias.dtype() : c;
+  // fp8 products with a float32 output take a bfloat16 bias (cublasLtMatmul's fp8 table).
+  const bool fp8_fp32 = is_fp8(a) && c == DType::float32;
+  const DType bias_type = !p.has_bias ? c : fp8_fp32 ? DType::bfloat16 : p.args.bias.dtype();
   if (auto plan = try_plan(handle, a, b, c, p, align, bias_type)) return plan;
   if (p.has_bias && bias_type != c) {
     if (auto plan = try_plan(handle, a, b, c, p, align, c)) return plan;
@@ -222,16 +234,12 @@ detail::PlanCache<PlanKey, Plan>& plans() {
 
 void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& p, StreamImpl& stream) {
   const GemmArgs& g = p.args;
-  const bool fp8 = a.dtype() == DType::float8_e4m3 || a.dtype() == DType::float8_e5m2;
-  if (fp8 && !(g.trans_a == Transpose::none && g.trans_b == Transpose::transpose)) {
-    GPUCLOUD_FAIL(Unsupported, "gemm",
-                  "fp8 on cuBLASLt needs C = A * B^T (trans_a none, trans_b transpose), its TN layout");
-  }
+  const bool fp8 = is_fp8(a.dtype());  // its pairing and layout checked by the front end
   const int device = stream.device().index();
   DeviceGuard guard(device);
   const cudaStream_t native = cuda::native(stream);
   cublasLtHandle_t handle = handles().get(device).handle;
-  const Alignments align = alignments_of(a, b, c);
+  const Alignments align = alignments_of(a, b, c, p);
   Plan& plan = plans().get(key_of(device, a.dtype(), b.dtype(), c.dtype(), p, align),
                            [&] { return make_plan(handle, a.dtype(), b.dtype(), c.dtype(), p, align); });
 
@@ -240,10 +248,14 @@ void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& p, StreamImp
   const StreamView view = StreamView::from_impl(stream);
   const Workspace workspace_scratch(plan.workspace, view);
   const Workspace scales_scratch(fp8 ? 2 * sizeof(float) : 0, view);
-  const bool convert_bias = p.has_bias && plan.bias_type != g.bias.dtype();
-  const Workspace bias_scratch(convert_bias ? g.bias.size() * dtype_size(plan.bias_type) : 0, view);
+  // The bias cuBLASLt reads: the caller's, or a copy in the call's (aligned) scratch when it must
+  // be converted to the plan's bias dtype or its address is under kBiasAlignment (a view at an odd
+  // element offset): cuBLASLt's epilogue reads it with vector loads.
+  const bool stage_bias =
+      p.has_bias && (plan.bias_type != g.bias.dtype() || pointer_alignment(g.bias.data()) < kBiasAlignment);
+  const Workspace bias_scratch(stage_bias ? g.bias.size() * dtype_size(plan.bias_type) : 0, view);
   const void* bias = p.has_bias ? g.bias.data() : nullptr;
-  if (convert_bias) {
+  if (stage_bias) {
     const BufferView converted(bias_scratch.get(), g.bias.size(), plan.bias_type, MemoryKind::device, stream.device());
     cast(converted, g.bias, stream);
     bias = converted.data();
