@@ -268,6 +268,45 @@ TEST_P(ConvTest, AlphaBetaBiasAndReluFollowCudnnsOrder) {
   EXPECT_EQ(read(plain, s), conv);
 }
 
+// The bias and bias+ReLU epilogues in every dtype the convolution takes: on a GPU, float32 and
+// float16 run cuDNN's fused call and bfloat16 (which the fused call does not take) the convolution,
+// cudnnAddTensor and the activation; on the host oneDNN or the model. Against the same dtype's
+// plain convolution with the epilogue added in float.
+TEST_P(ConvTest, BiasEpiloguesInEveryDtype) {
+  gc::Stream s(device());
+  gc::ConvArgs a;
+  a.n = 2, a.c = 8, a.h = 7, a.w = 6, a.k = 8, a.r = 3, a.s = 3, a.pad_h = 1, a.pad_w = 1;
+  std::mt19937 rng(11);
+  const auto n = counts(a);
+  const auto x = random_values(n[0], rng), f = random_values(n[2], rng);
+  std::vector<float> bias(static_cast<std::size_t>(a.k));
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.25f * static_cast<float>(i) - 1.0f;
+  const auto o = gc::conv2d_output_size(a);
+  for (gc::DType t : {gc::DType::float32, gc::DType::float16, gc::DType::bfloat16}) {
+    const double tolerance = t == gc::DType::float32 ? 1e-5 : 2e-2;
+    gc::Buffer xb = make(x, t, device(), s), fb = make(f, t, device(), s), bb = make(bias, t, device(), s);
+    gc::Buffer plain = make(std::vector<float>(n[1], 0.0f), t, device(), s);
+    gc::conv2d_forward(plain, xb, fb, a, s);
+    const auto conv = read(plain, s);
+    const auto stored_bias = read(bb, s);
+    for (auto e : {gc::Epilogue::bias, gc::Epilogue::bias_relu}) {
+      gc::ConvArgs with = a;
+      with.epilogue = e, with.bias = bb;
+      gc::Buffer y = make(std::vector<float>(n[1], std::nanf("")), t, device(), s);
+      gc::conv2d_forward(y, xb, fb, with, s);
+      const auto got = read(y, s);
+      std::size_t off = 0;
+      for (std::int64_t i = 0; i < n[1]; ++i) {
+        const std::int64_t channel = (i / (o.h * o.w)) % a.k;
+        const float biased = conv[static_cast<std::size_t>(i)] + stored_bias[static_cast<std::size_t>(channel)];
+        const float want = e == gc::Epilogue::bias_relu ? std::max(0.0f, biased) : biased;
+        off += !(std::abs(got[static_cast<std::size_t>(i)] - want) <= tolerance * (1 + std::abs(want)));
+      }
+      EXPECT_EQ(off, 0u) << gc::dtype_name(t) << ", epilogue " << int(e);
+    }
+  }
+}
+
 TEST_P(ConvTest, BadInputIsRejectedBeforeAnyWorkAndNamesTheArgument) {
   gc::Stream s(device());
   gc::ConvArgs a;

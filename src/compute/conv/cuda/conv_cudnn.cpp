@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -72,6 +73,9 @@ struct Plan {
   cudnnActivationDescriptor_t act = nullptr;
   int algo = 0;  // the pass's cudnnConvolution*Algo_t
   std::size_t workspace = 0;
+  // Forward with a bias: cudnnConvolutionBiasActivationForward, until cuDNN refuses it (bfloat16,
+  // or CUDNN_STATUS_NOT_SUPPORTED once), then the convolution, cudnnAddTensor and the activation.
+  std::atomic<bool> fused{true};
   ~Plan() {
     if (act) cudnnDestroyActivationDescriptor(act);
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
@@ -148,8 +152,21 @@ std::unique_ptr<Plan> make_plan(cudnnHandle_t handle, const ConvPlan& p) {
                                                                       plan->y, kCount, &returned, perf)
                                : cudnnGetConvolutionForwardAlgorithm_v7(handle, plan->x, plan->filter, plan->conv,
                                                                         plan->y, kCount, &returned, perf));
-      const bool identity_bias = p.has_bias && p.args.epilogue == Epilogue::bias;
-      choose(*plan, perf, returned, identity_bias ? CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM : -1, fp32);
+      // The fused call takes float and half data (cudnnConvolutionBiasActivationForward's table);
+      // with an identity activation only IMPLICIT_PRECOMP_GEMM. Otherwise the bias and ReLU run
+      // as their own cuDNN calls after the convolution (any algorithm).
+      plan->fused = p.has_bias && p.dtype != DType::bfloat16;
+      const bool identity_bias = plan->fused && p.args.epilogue == Epilogue::bias;
+      bool chosen = false;
+      if (identity_bias) {
+        try {
+          choose(*plan, perf, returned, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, fp32);
+          chosen = true;
+        } catch (const Unsupported&) {
+          plan->fused = false;  // no such algorithm within the cap: unfused
+        }
+      }
+      if (!chosen) choose(*plan, perf, returned, -1, fp32);
       break;
     }
     case ConvPass::backward_data: {
@@ -222,19 +239,31 @@ void conv2d(const ConvPlan& p, BufferView out, BufferView in1, BufferView in2, S
   void* workspace = scratch.get();
   switch (p.pass) {
     case ConvPass::forward:
-      if (p.has_bias) {
+      if (p.has_bias && plan.fused.load()) {
         // y = act(alpha * conv(x) + beta * z + bias), z = y. cuDNN does not document that z goes
         // unread when alpha2 (beta) is 0, and 0 * NaN is NaN: a y that was never written is
         // cleared first, so beta = 0 never reads it (as the unfused call promises).
         if (beta == 0.0f) GPUCLOUD_CUDA_CHECK(cudaMemsetAsync(out.data(), 0, out.size_bytes(), native));
-        GPUCLOUD_CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
+        const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
             h.handle, &alpha, plan.x, in1.data(), plan.filter, in2.data(), plan.conv,
             static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), workspace, plan.workspace, &beta, plan.y, out.data(),
-            plan.bias, p.args.bias.data(), plan.act, plan.y, out.data()));
-      } else {
-        GPUCLOUD_CUDNN_CHECK(cudnnConvolutionForward(h.handle, &alpha, plan.x, in1.data(), plan.filter, in2.data(),
-                                                     plan.conv, static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo),
-                                                     workspace, plan.workspace, &beta, plan.y, out.data()));
+            plan.bias, p.args.bias.data(), plan.act, plan.y, out.data());
+        if (st != CUDNN_STATUS_NOT_SUPPORTED) {
+          GPUCLOUD_CUDNN_CHECK(st);
+          break;
+        }
+        plan.fused = false;  // refused before it ran (it checks its arguments first): unfused from now on
+      }
+      GPUCLOUD_CUDNN_CHECK(cudnnConvolutionForward(h.handle, &alpha, plan.x, in1.data(), plan.filter, in2.data(),
+                                                   plan.conv, static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo),
+                                                   workspace, plan.workspace, &beta, plan.y, out.data()));
+      if (p.has_bias) {  // the epilogue as its own calls: y += bias (broadcast over N, H, W), then ReLU
+        const float one = 1.0f, zero = 0.0f;
+        GPUCLOUD_CUDNN_CHECK(cudnnAddTensor(h.handle, &one, plan.bias, p.args.bias.data(), &one, plan.y, out.data()));
+        if (p.args.epilogue == Epilogue::bias_relu) {
+          GPUCLOUD_CUDNN_CHECK(
+              cudnnActivationForward(h.handle, plan.act, &one, plan.y, out.data(), &zero, plan.y, out.data()));
+        }
       }
       break;
     case ConvPass::backward_data:
