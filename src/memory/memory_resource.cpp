@@ -131,7 +131,7 @@ PlainResource::PlainResource(MemoryKind kind, Device device) : MemoryResource(ki
 
 void* PlainResource::do_allocate(std::size_t bytes, std::optional<StreamView>) {
   if (device().is_cuda()) return detail::cuda::allocate(kind(), bytes, device().index());
-  if (pinned_through_cuda(kind(), device())) return detail::cuda::allocate(MemoryKind::pinned, bytes, 0);
+  if (pinned_through_cuda(kind(), device())) return detail::cuda::allocate(MemoryKind::pinned, bytes, -1);
   return detail::host_allocate(bytes, kind());
 }
 
@@ -140,7 +140,7 @@ void PlainResource::do_deallocate(void* p, std::size_t, std::optional<StreamView
     // cudaFree / cudaFreeHost wait for the device's outstanding work themselves.
     detail::cuda::deallocate(kind(), p, device().index());
   } else if (pinned_through_cuda(kind(), device())) {
-    detail::cuda::deallocate(MemoryKind::pinned, p, 0);
+    detail::cuda::deallocate(MemoryKind::pinned, p, -1);
   } else {
     detail::release_after(stream, [p] { detail::host_deallocate(p); });
   }

@@ -9,19 +9,25 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <exception>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <set>
 
 namespace gpucloud::detail::cuda {
 
 void* allocate(MemoryKind kind, std::size_t bytes, int device) {
-  DeviceGuard guard(device);
+  std::optional<DeviceGuard> guard;
+  if (device >= 0) guard.emplace(device);
   void* p = nullptr;
   switch (kind) {
     case MemoryKind::device:
       GPUCLOUD_CUDA_CHECK_ALLOC(cudaMalloc(&p, bytes), bytes);
       break;
-    case MemoryKind::pinned:
-      GPUCLOUD_CUDA_CHECK_ALLOC(cudaMallocHost(&p, bytes), bytes);
+    case MemoryKind::pinned:  // portable: pinned for every device's context, whichever made it
+      GPUCLOUD_CUDA_CHECK_ALLOC(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), bytes);
       break;
     case MemoryKind::managed:
       GPUCLOUD_CUDA_CHECK_ALLOC(cudaMallocManaged(&p, bytes, cudaMemAttachGlobal), bytes);
@@ -34,7 +40,8 @@ void* allocate(MemoryKind kind, std::size_t bytes, int device) {
 
 void deallocate(MemoryKind kind, void* p, int device) noexcept {
   try {
-    DeviceGuard guard(device);
+    std::optional<DeviceGuard> guard;
+    if (device >= 0) guard.emplace(device);
     if (kind == MemoryKind::pinned) {
       GPUCLOUD_CUDA_CHECK_NOTHROW(cudaFreeHost(p));
     } else {
@@ -45,8 +52,25 @@ void deallocate(MemoryKind kind, void* p, int device) noexcept {
   }
 }
 
+namespace {
+// The device's default stream-ordered pool keeps what it has (release threshold: all of it), as
+// PyTorch's cudaMallocAsync backend sets it: at the default of 0 the pool unmaps its memory at every
+// synchronisation and maps it again at the next allocation. Once per device.
+void keep_pool_memory(int device) {
+  static std::mutex mutex;
+  static std::set<int> done;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!done.insert(device).second) return;
+  cudaMemPool_t pool = nullptr;
+  GPUCLOUD_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
+  GPUCLOUD_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+}
+}  // namespace
+
 void* allocate_async(std::size_t bytes, int device, StreamImpl* stream) {
   DeviceGuard guard(device);
+  keep_pool_memory(device);
   void* p = nullptr;
   if (stream != nullptr) {
     GPUCLOUD_CUDA_CHECK_ALLOC(cudaMallocAsync(&p, bytes, native(*stream)), bytes);

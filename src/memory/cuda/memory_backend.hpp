@@ -11,9 +11,11 @@
 
 namespace gpucloud::detail::cuda {
 
-/// cudaMalloc / cudaMallocHost / cudaMallocManaged. @throws OutOfMemory naming the request.
+/// cudaMalloc / cudaHostAlloc (portable) / cudaMallocManaged on @p device (-1: the calling
+/// thread's current device, for pinned memory: no context is made on another GPU).
+/// @throws OutOfMemory naming the request.
 void* allocate(MemoryKind kind, std::size_t bytes, int device);
-/// Frees what allocate() returned; errors are reported, never thrown.
+/// Frees what allocate() returned (@p device as given to it); errors are reported, never thrown.
 void deallocate(MemoryKind kind, void* p, int device) noexcept;
 /// cudaMallocAsync on @p stream (nullptr: allocate and wait on an internal stream).
 void* allocate_async(std::size_t bytes, int device, StreamImpl* stream);
