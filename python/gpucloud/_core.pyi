@@ -1400,6 +1400,11 @@ class DeviceMetrics:
         The device read.
         """
     @property
+    def energy_j(self) -> float | None:
+        """
+        GPU: joules used since the driver loaded (NVML's counter), or None.
+        """
+    @property
     def memory_total(self) -> int:
         """
         Bytes in all.
@@ -1479,7 +1484,7 @@ class MetricsSummary:
     @property
     def energy_j(self) -> float | None:
         """
-        Joules (power integrated over time), or None.
+        Joules: the device's energy counter's increase, or power integrated over time; or None.
         """
     @property
     def memory_used(self) -> MetricStats:

@@ -37,6 +37,8 @@ void bind_monitor(py::module_& m) {
       .def_readonly("power_w", &DeviceMetrics::power_w, "Watts drawn.")
       .def_readonly("power_limit_w", &DeviceMetrics::power_limit_w, "The enforced power limit, watts.")
       .def_readonly("clock_mhz", &DeviceMetrics::clock_mhz, "SM clock (host: mean CPU core clock), MHz.")
+      .def_readonly("energy_j", &DeviceMetrics::energy_j,
+                    "GPU: joules used since the driver loaded (NVML's counter), or None.")
       .def(
           "as_dict",
           [](const DeviceMetrics& d) {
@@ -51,6 +53,7 @@ void bind_monitor(py::module_& m) {
             out["power_w"] = d.power_w;
             out["power_limit_w"] = d.power_limit_w;
             out["clock_mhz"] = d.clock_mhz;
+            out["energy_j"] = d.energy_j;
             return out;
           },
           "The figures as a dict, for logging.")
@@ -74,7 +77,8 @@ void bind_monitor(py::module_& m) {
       .def_readonly("memory_used", &MetricsSummary::memory_used, "Bytes in use.")
       .def_readonly("temperature_c", &MetricsSummary::temperature_c, "Degrees Celsius.")
       .def_readonly("power_w", &MetricsSummary::power_w, "Watts.")
-      .def_readonly("energy_j", &MetricsSummary::energy_j, "Joules (power integrated over time), or None.")
+      .def_readonly("energy_j", &MetricsSummary::energy_j,
+                    "Joules: the device's energy counter's increase, or power integrated over time; or None.")
       .def(
           "as_dict",
           [](const MetricsSummary& s) {

@@ -1,5 +1,6 @@
 // How a MetricsMonitor folds a reading into its statistics: running min/mean/max per figure, and
-// energy integrated from power by trapezoids.
+// the energy: the device's own energy counter's increase where it has one (NVML's), else power
+// integrated by trapezoids.
 #include "monitor/metrics_summary.hpp"
 
 #include <algorithm>
@@ -32,7 +33,12 @@ void accumulate(MetricsSummary& s, const std::optional<DeviceMetrics>& previous,
   add(s.memory_used, static_cast<double>(m.memory_used));
   add(s.temperature_c, m.temperature_c);
   add(s.power_w, m.power_w);
-  if (m.power_w) {
+  if (m.energy_j) {  // the counter's increase since the previous reading
+    if (!s.energy_j) s.energy_j = 0.0;
+    if (previous && previous->energy_j && *m.energy_j >= *previous->energy_j) {
+      *s.energy_j += *m.energy_j - *previous->energy_j;
+    }
+  } else if (m.power_w) {
     if (!s.energy_j) s.energy_j = 0.0;
     if (previous && previous->power_w) {
       const double dt = std::chrono::duration<double>(m.when - previous->when).count();

@@ -83,6 +83,18 @@ TEST(MetricsSummary, StatisticsAndEnergyByTrapezoids) {
   gc::MetricsSummary no_power;
   gc::detail::accumulate(no_power, std::nullopt, reading(0, 1, {}, 1), t0);
   EXPECT_FALSE(no_power.energy_j.has_value());
+  // A device with an energy counter (NVML's): its increase counts, not the integrated power.
+  gc::MetricsSummary counted;
+  std::optional<gc::DeviceMetrics> before;
+  double joules = 5000;
+  for (auto m : run) {
+    m.energy_j = joules;
+    joules += 40;  // 40 J between readings whatever the power said
+    gc::detail::accumulate(counted, before, m, t0);
+    before = m;
+  }
+  ASSERT_TRUE(counted.energy_j.has_value());
+  EXPECT_NEAR(*counted.energy_j, 80.0, 1e-9);
 }
 
 namespace {

@@ -74,6 +74,21 @@ TEST(CudaCheck, MapsCodesToTypedErrors) {
   EXPECT_NO_THROW(GPUCLOUD_CUDA_CHECK_NOTHROW(cudaErrorInvalidValue));
 }
 
+// Every code driver_types.h says leaves the process unable to use CUDA again is sticky: the
+// trainer must restart rather than retry.
+TEST(CudaCheck, EveryCodeThatNeedsARestartIsSticky) {
+  for (cudaError_t code :
+       {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorAssert, cudaErrorHardwareStackError,
+        cudaErrorIllegalInstruction, cudaErrorMisalignedAddress, cudaErrorInvalidAddressSpace, cudaErrorInvalidPc,
+        cudaErrorLaunchTimeout, cudaErrorECCUncorrectable, cudaErrorContained, cudaErrorNvlinkUncorrectable,
+        cudaErrorMpsClientTerminated, cudaErrorTensorMemoryLeak, cudaErrorExternalDevice}) {
+    EXPECT_TRUE(gc::detail::is_sticky(code)) << cudaGetErrorName(code);
+  }
+  for (cudaError_t code : {cudaErrorInvalidValue, cudaErrorMemoryAllocation, cudaErrorNotReady, cudaErrorNoDevice}) {
+    EXPECT_FALSE(gc::detail::is_sticky(code)) << cudaGetErrorName(code);
+  }
+}
+
 TEST(CublasCheck, MapsStatusesToTypedErrors) {
   EXPECT_NO_THROW(GPUCLOUD_CUBLAS_CHECK(CUBLAS_STATUS_SUCCESS));
   EXPECT_THROW(GPUCLOUD_CUBLAS_CHECK(CUBLAS_STATUS_ALLOC_FAILED), gc::OutOfMemory);

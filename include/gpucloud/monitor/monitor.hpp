@@ -28,6 +28,7 @@ struct DeviceMetrics {
   std::optional<double> power_w;               ///< watts drawn (host: the CPU packages' RAPL counters)
   std::optional<double> power_limit_w;         ///< the enforced power limit, watts
   std::optional<double> clock_mhz;             ///< SM clock (host: mean CPU core clock), MHz
+  std::optional<double> energy_j;              ///< GPU: joules used since the driver loaded (NVML's counter)
   std::chrono::steady_clock::time_point when;  ///< when the reading was taken
 };
 
@@ -58,7 +59,7 @@ struct MetricsSummary {
   MetricStats memory_used;         ///< bytes
   MetricStats temperature_c;       ///< degrees Celsius
   MetricStats power_w;             ///< watts
-  std::optional<double> energy_j;  ///< joules: power integrated over time (trapezoids); empty without power
+  std::optional<double> energy_j;  ///< joules: the device's energy counter's increase, or power integrated
 };
 
 /// @brief Samples a device every interval on a background thread (nvidia-smi dmon, DCGM) and keeps

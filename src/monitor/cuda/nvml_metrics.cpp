@@ -29,6 +29,13 @@ struct nvmlUtilization {
 struct nvmlMemory {
   unsigned long long total, free, used;  // NOLINT(google-runtime-int): NVML's types
 };
+// nvmlMemory_v2_t: "used" excludes the memory the driver reserves (what nvidia-smi shows); v1
+// counts it as used.
+struct nvmlMemoryV2 {
+  unsigned int version;
+  unsigned long long total, reserved, free, used;  // NOLINT(google-runtime-int): NVML's types
+};
+constexpr unsigned int kMemoryV2Version = static_cast<unsigned int>(sizeof(nvmlMemoryV2)) | (2u << 24);
 constexpr nvmlReturn kSuccess = 0;
 constexpr int kTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
 constexpr int kClockSm = 1;         // NVML_CLOCK_SM
@@ -45,6 +52,11 @@ struct Nvml {
   nvmlReturn (*power)(nvmlDevice, unsigned int*) = nullptr;
   nvmlReturn (*power_limit)(nvmlDevice, unsigned int*) = nullptr;
   nvmlReturn (*clock)(nvmlDevice, int, unsigned int*) = nullptr;
+  // Optional (older drivers lack them): found or null.
+  nvmlReturn (*memory_v2)(nvmlDevice, nvmlMemoryV2*) = nullptr;
+  nvmlReturn (*energy)(nvmlDevice, unsigned long long*) = nullptr;  // NOLINT(google-runtime-int): mJ
+  nvmlReturn (*mig_mode)(nvmlDevice, unsigned int*, unsigned int*) = nullptr;
+  nvmlReturn (*by_uuid)(const char*, nvmlDevice*) = nullptr;
 
   template <class F>
   bool resolve(F& f, const char* name) {
@@ -69,6 +81,10 @@ struct Nvml {
           resolve(power_limit, "nvmlDeviceGetEnforcedPowerLimit") && resolve(clock, "nvmlDeviceGetClockInfo"))) {
       return;
     }
+    memory_v2 = reinterpret_cast<decltype(memory_v2)>(dlsym(library, "nvmlDeviceGetMemoryInfo_v2"));
+    energy = reinterpret_cast<decltype(energy)>(dlsym(library, "nvmlDeviceGetTotalEnergyConsumption"));
+    mig_mode = reinterpret_cast<decltype(mig_mode)>(dlsym(library, "nvmlDeviceGetMigMode"));
+    by_uuid = reinterpret_cast<decltype(by_uuid)>(dlsym(library, "nvmlDeviceGetHandleByUUID"));
     if (const nvmlReturn r = init(); r != kSuccess) {
       unavailable = std::string("nvmlInit failed: ") + error_string(r);
     }
@@ -102,19 +118,42 @@ void read_metrics(int device, DeviceMetrics& m) {
                       false, __FILE__, __LINE__);
   }
   m.source = "nvml";
+  // On a MIG instance CUDA's device is the instance and NVML's handle by bus id its parent GPU: the
+  // memory figures come from the instance's own handle (its UUID, "MIG-" and CUDA's uuid), and
+  // utilisation, which NVML does not report per instance, is left out. Temperature, power and
+  // clock stay the parent GPU's (the instance has none of its own).
+  nvmlDevice memory_handle = handle;
+  bool mig = false;
+  unsigned int current = 0, pending = 0;
+  if (n.mig_mode != nullptr && n.mig_mode(handle, &current, &pending) == kSuccess && current == 1) {
+    mig = true;
+    const std::string uuid = "MIG-" + properties(device).uuid.substr(4);  // "GPU-..." as CUDA names it
+    nvmlDevice instance = nullptr;
+    if (n.by_uuid != nullptr && n.by_uuid(uuid.c_str(), &instance) == kSuccess) memory_handle = instance;
+    m.source = "nvml (MIG instance)";
+  }
   // A figure the GPU does not report (NVML_ERROR_NOT_SUPPORTED, common on virtual GPUs) stays empty.
-  if (nvmlUtilization u{}; n.utilization(handle, &u) == kSuccess) {
+  if (nvmlUtilization u{}; !mig && n.utilization(handle, &u) == kSuccess) {
     m.utilization = u.gpu;
     m.memory_utilization = u.memory;
   }
-  if (nvmlMemory mem{}; n.memory(handle, &mem) == kSuccess) {
-    m.memory_total = mem.total;
-    m.memory_used = mem.used;
+  nvmlMemoryV2 v2{};
+  v2.version = kMemoryV2Version;
+  nvmlMemory v1{};
+  if (n.memory_v2 != nullptr && n.memory_v2(memory_handle, &v2) == kSuccess) {
+    m.memory_total = v2.total;
+    m.memory_used = v2.used;
+  } else if (n.memory(memory_handle, &v1) == kSuccess) {
+    m.memory_total = v1.total;
+    m.memory_used = v1.used;
   } else {
     const MemoryInfo runtime = memory_info(device);
     m.memory_total = runtime.total;
     m.memory_used = runtime.total - runtime.free;
   }
+  unsigned long long millijoules = 0;  // NOLINT(google-runtime-int): NVML's type
+  if (n.energy != nullptr && n.energy(handle, &millijoules) == kSuccess)
+    m.energy_j = static_cast<double>(millijoules) / 1000.0;
   unsigned int v = 0;
   if (n.temperature(handle, kTemperatureGpu, &v) == kSuccess) m.temperature_c = v;
   if (n.power(handle, &v) == kSuccess) m.power_w = v / 1000.0;  // milliwatts

@@ -20,6 +20,12 @@ bool is_sticky(cudaError_t status) noexcept {
     case cudaErrorLaunchTimeout:
     case cudaErrorECCUncorrectable:
     case cudaErrorContextIsDestroyed:
+    // driver_types.h: "the process must be terminated and relaunched" / "an inconsistent state"
+    case cudaErrorContained:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorExternalDevice:
       return true;
     default:
       return false;
