@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "cut") return cut_link(c);
   if (argc > 1 && std::string(argv[1]) == "stall") return stall(c, std::size_t{1} << 17);
   if (argc > 1 && std::string(argv[1]) == "stall-worker") return stall(c, std::size_t{1} << 20);
-  if (argc > 1 && std::string(argv[1]) == "stall-hierarchical") return stall(c, std::size_t{1} << 20, Stalled::hierarchical);
+  if (argc > 1 && std::string(argv[1]) == "stall-hierarchical")
+    return stall(c, std::size_t{1} << 20, Stalled::hierarchical);
   if (argc > 1 && std::string(argv[1]) == "stall-broadcast") return stall(c, std::size_t{1} << 24, Stalled::broadcast);
   gc::Communicator again = gc::Communicator::mpi_world();  // for the dropped stream, below
   gc::Communicator idle = gc::Communicator::mpi_world();   // for the in-place collective, below
