@@ -167,6 +167,7 @@ if [ "$built" = 1 ]; then
     }
     sanitize memcheck test_gemm '*BiasAtAnyOffset*cuda0*'
     sanitize memcheck test_stream '*cuda0*:StreamFromNative.*'
+    sanitize memcheck test_nccl 'NcclTimeout.*'
     for t in test_gemm test_conv test_optimizers test_loss_scaler test_copy_cast test_memory; do
       sanitize memcheck "$t" '*cuda0*'
     done

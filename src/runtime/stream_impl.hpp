@@ -6,12 +6,40 @@
 
 #include <exception>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <tuple>
 #include <utility>
 
 namespace gpucloud::detail {
 
 class EventImpl;
+
+/// An error put on a stream from outside its work (a communicator's watchdog that aborted a
+/// collective enqueued on it), raised by the stream's next synchronize(). Shared: whoever set it
+/// may hold it after the stream is gone.
+class StreamFailure {
+ public:
+  /// Makes @p error the stream's failure unless it already has one.
+  void set(std::exception_ptr error) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) error_ = std::move(error);
+  }
+  /// Takes (and clears) the failure, if any.
+  std::exception_ptr take() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(error_, nullptr);
+  }
+  /// True while a failure waits to be raised.
+  bool pending() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_ != nullptr;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr error_;
+};
 
 /// An in-order work queue on one device; implemented by the host and CUDA backends.
 class StreamImpl {
@@ -35,9 +63,13 @@ class StreamImpl {
   virtual std::exception_ptr take_error() noexcept = 0;
   /// cudaStream_t, or nullptr on the host.
   virtual void* native_handle() noexcept = 0;
+  /// Where a failure from outside the stream's work goes (synchronize() raises it, after the
+  /// stream's own error).
+  const std::shared_ptr<StreamFailure>& failure() const noexcept { return failure_; }
 
  private:
   Device device_;
+  std::shared_ptr<StreamFailure> failure_ = std::make_shared<StreamFailure>();
 };
 
 /// A marker recorded on a stream; implemented by the host and CUDA backends.

@@ -13,7 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -150,3 +152,28 @@ TEST_P(NcclOnOneGpu, MemoryAndStreamsItCannotUseAreRejected) {
 std::string constructor_name(const ::testing::TestParamInfo<bool>& p) { return p.param ? "InitRank" : "SingleProcess"; }
 
 INSTANTIATE_TEST_SUITE_P(Constructors, NcclOnOneGpu, ::testing::Values(true, false), constructor_name);
+
+// A rank that never joins: the non-blocking init waits GPUCLOUD_COMM_TIMEOUT, then aborts and
+// raises CommunicationError naming the timeout (a blocking init would wait for ever). The
+// communicator is then dropped without a hang, and a new one works.
+TEST(NcclTimeout, AnInitWhoseOtherRankNeverComesFailsAtTheTimeout) {
+  if (gc::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << gc::cuda_unavailable_reason();
+  if (!nccl_built()) GTEST_SKIP() << "built without NCCL (GPUCLOUD_NCCL=OFF or none found)";
+  ASSERT_EQ(setenv("GPUCLOUD_COMM_TIMEOUT", "2", 1), 0);  // this case runs in its own process (CTest)
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    gc::Communicator::nccl(gc::Communicator::nccl_unique_id(), 0, 2, gc::Device::cuda(0));
+    ADD_FAILURE() << "a two-rank init with one rank returned";
+  } catch (const gc::CommunicationError& e) {
+    EXPECT_NE(std::string(e.what()).find("GPUCLOUD_COMM_TIMEOUT"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ncclCommInitRankConfig"), std::string::npos) << e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, std::chrono::seconds(2));
+  EXPECT_LT(took, std::chrono::seconds(120));  // bounded: a hang would be the CTest timeout
+  gc::Communicator ok = gc::Communicator::nccl(gc::Communicator::nccl_unique_id(), 0, 1, gc::Device::cuda(0));
+  gc::Stream s(gc::Device::cuda(0));
+  gc::Buffer x(4, gc::DType::float32, gc::Device::cuda(0));
+  ok.all_reduce(x, x, gc::ReduceOp::sum, s);
+  s.synchronize();
+}

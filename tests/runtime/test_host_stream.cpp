@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -128,6 +130,36 @@ bool deadline_fires(HostStream& s) {
   return false;
 }
 }  // namespace
+
+// A failure put on the stream from outside (the NCCL watchdog's, for a collective it aborted):
+// the next synchronize() raises it once, after the stream's own work; it can be set after the
+// stream is gone (the setter holds the slot, not the stream).
+TEST(StreamFailure, TheNextSynchronizeRaisesItOnceAndTheSlotOutlivesTheStream) {
+  std::shared_ptr<gpucloud::detail::StreamFailure> slot;
+  {
+    HostStream s;
+    slot = s.failure();
+    std::atomic<bool> ran{false};
+    s.launch_host_func([&] { ran = true; }, /*always_run=*/false);
+    slot->set(std::make_exception_ptr(std::runtime_error("collective aborted")));
+    slot->set(std::make_exception_ptr(std::runtime_error("a second one is not kept")));
+    EXPECT_TRUE(slot->pending());
+    try {
+      s.synchronize();
+      ADD_FAILURE() << "synchronize did not raise the failure";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "collective aborted");
+    }
+    EXPECT_TRUE(ran.load());
+    EXPECT_FALSE(slot->pending());
+    EXPECT_NO_THROW(s.synchronize());  // raised once
+    slot->set(std::make_exception_ptr(std::runtime_error("taken by take_error")));
+    EXPECT_TRUE(static_cast<bool>(s.take_error()));
+    EXPECT_NO_THROW(s.synchronize());
+  }
+  slot->set(std::make_exception_ptr(std::runtime_error("after the stream")));  // no stream to touch
+  EXPECT_TRUE(slot->pending());
+}
 
 TEST(Deadline, AbandonsAStuckCallAndTheStreamGoesOn) {
   HostStream s;

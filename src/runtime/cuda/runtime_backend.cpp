@@ -100,8 +100,13 @@ class CudaStream final : public StreamImpl {
       GPUCLOUD_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     cleanups_->wait(detail::CleanupQueue::shared());  // done means released too, as on the host
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (host_error_) std::rethrow_exception(std::exchange(host_error_, nullptr));
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error = std::exchange(host_error_, nullptr);
+    }
+    if (!error) error = failure()->take();
+    if (error) std::rethrow_exception(error);
   }
   bool query() override {
     DeviceGuard guard(device().index());
@@ -122,8 +127,12 @@ class CudaStream final : public StreamImpl {
     GPUCLOUD_CUDA_CHECK(status);
   }
   std::exception_ptr take_error() noexcept override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return std::exchange(host_error_, nullptr);
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error = std::exchange(host_error_, nullptr);
+    }
+    return error ? error : failure()->take();
   }
   void* native_handle() noexcept override { return stream_; }
   cudaStream_t stream() const noexcept { return stream_; }
@@ -164,6 +173,7 @@ class CudaStream final : public StreamImpl {
       std::lock_guard<std::mutex> lock(s.mutex_);
       skip = s.host_error_ != nullptr;  // same contract as the host backend
     }
+    skip = skip || s.failure()->pending();
     if (!skip) s.run(*payload);
     s.release_elsewhere(std::move(payload));
   }

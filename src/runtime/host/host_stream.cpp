@@ -284,13 +284,15 @@ void HostStream::synchronize() {
     error_ = nullptr;
     std::rethrow_exception(error);
   }
+  lock.unlock();
+  if (auto outside = failure()->take()) std::rethrow_exception(outside);
 }
 
 std::exception_ptr HostStream::take_error() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   std::exception_ptr error = std::exchange(error_, nullptr);
   if (error) owed_.clear();  // taken over by the caller, which reports it (GradBucketer::wait)
-  return error;
+  return error ? error : failure()->take();
 }
 
 bool HostStream::query() { return outstanding_.load(std::memory_order_acquire) == 0; }
