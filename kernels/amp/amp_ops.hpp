@@ -131,15 +131,21 @@ GPUCLOUD_HD inline float thread_sum_of_squares(ThreadIndex t, Grid g, const Tens
   return sum;
 }
 
-/// After the partial sums: norm = sqrt(sum), clip coefficient = min(max_norm / (norm + 1e-6), 1).
-GPUCLOUD_HD inline void finish_norm(const float* partials, std::int64_t count, float max_norm, float* norm_out,
-                                    float* coef_out) {
-  double total = 0.0;
-  for (std::int64_t i = 0; i < count; ++i) total += partials[i];
+/// norm = sqrt(total), clip coefficient = min(max_norm / (norm + 1e-6), 1); @p total the sum of
+/// the partial sums of squares.
+GPUCLOUD_HD inline void finish_norm_total(double total, float max_norm, float* norm_out, float* coef_out) {
   const float norm = static_cast<float>(sqrt(total));
   *norm_out = norm;
   const float coef = max_norm / (norm + 1e-6f);
   *coef_out = coef < 1.0f ? coef : 1.0f;
+}
+
+/// After the partial sums, summed in order (the host; a GPU sums them with one block's tree).
+GPUCLOUD_HD inline void finish_norm(const float* partials, std::int64_t count, float max_norm, float* norm_out,
+                                    float* coef_out) {
+  double total = 0.0;
+  for (std::int64_t i = 0; i < count; ++i) total += partials[i];
+  finish_norm_total(total, max_norm, norm_out, coef_out);
 }
 
 /// Step bookkeeping on the device: the step count and the bias-corrected factors, skipped with

@@ -35,11 +35,16 @@ struct MseBody {
   }
 };
 
-/// loss = sum(partials) / n (one thread).
+/// loss = total / n, @p total the sum of the partials.
+GPUCLOUD_HD inline void finish_mse_total(double total, std::int64_t n, float* loss) {
+  *loss = static_cast<float>(total / static_cast<double>(n));
+}
+
+/// loss = sum(partials) / n, summed in order (the host; a GPU sums them with one block's tree).
 GPUCLOUD_HD inline void finish_mse(const float* partials, std::int64_t count, std::int64_t n, float* loss) {
   double total = 0.0;
   for (std::int64_t i = 0; i < count; ++i) total += partials[i];
-  *loss = static_cast<float>(total / static_cast<double>(n));
+  finish_mse_total(total, n, loss);
 }
 
 /// grad *= (activation > 0). A host thread walking the whole range runs the typed loop of

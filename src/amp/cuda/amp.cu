@@ -42,12 +42,10 @@ struct UpdateScaleFn {
   __device__ void operator()() const { update_scale(state, rule); }
 };
 struct FinishNormFn {
-  const float* partials;
-  std::int64_t count;
   float max_norm;
   float* norm;
   float* coef;
-  __device__ void operator()() const { finish_norm(partials, count, max_norm, norm, coef); }
+  __device__ void operator()(double total) const { finish_norm_total(total, max_norm, norm, coef); }
 };
 struct BeginStepFn {
   StepScalars* scalars;
@@ -78,7 +76,7 @@ void amp_sum_squares(const TensorListMeta<1>& meta, float* partials, StreamImpl&
 
 void amp_finish_norm(const float* partials, std::size_t count, float max_norm, float* norm, float* coef,
                      StreamImpl& s) {
-  launch_single(FinishNormFn{partials, static_cast<std::int64_t>(count), max_norm, norm, coef}, s);
+  launch_sum_then(partials, static_cast<std::int64_t>(count), FinishNormFn{max_norm, norm, coef}, s);
 }
 
 void amp_begin_step(StepScalars* scalars, const float* found_inf, double lr, double beta1, double beta2,

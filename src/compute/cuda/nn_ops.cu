@@ -14,17 +14,16 @@ namespace {
 using namespace kernels;
 
 struct FinishMse {
-  const float* partials;
-  std::int64_t count, n;
+  std::int64_t n;
   float* loss;
-  __device__ void operator()() const { finish_mse(partials, count, n, loss); }
+  __device__ void operator()(double total) const { finish_mse_total(total, n, loss); }
 };
 
 }  // namespace
 
 void nn_mse(const MseBody& body, Grid grid, float* loss, StreamImpl& s) {
   launch_body(body, grid, s);
-  launch_single(FinishMse{body.partials, static_cast<std::int64_t>(grid_size(grid)), body.n, loss}, s);
+  launch_sum_then(body.partials, static_cast<std::int64_t>(grid_size(grid)), FinishMse{body.n, loss}, s);
 }
 
 void nn_relu_backward(const ReluBackwardBody& body, Grid grid, StreamImpl& s) { launch_body(body, grid, s); }
