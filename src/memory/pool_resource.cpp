@@ -1,11 +1,13 @@
 #include <gpucloud/memory/pool_resource.hpp>
 #include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/event.hpp>
 
 #include "memory/cuda/memory_backend.hpp"
 #include "memory/host_memory.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <vector>
 
@@ -24,14 +26,46 @@ std::size_t class_bytes(unsigned c) { return std::size_t{1} << (c + kMinClassShi
 }  // namespace
 
 struct PoolResource::State {
+  State(MemoryResource& up, std::size_t max_block) : upstream(up), max_block_bytes(max_block) {}
   MemoryResource& upstream;
   std::size_t max_block_bytes;
   std::mutex mutex;
   std::condition_variable returned;
   std::vector<std::vector<void*>> free_lists;
-  std::size_t pending_returns = 0;
+  std::size_t pending_returns = 0;  // returns waiting in a host stream's queue
   std::size_t pool_bytes = 0;
   std::size_t cached_bytes = 0;
+  // A block freed in a busy stream's order comes back when the event recorded after its last use
+  // has completed: polled when the pool is next used, with no host function per free (on a GPU it
+  // would stall the stream for a host round trip).
+  struct Returning {
+    Event done;
+    void* p;
+    unsigned c;
+  };
+  std::deque<Returning> returning;
+  std::vector<Event> spare_events;  // completed ones, recorded again by later frees
+
+  // Caller holds the mutex: the returning blocks whose event has completed go to the free lists.
+  void reap() noexcept {
+    for (auto it = returning.begin(); it != returning.end();) {
+      bool done = true;
+      try {
+        done = it->done.query();
+      } catch (...) {  // a failed device: nothing will use the block again either way
+      }
+      if (!done) {
+        ++it;
+        continue;
+      }
+      push(it->p, it->c);
+      try {
+        spare_events.push_back(std::move(it->done));
+      } catch (...) {  // no room to keep it: it is destroyed instead
+      }
+      it = returning.erase(it);
+    }
+  }
 
   // Caller holds the mutex.
   void push(void* p, unsigned c) {
@@ -52,7 +86,7 @@ struct PoolResource::State {
 };
 
 PoolResource::PoolResource(MemoryResource& upstream, std::size_t max_block_bytes)
-    : MemoryResource(upstream.kind(), upstream.device()), state_(new State{upstream, max_block_bytes, {}, {}, {}}) {
+    : MemoryResource(upstream.kind(), upstream.device()), state_(new State(upstream, max_block_bytes)) {
   GPUCLOUD_EXPECTS(max_block_bytes >= class_bytes(0), "PoolResource",
                    "max_block_bytes: must be at least " + std::to_string(class_bytes(0)));
   GPUCLOUD_EXPECTS(max_block_bytes <= (std::size_t{1} << 48), "PoolResource",
@@ -63,11 +97,19 @@ PoolResource::PoolResource(MemoryResource& upstream, std::size_t max_block_bytes
 PoolResource::~PoolResource() {
   std::unique_lock<std::mutex> lock(state_->mutex);
   state_->returned.wait(lock, [this] { return state_->pending_returns == 0; });
+  for (auto& r : state_->returning) {
+    try {
+      r.done.synchronize();
+    } catch (...) {  // a failed device: its work will not touch the block any more
+    }
+  }
+  state_->reap();
   state_->release_locked();
 }
 
 void PoolResource::release() {
   std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->reap();
   state_->release_locked();
 }
 
@@ -78,6 +120,7 @@ std::size_t PoolResource::pool_bytes() const {
 
 std::size_t PoolResource::cached_bytes() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->reap();
   return state_->cached_bytes;
 }
 
@@ -87,6 +130,7 @@ void* PoolResource::do_allocate(std::size_t bytes, std::optional<StreamView> str
   const std::size_t size = class_bytes(c);
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->reap();
     auto& list = state_->free_lists[c];
     if (!list.empty()) {
       void* p = list.back();
@@ -114,6 +158,28 @@ void PoolResource::do_deallocate(void* p, std::size_t bytes, std::optional<Strea
   }
   const unsigned c = class_of(bytes);
   State* state = state_.get();
+  if (stream) {
+    // An idle host stream has run everything before this free: the block is free now. Otherwise an
+    // event recorded after the stream's work so far says when (no host function per free).
+    if (stream->device().is_host() && stream->impl()->query()) {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->push(p, c);
+      return;
+    }
+    try {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      Event done = [&] {
+        if (state->spare_events.empty()) return Event(stream->device());
+        Event spare = std::move(state->spare_events.back());
+        state->spare_events.pop_back();
+        return spare;
+      }();
+      done.record(*stream);
+      state->returning.push_back({std::move(done), p, c});
+      return;
+    } catch (...) {  // could not record (out of memory, another device): a host function instead
+    }
+  }
   if (stream) {
     std::lock_guard<std::mutex> lock(state->mutex);
     ++state->pending_returns;
