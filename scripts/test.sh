@@ -6,7 +6,8 @@
 #
 # Configurations, each in its own build directory under build/:
 #   main   CUDA backend when the toolkit is found (every .cu compiled and linked), all tests,
-#          with the Slurm cluster tests (scripts/slurm-cluster.sh; only here among the CTest runs)
+#          with the Slurm cluster tests (scripts/slurm-cluster.sh; only here among the CTest runs);
+#          every test that needs no toolkit runs with the CUDA libraries hidden
 #   python `pip install .` into a virtual environment (build/venv-python), then the pytest suite
 #   interop  the same with Debian's Python and its python3-torch (CPU) and python3-mpi4py: the
 #          PyTorch tests (zero-copy tensors, optimizers against torch.optim) and mpi4py
@@ -37,15 +38,20 @@ archs="${GPUCLOUD_CUDA_ARCHS:-80}"
 
 scripts/setup.sh
 
-configure_build_test() {
-  local name=$1 ctest_args=$2
-  shift 2
+configure_build() {
+  local name=$1
+  shift
   echo
   echo "=== configuration '$name' ==="
   cmake -S . -B "build/$name" -DGPUCLOUD_WARNINGS_AS_ERRORS=ON -DGPUCLOUD_CUDA_ARCHS="$archs" "$@" >"build/$name.configure.log" 2>&1 ||
     { cat "build/$name.configure.log"; return 1; }
   grep '^-- gpucloud:' "build/$name.configure.log" || true # what this configuration found (or did without)
   cmake --build "build/$name" -j "$jobs"
+}
+configure_build_test() {
+  local name=$1 ctest_args=$2
+  shift 2
+  configure_build "$name" "$@"
   (cd "build/$name" && ctest --output-on-failure --no-tests=error -j "$jobs" $ctest_args)
 }
 
@@ -73,7 +79,16 @@ python_package() {
 }
 
 mkdir -p build
-configure_build_test main "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_BUILD_BENCH=ON
+# main: the CUDA build's tests run as on a machine without any CUDA library (every /usr/local/cuda*
+# hidden: scripts/without-cuda-libraries.sh), since it loads cuBLASLt, cuDNN and NCCL only when a
+# GPU first needs them; then, with the toolkit, what needs it: the packaging tests (builds against
+# it), the return-code checks (linked to the libraries) and the loader's own test.
+configure_build main -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_BUILD_BENCH=ON
+needs_toolkit='^(Errors|CudaCheck|CublasCheck|CudnnCheck|NcclCheck)[.]|^cuda_libraries_present$'
+(cd build/main && ../../scripts/without-cuda-libraries.sh ctest --output-on-failure --no-tests=error -j "$jobs" \
+  -LE packaging -E "$needs_toolkit")
+(cd build/main && ctest --output-on-failure --no-tests=error -j "$jobs" -L packaging)
+(cd build/main && ctest --output-on-failure --no-tests=ignore -j "$jobs" -R "$needs_toolkit")
 python_package python python3
 ((quick)) && exit 0
 GPUCLOUD_SLURM_TESTS=1 python_package interop /usr/bin/python3 --system-site-packages # + the Slurm tests

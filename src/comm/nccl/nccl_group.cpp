@@ -3,6 +3,7 @@
 #include "comm/nccl/nccl_communicator_impl.hpp"
 
 #include "comm/nccl/nccl_check.hpp"
+#include "runtime/cuda/cuda_libraries.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -59,6 +60,11 @@ void end_group(std::vector<NcclCommunicator*> members) {
 }  // namespace detail
 
 void comm_group(const std::function<void()>& issue) {
+  // Without NCCL no NCCL communicator exists: the group is the plain call (as for MPI alone).
+  if (!detail::cuda::available(detail::cuda::Library::nccl)) {
+    issue();
+    return;
+  }
   detail::NcclGroupState& group = detail::nccl_group();
   GPUCLOUD_NCCL_CHECK(ncclGroupStart());
   ++group.depth;

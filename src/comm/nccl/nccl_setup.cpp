@@ -5,6 +5,7 @@
 
 #include "comm/nccl/nccl_check.hpp"
 #include "memory/cuda/memory_backend.hpp"
+#include "runtime/cuda/cuda_libraries.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -130,6 +131,7 @@ std::unique_ptr<Communicator::Impl> make_nccl_communicator(const NcclUniqueId& i
   GPUCLOUD_EXPECTS(size >= 1 && rank >= 0 && rank < size, call,
                    "rank: " + std::to_string(rank) + " is not a rank of " + std::to_string(size));
   GPUCLOUD_EXPECTS(device.is_cuda(), call, "device: NCCL communicators live on a GPU, not " + device.str());
+  cuda::require(cuda::Library::nccl);  // loaded at first use: Unsupported naming it when it is missing
   auto c = std::make_unique<NcclCommunicator>(device, rank, size);
   DeviceGuard guard(device.index());
   ncclUniqueId uid;
@@ -143,6 +145,7 @@ std::unique_ptr<Communicator::Impl> make_nccl_communicator(const NcclUniqueId& i
 }  // namespace detail
 
 NcclUniqueId Communicator::nccl_unique_id() {
+  detail::cuda::require(detail::cuda::Library::nccl);
   ncclUniqueId uid;
   GPUCLOUD_NCCL_CHECK(ncclGetUniqueId(&uid));
   NcclUniqueId id;
@@ -163,6 +166,7 @@ std::vector<Communicator> Communicator::nccl_single_process(const std::vector<De
     for (int seen : list) GPUCLOUD_EXPECTS(seen != d.index(), call, "devices: " + d.str() + " is listed twice");
     list.push_back(d.index());
   }
+  detail::cuda::require(detail::cuda::Library::nccl);
   const int n = static_cast<int>(list.size());
   std::vector<std::unique_ptr<detail::NcclCommunicator>> made;
   for (int i = 0; i < n; ++i) made.push_back(std::make_unique<detail::NcclCommunicator>(devices[i], i, n));

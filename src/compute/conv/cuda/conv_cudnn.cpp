@@ -10,6 +10,7 @@
 #include "compute/plan_cache.hpp"
 #include "memory/workspace.hpp"
 #include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/cuda_libraries.hpp"
 #include "runtime/cuda/device_handles.hpp"
 #include "runtime/cuda/native_stream.hpp"
 
@@ -211,6 +212,7 @@ detail::PlanCache<PlanKey, Plan>& plans() {
 }  // namespace
 
 void conv2d(const ConvPlan& p, BufferView out, BufferView in1, BufferView in2, StreamImpl& stream) {
+  require(Library::cudnn);  // loaded at first use: Unsupported naming it when it is missing
   const int device = stream.device().index();
   DeviceGuard guard(device);
   const cudaStream_t native = cuda::native(stream);

@@ -10,6 +10,7 @@
 #include "compute/plan_cache.hpp"
 #include "memory/workspace.hpp"
 #include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/cuda_libraries.hpp"
 #include "runtime/cuda/device_handles.hpp"
 #include "runtime/cuda/native_stream.hpp"
 
@@ -233,6 +234,7 @@ detail::PlanCache<PlanKey, Plan>& plans() {
 }  // namespace
 
 void gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& p, StreamImpl& stream) {
+  require(Library::cublaslt);  // loaded at first use: Unsupported naming it when it is missing
   const GemmArgs& g = p.args;
   const bool fp8 = is_fp8(a.dtype());  // its pairing and layout checked by the front end
   const int device = stream.device().index();

@@ -1,5 +1,7 @@
 #include "compute/gemm/cuda/library_check.hpp"
 
+#include <cublasLt.h>
+
 #include <gpucloud/runtime/error.hpp>
 
 #include <string>
@@ -8,7 +10,7 @@ namespace gpucloud::detail {
 
 void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  const std::string reason = std::string(cublasGetStatusName(status)) + ": " + cublasGetStatusString(status);
+  const std::string reason = std::string(cublasLtGetStatusName(status)) + ": " + cublasLtGetStatusString(status);
   switch (status) {
     case CUBLAS_STATUS_ALLOC_FAILED:
       throw OutOfMemory(call, reason, 0, file, line);
