@@ -82,9 +82,10 @@ mkdir -p build
 # main: the CUDA build's tests run as on a machine without any CUDA library (every /usr/local/cuda*
 # hidden: scripts/without-cuda-libraries.sh), since it loads cuBLASLt, cuDNN and NCCL only when a
 # GPU first needs them; then, with the toolkit, what needs it: the packaging tests (builds against
-# it), the return-code checks (linked to the libraries) and the loader's own test.
+# it), the return-code checks (linked to the libraries), the loader's own test and the benchmarks
+# whose peer baselines call cuBLAS, cuDNN and NCCL directly.
 configure_build main -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_BUILD_BENCH=ON
-needs_toolkit='^(Errors|CudaCheck|CublasCheck|CudnnCheck|NcclCheck)[.]|^cuda_libraries_present$'
+needs_toolkit='^(Errors|CudaCheck|CublasCheck|CudnnCheck|NcclCheck)[.]|^cuda_libraries_present$|^bench_(gemm|conv|collectives)_smoke$'
 (cd build/main && ../../scripts/without-cuda-libraries.sh ctest --output-on-failure --no-tests=error -j "$jobs" \
   -LE packaging -E "$needs_toolkit")
 (cd build/main && ctest --output-on-failure --no-tests=error -j "$jobs" -L packaging)

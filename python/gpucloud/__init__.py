@@ -10,7 +10,11 @@ copying, anything that speaks DLPack or the array interfaces (NumPy arrays, PyTo
 arrays); every Stream parameter also takes a framework's stream (__cuda_stream__).
 """
 
-from ._core import (  # noqa: F401
+from ._cuda_libraries import publish_wheel_library_dirs as _publish_wheel_library_dirs
+
+_publish_wheel_library_dirs()  # before any GPU use: where the nvidia-* wheels' libraries are
+
+from ._core import (  # noqa: E402, F401
     AllReduceCostModel,
     AsyncPoolResource,
     Batch,
