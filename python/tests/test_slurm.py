@@ -1,6 +1,6 @@
 """Python on a real Slurm cluster started here (scripts/slurm-cluster.sh: munged, slurmctld and a
 slurmd per network-namespace node; srun starts the ranks through PMIx): `srun -n 2 python
-examples/train_mlp.py`, the Python job script deploy/slurm/train_mlp_python.sbatch submitted and
+examples/train_mlp.py`, the Python job script deploy/slurm/train_mlp_python_cpu.sbatch submitted and
 resubmitted (it resumes), and communicators on mpi4py sub-communicators of a 2-node job that see
 the nodes their own ranks live on.
 
@@ -54,10 +54,9 @@ def test_srun_n2_python_train_mlp(cluster):
 
 def test_python_job_script_runs_and_resumes(cluster, tmp_path):
     nodes = cluster
-    common = ["sbatch", "--wait", "-N", nodes, "--ntasks-per-node", 2 // nodes, "--cpus-per-task", 1,
-              "--gpus-per-node", 0]
+    common = ["sbatch", "--wait", "-N", nodes, "--ntasks-per-node", 2 // nodes]
     env = dict(PYTHON=sys.executable, CHECKPOINT_DIR=str(tmp_path / "checkpoints"))
-    script = ROOT / "deploy" / "slurm" / "train_mlp_python.sbatch"
+    script = ROOT / "deploy" / "slurm" / "train_mlp_python_cpu.sbatch"
     first, second = tmp_path / "first.log", tmp_path / "second.log"
     rc, out = slurm(*common, "-o", first, script, "--steps", "60", "--checkpoint-every", "30", "--log-every", "30",
                     **env)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# deploy/slurm/train_mlp.sbatch as users submit it, on the test Slurm cluster (slurm_cluster
-# fixture): 4 tasks over NODES nodes for 300 steps with a checkpoint every 100; the log must show
+# deploy/slurm/train_mlp_cpu.sbatch as users submit it, on the test Slurm cluster (slurm_cluster
+# fixture): as shipped (2 nodes of 2 tasks) where the cluster has 2 nodes, else its 4 tasks on the
+# one node; 300 steps with a checkpoint every 100; the log must show
 # 4 ranks on the nodes Slurm gave and the run's end, and the checkpoint directory step 300. The
 # same job resubmitted for 400 steps must resume from step 300 (what a requeued job does).
 #
@@ -15,9 +16,11 @@ submit() { # submit LOG ARGS...: sbatch --wait, the log printed whatever happens
   local log=$1
   shift
   local rc=0
+  local layout=() # the #SBATCH lines' 2 x 2, or 4 tasks on one node
+  [ "$nodes" -eq 2 ] || layout=(-N "$nodes" --ntasks-per-node $((4 / nodes)))
   "$root/scripts/slurm-cluster.sh" run env TRAINER="$trainer" CHECKPOINT_DIR="$work/checkpoints" \
-    sbatch --wait -N "$nodes" --ntasks-per-node $((4 / nodes)) --cpus-per-task 1 --gpus-per-node 0 -o "$log" \
-    "$root/deploy/slurm/train_mlp.sbatch" --log-every 100 --checkpoint-every 100 "$@" || rc=$?
+    sbatch --wait "${layout[@]}" -o "$log" \
+    "$root/deploy/slurm/train_mlp_cpu.sbatch" --log-every 100 --checkpoint-every 100 "$@" || rc=$?
   echo "--- $log (sbatch exit $rc)"
   cat "$log"
   [ "$rc" -eq 0 ] || { echo "SBATCH TEST FAILED: the job failed"; exit 1; }

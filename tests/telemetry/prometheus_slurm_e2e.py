@@ -4,7 +4,7 @@ Slurm cluster, fixture slurm_cluster).
 
     prometheus_slurm_e2e.py TRAIN_MLP_BINARY WORK_DIR NODES
 
-Submits deploy/slurm/train_mlp.sbatch with METRICS_PORT and PROMETHEUS_TARGETS_DIR: each of the
+Submits deploy/slurm/train_mlp_cpu.sbatch with METRICS_PORT and PROMETHEUS_TARGETS_DIR: each of the
 4 tasks, on its own node (network namespace), serves /metrics and writes its file_sd target. A
 Prometheus (Debian's `prometheus`) with a file_sd_configs over that directory must find all 4
 ranks on their nodes, with the Slurm job id as `job`; after scancel the targets must be gone.
@@ -58,8 +58,8 @@ scrape_configs:
     log = os.path.join(work, "job.log")
     job = None
     try:
-        r = slurm("sbatch", "-N", nodes, "--ntasks-per-node", 4 // nodes, "--cpus-per-task", 1, "--gpus-per-node", 0,
-                  "-o", log, os.path.join(ROOT, "deploy", "slurm", "train_mlp.sbatch"),
+        r = slurm("sbatch", "-N", nodes, "--ntasks-per-node", 4 // nodes,
+                  "-o", log, os.path.join(ROOT, "deploy", "slurm", "train_mlp_cpu.sbatch"),
                   "--steps", 1000000, "--log-every", 2000, "--overflow-at", -1, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
         job = re.search(r"Submitted batch job (\d+)", r.stdout).group(1)
