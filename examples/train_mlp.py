@@ -8,6 +8,11 @@ GradBucketer averages gradients across MPI ranks, and a checkpoint every N steps
 
     python examples/train_mlp.py [--steps 1500] [--dtype fp16|bf16|fp32] [--device host|cuda]
     mpirun -np 2 python examples/train_mlp.py
+    srun --mpi=pmix -n 2 python examples/train_mlp.py           (deploy/slurm/*.sbatch)
+    torchrun --nproc-per-node 2 examples/train_mlp.py           (deploy/k8s/train-mlp.yaml)
+
+Ranks from MPI (mpirun, srun); under torchrun, NCCL through torchrun's store on GPUs and
+torch.distributed's gloo on the host.
 """
 import argparse
 import os
@@ -42,6 +47,21 @@ def sub_state(state, prefix):
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
 
+def communicator(launch, dev):
+    """The job's ranks: MPI's (mpirun, srun), or torchrun's (its store for NCCL; gloo on the host)."""
+    if launch.launcher != "torchrun":
+        return gc.Communicator.nccl_from_mpi(dev) if dev.is_cuda else gc.Communicator.mpi_world()
+    if dev.is_cuda:
+        return gc.distributed.nccl_from_torchrun(dev)
+    import torch.distributed as dist  # host collectives through gloo (gpucloud's checks on top)
+
+    import gpucloud.torch as gt
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    return gt.process_group_communicator()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=support.positive_int, default=1500)
@@ -70,7 +90,7 @@ def main():
         dev = gc.Device.cuda(launch.local_rank % gc.cuda_device_count())
     comm = None
     if launch.size > 1:
-        comm = gc.Communicator.nccl_from_mpi(dev) if dev.is_cuda else gc.Communicator.mpi_world()
+        comm = communicator(launch, dev)
     rank, size = (comm.rank, comm.size) if comm else (0, 1)
     if args.batch % size != 0:
         ap.error(f"--batch: {args.batch} does not divide over {size} ranks (the global batch would be "

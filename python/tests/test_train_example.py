@@ -83,6 +83,25 @@ def test_two_ranks_under_mpirun_match_one_rank(tmp_path):
     assert worst_difference(one, resumed) < 1e-5
 
 
+def test_two_ranks_under_torchrun_match_one_rank(tmp_path):
+    """What deploy/k8s/train-mlp.yaml runs on each pod: the example under the real torchrun, its
+    host collectives through gloo (NCCL through torchrun's store on GPUs), ending with the one-rank
+    weights. Debian's torch 1.13 under Python 3.11 needs -r/-t as per-rank maps."""
+    pytest.importorskip("torch")
+    from ports import free_port
+
+    fp32 = [*ARGS, "--dtype", "fp32"]
+    one, two = str(tmp_path / "one.npz"), str(tmp_path / "two.npz")
+    run([sys.executable, str(EXAMPLE), *fp32, "--dump", one])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_", "SLURM_"))}
+    out = run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node_rank", "0",
+               "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+               "-r", "0:1,1:1", "-t", "0:1,1:1", "--log_dir", str(tmp_path / "logs"), str(EXAMPLE), *fp32,
+               "--dump", two], env=env)
+    assert "train_mlp.py: 2 rank(s)" in out, out
+    assert worst_difference(one, two) < 1e-5
+
+
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_the_cnn_twin_reaches_its_accuracy_and_skips_the_forced_overflow(dtype):
     cnn = EXAMPLE.with_name("train_cnn.py")
