@@ -81,8 +81,9 @@ python_package() {
 # installable_wheel NAME: what a user without a compiler installs. The wheel of configuration NAME
 # repaired by auditwheel (the libraries it needs inside, a manylinux tag; OpenMPI's stay outside:
 # a copy of libmpi inside cannot find OpenMPI's plugins, so MPI_Init fails under mpirun), checked
-# by twine, with its sdist; installed into a clean virtual environment, it imports and trains (the
-# example, run from outside the source tree) with every CUDA library hidden, and on 2 MPI ranks.
+# by twine, with its sdist; installed into a clean virtual environment with neither a compiler nor
+# any CUDA library (both hidden), it imports and trains (the example, run from outside the source
+# tree), and on 2 MPI ranks.
 installable_wheel() {
   local name=$1 py="build/venv-$1/bin/python"
   echo
@@ -96,12 +97,15 @@ installable_wheel() {
   # The sdist builds (host-only: the CUDA wheel above came from the same sources).
   rm -rf build/sdist-wheel
   "$py" -m pip wheel -q --no-deps -w build/sdist-wheel build/sdist/gpucloud-*.tar.gz -C cmake.define.GPUCLOUD_CUDA=OFF
-  python3 -m venv build/venv-clean
-  build/venv-clean/bin/python -m pip install -q --upgrade pip
-  build/venv-clean/bin/python -m pip install -q build/wheel-repaired/*.whl numpy
-  local root="$PWD" log="$PWD/build/venv-clean/train_mlp.log"
-  (cd "$(mktemp -d)" && "$root/scripts/without-cuda-libraries.sh" "$root/build/venv-clean/bin/python" \
-    "$root/examples/train_mlp.py" --steps 40 --log-every 20 --overflow-at 10 >"$log" 2>&1) || { cat "$log"; return 1; }
+  # Installed and run with neither a compiler nor any CUDA library (both hidden).
+  local root="$PWD" log="$PWD/build/venv-clean.log"
+  (cd "$(mktemp -d)" && GPUCLOUD_HIDE_COMPILER=1 "$root/scripts/without-cuda-libraries.sh" sh -ec '
+    if echo "int main() {}" | g++ -x c++ -o /dev/null - 2>/dev/null; then echo "a compiler works here"; exit 1; fi
+    python3 -m venv "$0/build/venv-clean"
+    "$0/build/venv-clean/bin/python" -m pip install -q --upgrade pip
+    "$0/build/venv-clean/bin/python" -m pip install -q "$0"/build/wheel-repaired/*.whl numpy
+    "$0/build/venv-clean/bin/python" "$0/examples/train_mlp.py" --steps 40 --log-every 20 --overflow-at 10' \
+    "$root" >"$log" 2>&1) || { cat "$log"; return 1; }
   cat "$log"
   grep -q '^final: loss' "$log"
   (cd "$(mktemp -d)" && mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
