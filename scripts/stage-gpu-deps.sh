@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Run here, on a Debian machine with scripts/setup.sh's packages, before a session's device call:
-# stages into .deps/ (git-ignored) what the GPU machine's image lacks and the device tool can carry
-# (`carry: [".deps"]`): GoogleTest's sources; Google Benchmark's headers, shared library and
-# CMake package (a relocatable prefix); DLPack's header (the Python bindings). scripts/gpu-check.sh picks them up. The image has CUDA,
+# Stages into .deps/ (git-ignored) what the GPU machine's image lacks, for the device tool to carry
+# (`carry: [".deps"]`); run it on a Debian machine with scripts/setup.sh's packages, before the
+# device call: GoogleTest's sources; Google Benchmark's headers, shared library and CMake package
+# (a relocatable prefix); DLPack's header (the Python bindings). scripts/gpu-check.sh picks them
+# up. The image has CUDA,
 # cuDNN and NCCL (the latter two as PyTorch's nvidia wheels, which CMake finds), CMake and ninja;
 # it has no OpenBLAS (the host GEMM then uses its built-in loops) and no MPI (the mpirun tests skip).
 set -euo pipefail

@@ -42,14 +42,7 @@ NcclComms::~NcclComms() {
   lock.unlock();
   for (ncclComm_t c : comms) {
     if (!clean) break;
-    const Settle s = wait_to_settle(
-        [&] {
-          std::lock_guard<std::mutex> held(mutex_);
-          ncclResult_t state = ncclSuccess;
-          const ncclResult_t r = ncclCommGetAsyncError(c, &state);
-          return static_cast<int>(r != ncclSuccess ? r : state);
-        },
-        ncclInProgress, timeout_.load(), [] { return false; });
+    const Settle s = wait_to_settle([&] { return state_of(c); }, ncclInProgress, timeout_.load(), [] { return false; });
     clean = s.outcome == SettleOutcome::settled && s.state == ncclSuccess;
     if (!clean) {
       std::fprintf(stderr, "gpucloud: %s: ncclCommFinalize %s after %lld ms; aborting the communicator\n",
@@ -135,15 +128,8 @@ void NcclComms::settle(const char* what) {
 }
 
 void NcclComms::wait_for(ncclComm_t comm, const char* what) {
-  const Settle s = wait_to_settle(
-      [&] {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (aborted_) return static_cast<int>(ncclInProgress);  // freed: stop() ends the wait
-        ncclResult_t state = ncclSuccess;
-        const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
-        return static_cast<int>(r != ncclSuccess ? r : state);
-      },
-      ncclInProgress, timeout_.load(), [this] { return aborted_.load(); });
+  const Settle s = wait_to_settle([&] { return state_of(comm); }, ncclInProgress, timeout_.load(),
+                                  [this] { return aborted_.load(); });
   if (s.outcome == SettleOutcome::settled && s.state == ncclSuccess) return;
   if (s.outcome == SettleOutcome::stopped) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -174,12 +160,22 @@ ncclResult_t NcclComms::async_error() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (aborted_) return ncclSuccess;
   for (ncclComm_t c : distinct()) {
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t r = ncclCommGetAsyncError(c, &state);
-    if (r != ncclSuccess) return r;
+    const ncclResult_t state = state_locked(c);
     if (state != ncclSuccess && state != ncclInProgress) return state;
   }
   return ncclSuccess;
+}
+
+ncclResult_t NcclComms::state_locked(ncclComm_t comm) const {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+  return r != ncclSuccess ? r : state;
+}
+
+int NcclComms::state_of(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (aborted_) return static_cast<int>(ncclInProgress);  // freed: the wait's stop() ends it
+  return static_cast<int>(state_locked(comm));
 }
 
 void NcclComms::abort(const std::string& why) noexcept {

@@ -91,6 +91,8 @@ class NcclComms {
   void finish(ncclResult_t result, const char* what, const char* file, int line);
   void throw_if_aborted(const char* what) const;  // mutex held
   void wait_for(ncclComm_t comm, const char* what);
+  ncclResult_t state_locked(ncclComm_t comm) const;  // ncclCommGetAsyncError's state (mutex held)
+  int state_of(ncclComm_t comm);                     // the same under the mutex; in progress once aborted (for waits)
   [[noreturn]] void fail(const std::string& why, const char* what);
   void abort_locked() noexcept;  // mutex held
   std::vector<ncclComm_t> distinct() const;
