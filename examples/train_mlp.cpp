@@ -6,6 +6,10 @@
 // steps (gpucloud::checkpoint: written in the background by all ranks, committed atomically) that
 // a restarted run resumes from with the same trajectory, on any number of ranks.
 //
+// On SIGTERM or SIGUSR1 (a preemption notice, Slurm's --signal, gpucloud-run passing one on) every
+// rank finishes its step, agrees on where to stop (gpucloud::elastic::JobControl), writes a
+// checkpoint at that step and exits with status 75: the resumed run loses no step.
+//
 // The task: regression onto a fixed random teacher network y = w3 . tanh(W2 tanh(W1 x)); the data
 // of step s, sample i is a pure function of (seed, s, i), so any number of ranks sees the same
 // global batch and a resumed run the same data.
@@ -472,6 +476,24 @@ void save_checkpoint(const Options& o, const Job& job, int step, gc::checkpoint:
   say(job.rank, "checkpoint: step %d -> %s (writing in the background)\n", step, pending.directory().c_str());
 }
 
+// Stops for a preemption after @p step steps (every rank at the same step): that step's
+// checkpoint, committed before the exit, then the status that asks for a requeue.
+int preempted(const Options& o, const Job& job, const gc::elastic::JobControl& control, int step,
+              gc::checkpoint::Checkpointer* checkpointer, const gc::StateDict& state, gc::Stream& s) {
+  const int signo = control.stop_signal();
+  const std::string why = signo > 0 ? std::string("signal ") + strsignal(signo) : std::string("a stop request");
+  if (checkpointer == nullptr) {
+    say(job.rank, "preempted by %s at step %d: no --checkpoint-dir, the run's steps are lost\n", why.c_str(), step);
+    return gc::elastic::kPreemptedExitCode;
+  }
+  checkpointer->wait();  // the periodic save, if one is in flight (it may be this very step's)
+  if (step % o.checkpoint_every != 0)
+    checkpointer->save(step, state, s, {{"example", "train_mlp"}, {"dtype", o.dtype}, {"reason", "preemption"}});
+  say(job.rank, "preempted by %s at step %d: checkpoint at step %d committed, exit %d to be requeued\n", why.c_str(),
+      step, step, gc::elastic::kPreemptedExitCode);
+  return gc::elastic::kPreemptedExitCode;
+}
+
 // The fp32 master weights (or the weights, in fp32 training) of rank 0, for comparing runs.
 void dump(const std::string& path, const Model& m, gc::FusedAdam& adam, gc::Stream& s) {
   std::ofstream f(path, std::ios::binary);
@@ -486,12 +508,16 @@ void dump(const std::string& path, const Model& m, gc::FusedAdam& adam, gc::Stre
 
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
+  // First: a preemption notice from here on stops the run at a step, with its state saved.
+  gc::elastic::JobControl control;
   const gc::DType dtype = o.dtype == "fp16"   ? gc::DType::float16
                           : o.dtype == "bf16" ? gc::DType::bfloat16
                                               : gc::DType::float32;
   Job job = start_job(o);
   say(job.rank, "train_mlp: %d rank(s) on %s, %s, global batch %d, %d steps\n", job.size, job.dev.str().c_str(),
       gc::dtype_name(dtype), o.batch, o.steps);
+  if (control.restart().count > 0)
+    say(job.rank, "restart %d (%s)\n", control.restart().count, control.restart().reason.c_str());
 
   // Device allocations counted (for the memory-pool metrics): every buffer below comes through
   // this adaptor, which outlives them all; the default is restored when main returns.
@@ -569,6 +595,8 @@ int main(int argc, char** argv) try {
                         metrics ? &*metrics : nullptr, memory_stats, s);
     if (checkpointer && (step + 1) % o.checkpoint_every == 0)
       save_checkpoint(o, job, step + 1, *checkpointer, state, pending_save, metrics ? &*metrics : nullptr, s);
+    if (control.should_stop(step + 1, job.comm ? &*job.comm : nullptr, s))
+      return preempted(o, job, control, step + 1, checkpointer ? &*checkpointer : nullptr, state, s);
   }
   if (checkpointer) checkpointer->wait();
   s.synchronize();

@@ -11,11 +11,16 @@ GradBucketer averages gradients across MPI ranks, and a checkpoint every N steps
     srun --mpi=pmix -n 2 python examples/train_mlp.py           (deploy/slurm/*.sbatch)
     torchrun --nproc-per-node 2 examples/train_mlp.py           (deploy/k8s/train-mlp.yaml)
 
+On SIGTERM or SIGUSR1 (a preemption notice) every rank finishes its step, they agree on where to
+stop (gpucloud.elastic.JobControl), a checkpoint of that step is committed and the run exits with
+status 75 (gpucloud.elastic.PREEMPTED_EXIT_CODE): the resumed run loses no step.
+
 Ranks from MPI (mpirun, srun); under torchrun, NCCL through torchrun's store on GPUs and
 torch.distributed's gloo on the host.
 """
 import argparse
 import os
+import signal
 import time
 
 import numpy as np
@@ -62,6 +67,22 @@ def communicator(launch, dev):
     return gt.process_group_communicator()
 
 
+def preempted(args, control, step, checkpointer, saved, s, say):
+    """Stops for a preemption after ``step`` steps (every rank at the same step): that step's
+    checkpoint, committed before the exit, then the status that asks for a requeue."""
+    why = f"signal {signal.Signals(control.stop_signal).name}" if control.stop_signal else "a stop request"
+    code = gc.elastic.PREEMPTED_EXIT_CODE
+    if checkpointer is None:
+        say(f"preempted by {why} at step {step}: no --checkpoint-dir, the run's steps are lost")
+        return code
+    checkpointer.wait()  # the periodic save, if one is in flight (it may be this very step's)
+    if step % args.checkpoint_every:
+        checkpointer.save(step, saved, s, metadata={"example": "train_mlp.py", "dtype": args.dtype,
+                                                    "reason": "preemption"})
+    say(f"preempted by {why} at step {step}: checkpoint at step {step} committed, exit {code} to be requeued")
+    return code
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=support.positive_int, default=1500)
@@ -81,6 +102,8 @@ def main():
     args = ap.parse_args()
     if args.resume and not args.checkpoint_dir:
         ap.error("--resume needs --checkpoint-dir DIR")
+    # First: a preemption notice from here on stops the run at a step, with its state saved.
+    control = gc.elastic.JobControl()
 
     np_dtype = {"fp16": np.float16, "bf16": np.float32, "fp32": np.float32}[args.dtype]  # bf16: cast on device
     model_dtype = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[args.dtype]
@@ -98,6 +121,8 @@ def main():
     local = args.batch // size
     say = print if rank == 0 else (lambda *a, **k: None)
     say(f"train_mlp.py: {size} rank(s) on {dev}, {model_dtype}, global batch {args.batch}, {args.steps} steps")
+    if control.restart.count:
+        say(f"restart {control.restart.count} ({control.restart.reason})")
 
     s = gc.Stream(dev)
     # Rank 0 watches its device's load (nvidia-smi's figures) for the progress lines and the summary.
@@ -242,6 +267,8 @@ def main():
             pending = checkpointer.save_async(step + 1, saved, s, metadata={"example": "train_mlp.py",
                                                                            "dtype": args.dtype})
             say(f"checkpoint: step {step + 1} -> {pending.directory} (writing in the background)")
+        if control.should_stop(step + 1, comm, s if comm else None):
+            return preempted(args, control, step + 1, checkpointer, saved, s, say)
     if checkpointer:
         checkpointer.wait()
     s.synchronize()

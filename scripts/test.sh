@@ -131,7 +131,7 @@ python_package python python3
 installable_wheel python
 ((quick)) && exit 0
 GPUCLOUD_SLURM_TESTS=1 python_package interop /usr/bin/python3 --system-site-packages # + the Slurm tests
-configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_SLURM_TESTS=OFF # Slurm: main only
+GPUCLOUD_FAULT_TRIALS=4 configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_SLURM_TESTS=OFF # Slurm: main only; faults: fewer trials
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF -DGPUCLOUD_BLAS=OFF -DGPUCLOUD_ONEDNN=OFF

@@ -39,5 +39,7 @@
 // checkpoint: named state, asynchronous sharded checkpoints in safetensors files
 #include <gpucloud/checkpoint/checkpoint.hpp>
 #include <gpucloud/checkpoint/state_dict.hpp>
+// elastic: preemption agreed across ranks, restart facts, the supervisor's heartbeat
+#include <gpucloud/elastic/job_control.hpp>
 // telemetry: a Prometheus endpoint, training metrics, straggler detection
 #include <gpucloud/telemetry/telemetry.hpp>

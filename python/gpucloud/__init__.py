@@ -116,5 +116,6 @@ Prefetcher.batches = _batches
 from . import distributed  # noqa: E402,F401  (NCCL ids through torchrun's store)
 from . import checkpoint  # noqa: E402,F401  (gpucloud.checkpoint)
 from . import telemetry  # noqa: E402,F401  (gpucloud.telemetry)
+from . import elastic  # noqa: E402,F401  (gpucloud.elastic)
 
 __all__ = [name for name in dir() if not name.startswith("_")]

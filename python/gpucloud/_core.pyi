@@ -24,7 +24,7 @@ class CheckpointError(Error):
     """A checkpoint cannot be written or read (I/O, truncation, checksum)."""
 class CheckpointMismatch(CheckpointError, ValueError):
     """A sound checkpoint that does not fit what it is loaded into; nothing was written."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'set_default_resource', 'supports', 'telemetry_job_labels']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'supports', 'telemetry_job_labels']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -1790,6 +1790,66 @@ class TelemetryExporter:
         """
         The training metrics (StepMetrics).
         """
+class RestartInfo:
+    """
+    Which restart of the job this process belongs to.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def count(self) -> int:
+        """
+        0 for the first launch; the restarts before this one.
+        """
+    @property
+    def reason(self) -> str:
+        """
+        Why the previous launch ended ('' for the first).
+        """
+class JobControl:
+    """
+    A job's stop decision (SIGTERM/SIGUSR1 agreed by every rank at one step), its restart facts and the heartbeat gpucloud-run watches. One may live per process at a time.
+    """
+    def __enter__(self) -> typing.Any:
+        ...
+    def __exit__(self, *args) -> None:
+        ...
+    def __init__(self, signals: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [15, 10]) -> None:
+        """
+        Installs handlers for `signals` (the previous ones return at close()).
+        """
+    def close(self) -> None:
+        """
+        Restores the previous signal handlers (also at garbage collection).
+        """
+    def request_stop(self) -> None:
+        """
+        Asks for a stop, as a signal would (a preemption notice polled by the trainer).
+        """
+    def should_stop(self, step: typing.SupportsInt | typing.SupportsIndex, comm: Communicator = None, stream: Stream = None) -> bool:
+        """
+        Once per step, after the step's work: True when the job must stop now with the state of `step` saved. With comm a collective: every rank calls it each step and all answer True at the same call.
+        """
+    @property
+    def first_step(self) -> int:
+        """
+        The step of the first should_stop() call (where this launch resumed), -1 before.
+        """
+    @property
+    def restart(self) -> RestartInfo:
+        """
+        Which restart this process belongs to (RestartInfo).
+        """
+    @property
+    def stop_requested(self) -> bool:
+        """
+        True once this process got one of the signals (or request_stop()).
+        """
+    @property
+    def stop_signal(self) -> int:
+        """
+        The signal that asked for the stop (0: none, or request_stop()).
+        """
 def _noop() -> None:
     """
     A bare pybind11 call: the baseline of bench/bench_python_overhead.py.
@@ -1938,6 +1998,10 @@ def relu_backward(grad: numpy.typing.ArrayLike, activation: numpy.typing.ArrayLi
     """
     grad *= (activation > 0), in place.
     """
+def restart_info_from_environment() -> RestartInfo:
+    """
+    GPUCLOUD_RESTART_COUNT / _REASON (gpucloud-run), else TORCHELASTIC_RESTART_COUNT, else SLURM_RESTART_COUNT.
+    """
 def set_default_resource(kind: MemoryKind | str, device: Device | str, mr: MemoryResource | None) -> None:
     """
     Make `mr` the resource buffers of `kind` on `device` use by default (None restores the built-in one).
@@ -1951,3 +2015,4 @@ def telemetry_job_labels() -> dict[str, str]:
     rank, local_rank, node and job labels of this process, from the launcher's environment.
     """
 CHECKPOINT_FORMAT_VERSION: int = 1
+PREEMPTED_EXIT_CODE: int = 75

@@ -37,6 +37,7 @@ void bind_comm(py::module_& m);
 void bind_monitor(py::module_& m);
 void bind_checkpoint(py::module_& m);
 void bind_telemetry(py::module_& m);
+void bind_elastic(py::module_& m);
 
 /// A StateDict as Python sees it: {name: BufferView} of memory owned by @p owner, whose exports
 /// wait for @p stream (the stream the state is ordered on).

@@ -22,6 +22,7 @@ PYBIND11_MODULE(_core, m) {
   gpucloud::python::bind_monitor(m);
   gpucloud::python::bind_checkpoint(m);
   gpucloud::python::bind_telemetry(m);
+  gpucloud::python::bind_elastic(m);
   // At exit, while the interpreter can still run them: background threads stop (a thread that
   // needs the GIL during finalisation is ended mid-call), then borrowed objects are released.
   py::module_::import("atexit").attr("register")(py::cpp_function([] {

@@ -403,7 +403,7 @@ void Checkpointer::Impl::write(const std::shared_ptr<PendingSave::State>& state,
         [&]() -> std::optional<std::string> {
           auto e = read_error_marker(tmp + "/commit.error");
           if (e) return "rank 0 failed to write the checkpoint: " + *e;
-          return std::nullopt;
+          return peers_lost();
         },
         options.commit_timeout, "rank 0 to commit " + final_dir);
   } catch (const std::exception& e) {

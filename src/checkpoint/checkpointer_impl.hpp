@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gpucloud/checkpoint/checkpoint.hpp>
+#include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/runtime/error.hpp>
 #include <gpucloud/runtime/event.hpp>
@@ -128,6 +129,14 @@ struct Checkpointer::Impl {
   std::chrono::steady_clock::time_point commit_time;
 
   ~Impl() { finish_previous(false); }
+
+  // Set when the save's communicator has broken (a peer died or timed out): the other ranks'
+  // part will not come, so a wait for it ends now rather than at commit_timeout.
+  std::optional<std::string> peers_lost() const {
+    if (options.comm != nullptr && options.comm->broken())
+      return std::string("the communicator is broken (a rank failed or timed out): the save cannot complete");
+    return std::nullopt;
+  }
 
   void finish_previous(bool rethrow) {
     if (writer.joinable()) writer.join();

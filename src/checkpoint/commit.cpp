@@ -32,7 +32,7 @@ void Checkpointer::Impl::commit(const std::string& tmp, const std::string& final
          [&]() -> std::optional<std::string> {
            auto e = read_error_marker(tmp + "/" + marker_file(r, "error"));
            if (e) return "rank " + std::to_string(r) + " failed to write its file: " + *e;
-           return std::nullopt;
+           return peers_lost();
          },
          options.commit_timeout, "rank " + std::to_string(r) + "'s file in " + tmp);
     try {

@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""gpucloud-run: a supervisor that restarts a training job from its newest valid checkpoint.
+
+    gpucloud-run [options] -- mpirun -np 4 train_mlp --checkpoint-dir ck --resume
+    python -m gpucloud.run [options] -- torchrun --nproc-per-node 2 train.py --resume
+    python3 path/to/gpucloud/run.py ...          (the standard library is all it needs)
+
+It starts the command (a launcher: mpirun, srun, torchrun, or one process) in a session of its
+own and watches it. When the command fails (a rank died, a collective timed out, a rank stopped
+beating its heartbeat for --hang-timeout seconds), every process left in that session is stopped
+and the command starts again, after a backoff, up to --max-restarts times. The job resumes
+itself: its command line carries --resume (or the trainer always resumes), and the checkpoint
+library picks the newest checkpoint that verifies. Each launch sees GPUCLOUD_RESTART_COUNT,
+GPUCLOUD_RESTART_REASON and GPUCLOUD_RUN_DIR (where gpucloud.elastic.JobControl beats).
+
+A preemption (SIGTERM or SIGUSR1 to the supervisor: a cloud's notice, Slurm's --signal) is passed
+on to the job (SIGUSR1 to mpirun and srun, which forward it; SIGTERM to torchrun), whose ranks
+save at their current step and exit with status 75; the supervisor then exits with 75 too, which
+deploy/slurm's job scripts answer with `scontrol requeue`. A job that ends with 75 by itself
+(its ranks got the notice directly) is treated the same. Exit status: the job's, 75 for a
+preemption, or the last failure's once the restarts are spent (its error shown again).
+docs/fault-tolerance.md describes the protocol and the measurements.
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+PREEMPTED_EXIT_CODE = 75  # gpucloud.elastic.PREEMPTED_EXIT_CODE (sysexits' EX_TEMPFAIL)
+_LAUNCHERS_THAT_FORWARD_USR1 = ("mpirun", "mpiexec", "orterun", "prterun", "srun")
+
+
+def _say(text):
+    print(f"gpucloud-run: {text}", file=sys.stderr, flush=True)
+
+
+def _session_processes(session):
+    """The pids of the processes in session ``session`` (the launch's own and every process it
+    started there, orphans included), from /proc."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 3 and int(fields[3]) == session:
+            pids.append(int(name))
+    return pids
+
+
+def _signal_all(pids, signo):
+    for pid in pids:
+        try:
+            os.kill(pid, signo)
+        except ProcessLookupError:
+            pass
+
+
+def _describe_status(code):
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+# What says best why a launch failed, in this order: the launcher naming a dead rank, gpucloud's
+# own report, a typed exception, any error; the last such line (a traceback ends with its error).
+_ERROR_PATTERNS = [re.compile(p) for p in (r"exited on signal", r"^gpucloud: ", r"[A-Za-z]+Error\b", r"rror")]
+
+
+def _error_line(lines):
+    for pattern in _ERROR_PATTERNS:
+        for line in reversed(lines):
+            if pattern.search(line):
+                return line.strip()[:300]
+    return ""
+
+
+def _heartbeats(directory):
+    """{rank: (first step, latest step, time)} of the ranks that have beaten in ``directory``."""
+    beats = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return beats
+    for name in names:
+        if not name.startswith("rank-"):
+            continue
+        try:
+            with open(os.path.join(directory, name)) as f:
+                first, latest, when = f.read().split()[:3]
+            beats[int(name[5:])] = (int(first), int(latest), float(when))
+        except (OSError, ValueError):
+            continue  # not written yet, or caught mid-write: the next read sees it
+    return beats
+
+
+class _Metrics:
+    """The supervisor's counters, as Prometheus text (served on --metrics-port) and as JSON."""
+
+    def __init__(self, labels):
+        self.lock = threading.Lock()
+        self.labels = labels
+        self.restarts = collections.Counter()  # by kind: failure, hang
+        self.preemptions = 0
+        self.steps_lost = 0
+        self.recovery_seconds = []
+        self.attempt = 0
+        self.running = 0
+
+    def text(self):
+        base = ",".join(f'{k}="{v}"' for k, v in sorted(self.labels.items()))
+        with self.lock:
+            lines = [
+                "# HELP gpucloud_run_restarts_total Restarts of the job by gpucloud-run, by why the launch ended.",
+                "# TYPE gpucloud_run_restarts_total counter",
+            ]
+            for kind in ("failure", "hang"):
+                lines.append(f'gpucloud_run_restarts_total{{{base},kind="{kind}"}} {self.restarts[kind]}')
+            lines += [
+                "# HELP gpucloud_run_preemptions_total Preemptions passed on to the job (it saved and exited 75).",
+                "# TYPE gpucloud_run_preemptions_total counter",
+                f"gpucloud_run_preemptions_total{{{base}}} {self.preemptions}",
+                "# HELP gpucloud_run_steps_lost_total Steps run again after restarts (since their checkpoints).",
+                "# TYPE gpucloud_run_steps_lost_total counter",
+                f"gpucloud_run_steps_lost_total{{{base}}} {self.steps_lost}",
+                "# HELP gpucloud_run_recovery_seconds Detection of the last failure to the restarted job's first step.",
+                "# TYPE gpucloud_run_recovery_seconds gauge",
+                f"gpucloud_run_recovery_seconds{{{base}}} {self.recovery_seconds[-1] if self.recovery_seconds else 0}",
+                "# HELP gpucloud_run_attempt The launch running now (0: the first).",
+                "# TYPE gpucloud_run_attempt gauge",
+                f"gpucloud_run_attempt{{{base}}} {self.attempt}",
+                "# HELP gpucloud_run_job_running 1 while the job's command runs.",
+                "# TYPE gpucloud_run_job_running gauge",
+                f"gpucloud_run_job_running{{{base}}} {self.running}",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def serve(self, port):
+        import http.server
+
+        metrics = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                if self.path.split("?")[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                body = metrics.text().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("", port), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, name="gpucloud-run metrics", daemon=True).start()
+        return server
+
+
+class Supervisor:
+    """Runs ``command`` until it succeeds, is preempted, or fails more than ``max_restarts`` times."""
+
+    def __init__(self, command, args):
+        self.command = command
+        self.args = args
+        self.run_dir = os.path.abspath(args.run_dir or f"gpucloud-run.{os.getpid()}")
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.preempt_signal = None  # the signal the supervisor got, once it has
+        self.interrupted = False
+        self.metrics = _Metrics({"job": args.job_name})
+        self.history = []  # one dict per launch
+
+    def stop_signal(self):
+        if self.args.stop_signal:
+            return self.args.stop_signal
+        program = os.path.basename(self.command[0])
+        if program == "torchrun" or "torch.distributed.run" in self.command:
+            return signal.SIGTERM  # torchrun passes SIGTERM on to its workers (SIGUSR1 would end it)
+        return signal.SIGUSR1
+
+    def _on_signal(self, signo, _frame):
+        if signo == signal.SIGINT:
+            self.interrupted = True
+        elif self.preempt_signal is None:
+            self.preempt_signal = signo
+
+    def _pump(self, stream, tail):
+        for line in iter(stream.readline, b""):
+            sys.stderr.buffer.write(line)
+            sys.stderr.buffer.flush()
+            tail.append(line.decode(errors="replace").rstrip("\n"))
+
+    def _teardown(self, proc, session):
+        """Ends every process of the launch's session: SIGTERM (and SIGCONT, for a stopped one),
+        then SIGKILL to what is left after --grace seconds."""
+        pids = _session_processes(session)
+        _signal_all(pids, signal.SIGTERM)
+        _signal_all(pids, signal.SIGCONT)
+        deadline = time.monotonic() + self.args.grace
+        while time.monotonic() < deadline:
+            proc.poll()
+            if not _session_processes(session):
+                break
+            time.sleep(0.05)
+        left = _session_processes(session)
+        _signal_all(left, signal.SIGKILL)
+        while _session_processes(session) and time.monotonic() < deadline + 10:
+            proc.poll()
+            time.sleep(0.05)
+        if proc.poll() is None:
+            proc.wait()
+
+    def _launch(self, attempt, reason):
+        attempt_dir = os.path.join(self.run_dir, f"attempt-{attempt}")
+        os.makedirs(attempt_dir, exist_ok=True)
+        env = dict(os.environ, GPUCLOUD_RESTART_COUNT=str(attempt), GPUCLOUD_RESTART_REASON=reason,
+                   GPUCLOUD_RUN_DIR=attempt_dir)
+        tail = collections.deque(maxlen=self.args.error_lines)
+        proc = subprocess.Popen(self.command, env=env, start_new_session=True, stderr=subprocess.PIPE)
+        pump = threading.Thread(target=self._pump, args=(proc.stderr, tail), daemon=True)
+        pump.start()
+        return proc, pump, tail, attempt_dir
+
+    def _watch(self, proc, attempt_dir):
+        """Waits for the launch to end; passes a preemption on; ends a hung one. Returns
+        (status, hung rank or None, preemption passed on)."""
+        passed_on = False
+        while True:
+            code = proc.poll()
+            if code is not None:
+                return code, None, passed_on
+            if (self.preempt_signal is not None or self.interrupted) and not passed_on:
+                signo = signal.SIGINT if self.interrupted and self.preempt_signal is None else self.stop_signal()
+                _say(f"passing {signal.Signals(signo).name} on to the job" +
+                     (": its ranks save at their current step" if signo != signal.SIGINT else ""))
+                try:
+                    os.kill(proc.pid, signo)
+                except ProcessLookupError:
+                    pass
+                passed_on = True
+            if self.args.hang_timeout > 0 and not passed_on:
+                now = time.time()
+                for rank, (_, latest, when) in sorted(_heartbeats(attempt_dir).items()):
+                    if now - when > self.args.hang_timeout:
+                        return None, (rank, latest, now - when), passed_on
+            time.sleep(0.1)
+
+    def run(self):
+        for signo in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+            signal.signal(signo, self._on_signal)
+        if self.args.metrics_port >= 0:
+            server = self.metrics.serve(self.args.metrics_port)
+            _say(f"metrics at http://{os.uname().nodename}:{server.server_address[1]}/metrics")
+        attempt, reason, failures, stalled = 0, "", [], 0
+        detected = None  # when the previous launch's failure was seen
+        while True:
+            with self.metrics.lock:
+                self.metrics.attempt, self.metrics.running = attempt, 1
+            began = time.monotonic()
+            proc, pump, tail, attempt_dir = self._launch(attempt, reason)
+            _say(f"launch {attempt} (pid {proc.pid})" + (f" after: {reason}" if reason else ""))
+            code, hung, passed_on = self._watch(proc, attempt_dir)
+            if hung is not None:
+                rank, step, quiet = hung
+                reason = f"rank {rank} hung (no step for {quiet:.0f} s after step {step})"
+                _say(f"{reason}: stopping the job")
+            seen = time.time()  # the heartbeats' clock
+            self._teardown(proc, proc.pid)
+            pump.join(timeout=5)
+            code = proc.returncode if hung is None else code
+            beats = _heartbeats(attempt_dir)
+            record = {"attempt": attempt, "status": code, "seconds": round(time.monotonic() - began, 3),
+                      "first_step": min((b[0] for b in beats.values()), default=None),
+                      "last_step": max((b[1] for b in beats.values()), default=None)}
+            if detected is not None and failures:
+                first_beat = min((b[2] for b in beats.values()), default=None)
+                if first_beat is not None:
+                    recovery = first_beat - detected[1]
+                    record["recovery_seconds"] = round(recovery, 3)
+                    with self.metrics.lock:
+                        self.metrics.recovery_seconds.append(recovery)
+                previous_last = self.history[-1]["last_step"]
+                if previous_last is not None and record["first_step"] is not None:
+                    lost = max(0, previous_last - record["first_step"])
+                    record["steps_lost"] = lost
+                    with self.metrics.lock:
+                        self.metrics.steps_lost += lost
+            with self.metrics.lock:
+                self.metrics.running = 0
+            if hung is None:
+                if code == 0:
+                    record["end"] = "finished"
+                elif self.interrupted and self.preempt_signal is None:
+                    record["end"] = "interrupted"
+                elif code == PREEMPTED_EXIT_CODE or passed_on:
+                    record["end"] = "preempted"
+                else:
+                    reason = _describe_status(code)
+                    why = _error_line(tail)
+                    if why:
+                        reason += ": " + why
+                    record["end"] = "failed"
+            else:
+                record["end"] = "hung"
+            record["reason"] = reason if record["end"] in ("failed", "hung") else ""
+            self.history.append(record)
+            self._write_status()
+            if record["end"] == "finished":
+                _say(self._summary("finished"))
+                return 0
+            if record["end"] == "preempted" or self.preempt_signal is not None:
+                with self.metrics.lock:
+                    self.metrics.preemptions += 1
+                _say(self._summary(f"preempted: exit {PREEMPTED_EXIT_CODE} (requeue the job; it resumes where it stopped)"))
+                self._write_status()
+                return PREEMPTED_EXIT_CODE
+            if self.interrupted:
+                _say(self._summary("interrupted"))
+                return 130
+            failures.append((reason, list(tail)))
+            if len(failures) > self.args.max_restarts:
+                first_reason, first_tail = failures[0]
+                _say(self._summary(f"giving up after {self.args.max_restarts} restart(s)"))
+                _say(f"the first failure: {first_reason}; its last lines:")
+                for line in first_tail[-20:]:
+                    print(f"  | {line}", file=sys.stderr)
+                sys.stderr.flush()
+                return code if code and code > 0 else 1
+            with self.metrics.lock:
+                self.metrics.restarts["hang" if hung else "failure"] += 1
+            detected = (attempt, seen)
+            # The backoff doubles while launches fail without a step of progress (a crash loop),
+            # and starts over after one that trained.
+            progressed = record["last_step"] is not None and record["last_step"] > record["first_step"]
+            stalled = 0 if progressed else stalled + 1
+            delay = min(self.args.backoff * (2 ** max(stalled - 1, 0)), self.args.backoff_max)
+            _say(f"launch {attempt} ended ({reason}); restart {attempt + 1} of at most {self.args.max_restarts} "
+                 f"in {delay:.1f} s")
+            end = time.monotonic() + delay
+            while time.monotonic() < end and self.preempt_signal is None and not self.interrupted:
+                time.sleep(0.05)
+            if self.preempt_signal is not None or self.interrupted:
+                _say(self._summary("stopped before the restart"))
+                return PREEMPTED_EXIT_CODE if self.preempt_signal is not None else 130
+            attempt += 1
+
+    def _summary(self, outcome):
+        restarts = len(self.history) - 1
+        lost = sum(r.get("steps_lost", 0) for r in self.history)
+        recovery = [r["recovery_seconds"] for r in self.history if "recovery_seconds" in r]
+        text = f"{outcome}: {restarts} restart(s), {lost} step(s) lost"
+        if recovery:
+            text += f", recovery {sum(recovery) / len(recovery):.2f} s mean, {max(recovery):.2f} s max"
+        reasons = collections.Counter(r["reason"] for r in self.history if r["reason"])
+        if reasons:
+            text += "; " + "; ".join(f"{n}x {why}" for why, n in reasons.most_common(3))
+        return text
+
+    def _write_status(self):
+        path = os.path.join(self.run_dir, "status.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump({"command": self.command, "launches": self.history}, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+
+def _signal_name(text):
+    try:
+        return signal.Signals[text if text.startswith("SIG") else "SIG" + text]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a signal name (TERM, USR1, ...)") from None
+
+
+def _non_negative(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value < 0 or value != value:
+            raise argparse.ArgumentTypeError(f"{value} must be at least 0")
+        return value
+    return parse
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ap = argparse.ArgumentParser(prog="gpucloud-run", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--max-restarts", type=_non_negative(int), default=3, help="restarts after failures (default 3)")
+    ap.add_argument("--backoff", type=_non_negative(float), default=1.0,
+                    help="seconds before a restart (default 1), doubled for each launch in a row that failed "
+                         "before its first step")
+    ap.add_argument("--backoff-max", type=_non_negative(float), default=60.0, help="the longest wait (default 60)")
+    ap.add_argument("--hang-timeout", type=_non_negative(float), default=0.0,
+                    help="a rank whose heartbeat stops this many seconds is hung: restart (0: off, the default; "
+                         "the ranks' own GPUCLOUD_COMM_TIMEOUT still ends a hang)")
+    ap.add_argument("--grace", type=_non_negative(float), default=10.0,
+                    help="seconds the job's processes get after SIGTERM before SIGKILL, at a teardown (default 10)")
+    ap.add_argument("--stop-signal", type=_signal_name, default=None,
+                    help="the signal a preemption is passed on as (default: TERM for torchrun, USR1 otherwise)")
+    ap.add_argument("--run-dir", help="heartbeats and status.json (default ./gpucloud-run.PID)")
+    ap.add_argument("--metrics-port", type=int, default=-1, help="serve Prometheus metrics (0: a free port)")
+    ap.add_argument("--job-name", default=os.environ.get("SLURM_JOB_NAME", "gpucloud"),
+                    help="the job label of the metrics")
+    ap.add_argument("--error-lines", type=int, default=200, help="lines of the job's stderr kept per launch")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- the job's command")
+    args = ap.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        ap.error("the job's command is missing (gpucloud-run [options] -- COMMAND ...)")
+    if not -1 <= args.metrics_port <= 65535:
+        ap.error(f"--metrics-port: {args.metrics_port} is not a port (0: a free one, -1: none)")
+    return Supervisor(command, args).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

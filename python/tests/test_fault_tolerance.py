@@ -1,0 +1,230 @@
+"""Surviving the cloud from Python: gpucloud.elastic (JobControl, State) and gpucloud-run, with
+real processes and real faults: the Python example killed (SIGKILL) 20 times on 2 and on 4 ranks,
+preempted (SIGTERM/SIGUSR1) with 0 steps lost, a stopped rank (SIGSTOP); each job must end with
+the uninterrupted run's weights, bit for bit. The same supervisor against a job that fails the same
+way every time stops after --max-restarts, with the original error shown."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpucloud as gc
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "train_mlp.py"
+TRIALS = ROOT / "tests" / "elastic" / "fault_trials.py"
+SUPERVISOR = f"{sys.executable} -m gpucloud.run"
+
+needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed (openmpi-bin)")
+
+
+def run_python(code, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, **(env or {})))
+
+
+def fault_trials(tmp_path, mode, np_, trials, per_job=5):
+    r = subprocess.run([sys.executable, str(TRIALS), mode, "--work", str(tmp_path / "work"), "--np", str(np_),
+                        "--trials", str(trials), "--per-job", str(per_job), "--steps", "2000",
+                        "--supervisor", SUPERVISOR, "--", sys.executable, str(EXAMPLE)],
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0 and "FAULT TRIALS PASSED" in r.stdout, r.stdout[-8000:] + r.stderr[-8000:]
+    print(r.stdout.splitlines()[-2])
+
+
+@needs_mpirun
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_python_example_killed_20_times_ends_with_the_uninterrupted_weights(tmp_path, ranks):
+    fault_trials(tmp_path, "kill", ranks, 20, per_job=10)
+
+
+@needs_mpirun
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_python_example_preempted_loses_no_step(tmp_path, ranks):
+    fault_trials(tmp_path, "preempt", ranks, 6 if ranks == 2 else 3, per_job=3)
+
+
+@needs_mpirun
+def test_python_example_with_a_stopped_rank_restarts(tmp_path):
+    fault_trials(tmp_path, "hang", 2, 1, per_job=1)
+
+
+def test_a_job_that_fails_the_same_way_stops_after_max_restarts(tmp_path):
+    job = [sys.executable, "-c", "import sys; print('ValueError: bad row 7 in shard-3', file=sys.stderr); sys.exit(3)"]
+    r = subprocess.run([sys.executable, "-m", "gpucloud.run", "--max-restarts", "2", "--backoff", "0.05",
+                        "--run-dir", str(tmp_path / "run"), "--", *job], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.count("bad row 7") >= 4, r.stderr  # each launch's, and the first one's again at the end
+    assert "giving up after 2 restart(s)" in r.stderr
+    assert "the first failure: exit status 3: ValueError: bad row 7 in shard-3" in r.stderr
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert [launch["end"] for launch in status["launches"]] == ["failed"] * 3
+    assert [launch["attempt"] for launch in status["launches"]] == [0, 1, 2]
+
+
+def test_each_launch_is_told_its_restart_count_and_why(tmp_path):
+    # The job fails twice, then reads what gpucloud-run told it through gpucloud.elastic.
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        import gpucloud as gc
+        with gc.elastic.JobControl() as control:
+            info = control.restart
+            print(f"restart {{info.count}}: {{info.reason}}")
+            if info.count < 2:
+                print("RuntimeError: disk {{}} is flaky".format(info.count), file=sys.stderr)
+                sys.exit(1)
+        print("done", info.count, info.reason)
+    """))
+    r = subprocess.run([sys.executable, "-m", "gpucloud.run", "--backoff", "0", "--run-dir", str(tmp_path / "run"),
+                        "--", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "done 2 exit status 1: RuntimeError: disk 1 is flaky" in r.stdout, r.stdout + r.stderr
+    assert "restart 0: \n" in r.stdout
+
+
+def test_the_supervisor_serves_its_metrics(tmp_path):
+    # A job that fails once then succeeds slowly enough to be scraped mid-run.
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, time
+        if os.environ["GPUCLOUD_RESTART_COUNT"] == "0":
+            sys.exit(4)
+        time.sleep(30)
+    """))
+    p = subprocess.Popen([sys.executable, "-m", "gpucloud.run", "--backoff", "0", "--metrics-port", "0",
+                          "--job-name", "probe", "--run-dir", str(tmp_path / "run"), "--", sys.executable, str(script)],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        for line in p.stderr:
+            if "metrics at " in line:
+                url = "http://127.0.0.1:" + line.rsplit(":", 1)[1].split("/")[0] + "/metrics"
+            if "launch 1" in line:
+                break
+        assert url, "no metrics address printed"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert 'gpucloud_run_restarts_total{job="probe",kind="failure"} 1' in text, text
+        assert 'gpucloud_run_attempt{job="probe"} 1' in text, text
+        assert 'gpucloud_run_job_running{job="probe"} 1' in text, text
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(url.replace("/metrics", "/other"), timeout=10)
+    finally:
+        p.send_signal(signal.SIGINT)  # stops the job, no restart
+        p.communicate(timeout=60)
+    assert p.returncode == 130
+
+
+@pytest.mark.parametrize("options, named", [
+    (["--max-restarts", "-1"], "--max-restarts"),
+    (["--backoff", "nan"], "--backoff"),
+    (["--stop-signal", "NOPE"], "--stop-signal"),
+    (["--metrics-port", "70000"], "--metrics-port"),
+    ([], "command is missing"),
+])
+def test_the_supervisor_refuses_bad_options_by_name(options, named):
+    r = subprocess.run([sys.executable, "-m", "gpucloud.run", *options, *(["--", "true"] if options else [])],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and named in r.stderr, r.stderr
+
+
+def test_job_control_turns_a_signal_into_a_stop_request():
+    r = run_python("""
+        import os, signal
+        import gpucloud as gc
+        control = gc.elastic.JobControl()
+        assert not control.should_stop(0)
+        os.kill(os.getpid(), signal.SIGTERM)          # the default action would end the process
+        assert control.stop_requested and control.stop_signal == signal.SIGTERM
+        assert control.should_stop(1) and control.first_step == 0
+        try:
+            gc.elastic.JobControl()
+        except gc.InvalidArgument as e:
+            assert "another JobControl lives" in str(e), e
+        else:
+            raise AssertionError("a second JobControl was allowed")
+        control.close()
+        try:
+            control.should_stop(2)
+        except gc.InvalidArgument as e:
+            assert "closed" in str(e)
+        again = gc.elastic.JobControl(signals=[signal.SIGUSR2])
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert again.stop_signal == signal.SIGUSR2
+        del again
+        try:
+            gc.elastic.JobControl(signals=[signal.SIGKILL])
+        except gc.InvalidArgument as e:
+            assert "cannot be caught" in str(e)
+        print("ok")
+    """)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_restart_facts_and_bad_variables():
+    r = run_python("""
+        import gpucloud as gc
+        info = gc.elastic.restart_info_from_environment()
+        print(info.count, info.reason, repr(info))
+    """, env={"GPUCLOUD_RESTART_COUNT": "3", "GPUCLOUD_RESTART_REASON": "rank 2 died"})
+    assert r.returncode == 0 and "3 rank 2 died RestartInfo(count=3, reason='rank 2 died')" in r.stdout, r.stderr
+    r = run_python("import gpucloud as gc; gc.elastic.JobControl()", env={"GPUCLOUD_RESTART_COUNT": "x"})
+    assert r.returncode != 0 and "GPUCLOUD_RESTART_COUNT='x' is not a restart count" in r.stderr, r.stderr
+
+
+def test_state_saves_at_the_stop_and_restores_everything(tmp_path):
+    s = gc.Stream()
+    w = gc.Buffer(8, "float32")
+    gc.fill(w, 1.5, s)
+    g = gc.Buffer(8, "float32")
+    gc.fill(g, 0.25, s)
+    adam = gc.FusedAdam([(w, g)], s, lr=0.1)
+    scaler = gc.LossScaler(gc.Device.host(), s)
+    position = np.array([0], np.int64)
+    state = gc.elastic.State(str(tmp_path / "ck"), every=4, keep_last=2)
+    state.register("model", {"w": w})
+    state.register("optimizer", adam)
+    state.register("scaler", scaler)
+    state.register("data", {"position": position})
+    with pytest.raises(ValueError, match="registered already"):
+        state.register("model", {})
+    with pytest.raises(TypeError, match="state_dict"):
+        state.register("other", 3)
+    assert state.restore(s) == 0
+    with gc.elastic.JobControl() as control:
+        for step in range(6):
+            adam.step(s)
+            position[0] = step + 1
+            if step == 4:
+                control.request_stop()
+            if state.end_step(step + 1, s, control):
+                break
+    assert step == 4
+    state.close()
+    assert sorted(os.listdir(tmp_path / "ck")) == ["step-000000000004", "step-000000000005"]
+    s.synchronize()
+    expected = np.array(np.asarray(w), copy=True)
+    # A fresh job restores model, optimizer (step count), scaler and data position from step 5.
+    w2, g2 = gc.Buffer(8, "float32"), gc.Buffer(8, "float32")
+    adam2 = gc.FusedAdam([(w2, g2)], s, lr=0.1)
+    scaler2 = gc.LossScaler(gc.Device.host(), s)
+    position2 = np.array([0], np.int64)
+    again = gc.elastic.State(str(tmp_path / "ck"), every=4)
+    again.register("model", {"w": w2})
+    again.register("optimizer", adam2)
+    again.register("scaler", scaler2)
+    again.register("data", {"position": position2})
+    assert again.restore(s) == 5
+    s.synchronize()
+    assert adam2.step_count(s) == 5 and position2[0] == 5
+    np.testing.assert_array_equal(np.asarray(w2), expected)
+    with pytest.raises(ValueError, match="every"):
+        gc.elastic.State(str(tmp_path / "x"), every=0)

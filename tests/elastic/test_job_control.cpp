@@ -1,0 +1,167 @@
+// JobControl in one process: a signal sets the request (and nothing else happens to the process),
+// the handlers come back afterwards, one lives at a time, the restart facts come from the
+// supervisor's variables with bad ones refused by name, and the heartbeat file says the steps.
+#include <gpucloud/elastic/job_control.hpp>
+#include <gpucloud/runtime/error.hpp>
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace gc = gpucloud;
+namespace el = gpucloud::elastic;
+
+namespace {
+
+// Sets (or unsets, for nullptr) an environment variable for one scope.
+class EnvVar {
+ public:
+  EnvVar(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~EnvVar() {
+    if (had_)
+      ::setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+int g_previous_handler_calls = 0;
+extern "C" void previous_handler(int) { ++g_previous_handler_calls; }
+
+}  // namespace
+
+TEST(JobControl, ASignalRequestsAStopAndNothingElse) {
+  el::JobControl control;
+  EXPECT_FALSE(control.stop_requested());
+  EXPECT_FALSE(control.should_stop(0));
+  ASSERT_EQ(std::raise(SIGUSR1), 0);  // the default action would end the process
+  EXPECT_TRUE(control.stop_requested());
+  EXPECT_EQ(control.stop_signal(), SIGUSR1);
+  ASSERT_EQ(std::raise(SIGTERM), 0);          // a second signal, as during the save: still alive
+  EXPECT_EQ(control.stop_signal(), SIGUSR1);  // the first one is the one reported
+  EXPECT_TRUE(control.should_stop(1));
+  EXPECT_EQ(control.first_step(), 0);
+}
+
+TEST(JobControl, RequestStopWithoutASignal) {
+  el::JobControl control;
+  control.request_stop();
+  EXPECT_TRUE(control.should_stop(7));
+  EXPECT_EQ(control.stop_signal(), 0);
+  EXPECT_EQ(control.first_step(), 7);
+}
+
+TEST(JobControl, ThePreviousHandlersComeBack) {
+  struct sigaction act {
+  }, old{};
+  act.sa_handler = previous_handler;
+  sigemptyset(&act.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR2, &act, &old), 0);
+  g_previous_handler_calls = 0;
+  {
+    el::JobControlOptions o;
+    o.signals = {SIGUSR2};
+    el::JobControl control(o);
+    std::raise(SIGUSR2);
+    EXPECT_TRUE(control.stop_requested());
+    EXPECT_EQ(g_previous_handler_calls, 0);
+  }
+  std::raise(SIGUSR2);
+  EXPECT_EQ(g_previous_handler_calls, 1);
+  sigaction(SIGUSR2, &old, nullptr);
+  el::JobControl fresh;  // a new one starts without a request
+  EXPECT_FALSE(fresh.stop_requested());
+}
+
+TEST(JobControl, OneAtATimeAndCatchableSignalsOnly) {
+  {
+    el::JobControl control;
+    EXPECT_THROW(el::JobControl second, gc::InvalidArgument);
+  }
+  for (int bad : {SIGKILL, SIGSTOP, 0, -3, NSIG}) {
+    el::JobControlOptions o;
+    o.signals = {SIGTERM, bad};
+    try {
+      el::JobControl control(o);
+      ADD_FAILURE() << "signal " << bad << " accepted";
+    } catch (const gc::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("signal " + std::to_string(bad) + " cannot be caught"), std::string::npos)
+          << e.what();
+    }
+  }
+  el::JobControl after;  // nothing was left installed or marked alive by the refusals
+  EXPECT_FALSE(after.stop_requested());
+}
+
+TEST(JobControl, RestartFactsFromTheSupervisor) {
+  {
+    EnvVar a("GPUCLOUD_RESTART_COUNT", nullptr), b("TORCHELASTIC_RESTART_COUNT", nullptr),
+        c("SLURM_RESTART_COUNT", nullptr);
+    EXPECT_EQ(el::restart_info_from_environment().count, 0);
+    EXPECT_EQ(el::restart_info_from_environment().reason, "");
+  }
+  {
+    EnvVar a("GPUCLOUD_RESTART_COUNT", "2"), b("GPUCLOUD_RESTART_REASON", "rank 1 killed by SIGKILL"),
+        c("TORCHELASTIC_RESTART_COUNT", "5");
+    el::JobControl control;
+    EXPECT_EQ(control.restart().count, 2);
+    EXPECT_EQ(control.restart().reason, "rank 1 killed by SIGKILL");
+  }
+  {
+    EnvVar a("GPUCLOUD_RESTART_COUNT", nullptr), b("TORCHELASTIC_RESTART_COUNT", "3");
+    EXPECT_EQ(el::restart_info_from_environment().count, 3);
+  }
+  {
+    EnvVar a("GPUCLOUD_RESTART_COUNT", nullptr), b("TORCHELASTIC_RESTART_COUNT", nullptr),
+        c("SLURM_RESTART_COUNT", "1");
+    EXPECT_EQ(el::restart_info_from_environment().reason, "requeued by Slurm");
+  }
+  for (const char* bad : {"-1", "two", "3x", "99999999999"}) {
+    EnvVar a("GPUCLOUD_RESTART_COUNT", bad);
+    try {
+      el::JobControl control;
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const gc::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("GPUCLOUD_RESTART_COUNT='" + std::string(bad) + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(JobControl, TheHeartbeatSaysTheFirstAndLatestStep) {
+  const auto dir = std::filesystem::temp_directory_path() / ("gpucloud-heartbeat-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    EnvVar run_dir("GPUCLOUD_RUN_DIR", dir.c_str());
+    el::JobControl control;
+    control.should_stop(40);
+    std::ifstream f(dir / "rank-0");
+    long long first = -1, latest = -1;
+    double when = 0;
+    f >> first >> latest >> when;
+    EXPECT_EQ(first, 40);
+    EXPECT_EQ(latest, 40);
+    EXPECT_GT(when, 1.0e9);  // seconds since the epoch
+  }
+  std::filesystem::remove_all(dir);
+  {
+    EnvVar run_dir("GPUCLOUD_RUN_DIR", "/nonexistent/gpucloud-run");  // reported, training goes on
+    el::JobControl control;
+    EXPECT_FALSE(control.should_stop(1));
+  }
+}
