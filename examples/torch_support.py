@@ -126,8 +126,26 @@ def arguments(doc):
     return args
 
 
+def stop_for_preemption(args, ck, step, model, opt, scaler, stream, control, comm):
+    """Every rank stops after ``step`` steps (SIGTERM/SIGUSR1 on any rank, agreed by
+    JobControl): that step's checkpoint is committed, then the status that asks for a requeue."""
+    code = gc.elastic.PREEMPTED_EXIT_CODE
+    if ck is not None:
+        ck.wait()  # the periodic save, if one is in flight (it may be this very step's)
+        if step % args.checkpoint_every:
+            save(ck, step, model, opt, scaler, stream).wait()
+    if comm.rank == 0:
+        kept = f"checkpoint at step {step} committed" if ck is not None else "no --checkpoint-dir, the steps are lost"
+        print(f"preempted by signal {control.stop_signal} at step {step}: {kept}, exit {code} to be requeued",
+              flush=True)
+    dist.destroy_process_group()
+    raise SystemExit(code)
+
+
 def train(args, comm, model, opt, scaler):
-    """The loop both examples run: mixed-precision loss scaling, a forced overflow, checkpoints."""
+    """The loop both examples run: mixed-precision loss scaling, a forced overflow, checkpoints;
+    a preemption notice stops it at a step with that step saved (gpucloud.elastic)."""
+    control = gc.elastic.JobControl()
     stream = gc.Stream()
     ck = gc.checkpoint.Checkpointer(args.checkpoint_dir, keep_last=args.keep_last, comm=comm) if args.checkpoint_dir \
         else None
@@ -159,6 +177,8 @@ def train(args, comm, model, opt, scaler):
             window = []
         if ck is not None and (step + 1) % args.checkpoint_every == 0:
             save(ck, step + 1, model, opt, scaler, stream)
+        if control.should_stop(step + 1, comm, stream):
+            stop_for_preemption(args, ck, step + 1, model, opt, scaler, stream, control, comm)
     if ck is not None:
         ck.wait()
     mean = mean if w is not None else float("nan")

@@ -257,11 +257,15 @@ int resume(const Options& o, const Job& job, gc::StateDict& state, gc::FusedAdam
     say(job.rank, "no checkpoint in %s yet: starting from step 0\n", o.checkpoint_dir.c_str());
     return 0;
   }
+  const auto began = std::chrono::steady_clock::now();
   const auto manifest = gc::checkpoint::load(*dir, state, s);
   adam.load_state_dict(gc::sub_state(state, "optimizer."), s);
   scaler.load_state_dict(gc::sub_state(state, "scaler."), s);
+  s.synchronize();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   const int start = static_cast<int>(manifest.step);
-  say(job.rank, "resumed from %s at step %d (written by %d rank(s))\n", dir->c_str(), start, manifest.world_size);
+  say(job.rank, "resumed from %s at step %d (written by %d rank(s)) in %.3f s\n", dir->c_str(), start,
+      manifest.world_size, seconds);
   return start;
 }
 

@@ -172,11 +172,14 @@ def main():
     start = 0
     latest = gc.checkpoint.latest(args.checkpoint_dir) if args.resume else None
     if latest:
+        began = time.perf_counter()
         manifest = gc.checkpoint.load(latest, saved, s)
         opt.load_state_dict(sub_state(saved, "optimizer."), s)
         scaler.load_state_dict(sub_state(saved, "scaler."), s)
+        s.synchronize()
         start = manifest.step
-        say(f"resumed from {latest} at step {start} (written by {manifest.world_size} rank(s))")
+        say(f"resumed from {latest} at step {start} (written by {manifest.world_size} rank(s)) in "
+            f"{time.perf_counter() - began:.3f} s")
     elif args.resume:
         say(f"no checkpoint in {args.checkpoint_dir} yet: starting from step 0")
 

@@ -130,7 +130,7 @@ needs_toolkit='^(Errors|CudaCheck|CublasCheck|CudnnCheck|NcclCheck)[.]|^cuda_lib
 python_package python python3
 installable_wheel python
 ((quick)) && exit 0
-GPUCLOUD_SLURM_TESTS=1 python_package interop /usr/bin/python3 --system-site-packages # + the Slurm tests
+GPUCLOUD_SLURM_TESTS=1 GPUCLOUD_FAULT_TRIALS=4 python_package interop /usr/bin/python3 --system-site-packages # + the Slurm tests
 GPUCLOUD_FAULT_TRIALS=4 configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_SLURM_TESTS=OFF # Slurm: main only; faults: fewer trials
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
@@ -149,7 +149,7 @@ PIP_BUILD_OPTIONS=(-C cmake.define.GPUCLOUD_CUDA=OFF -C cmake.define.GPUCLOUD_BL
   -C cmake.define.GPUCLOUD_SANITIZE=address,undefined -C cmake.build-type=Debug)
 # libstdc++ too: the interpreter does not load it, and ASan must find the real __cxa_throw.
 PYTEST_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)"
-ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+GPUCLOUD_FAULT_TRIALS=2 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   python_package python-asan python3
 PIP_BUILD_OPTIONS=()
 PYTEST_PRELOAD=""

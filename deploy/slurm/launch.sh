@@ -19,6 +19,16 @@
 #                   reads such a directory) while it runs, and removes it when it ends
 #   PROMETHEUS_TARGET_HOST  how Prometheus reaches a node: hostname (default) or address (its
 #                   first IP address, where node names do not resolve)
+#   MAX_RESTARTS    restarts of the step after a failure (a rank died, a collective timed out),
+#                   each from the newest valid checkpoint, by gpucloud-run (default 3; 0: none)
+#                   (its heartbeats and status.json: gpucloud-run/<job id> in the submit directory)
+#   GPUCLOUD_RUN    the gpucloud-run command (default: gpucloud-run on the PATH, else the
+#                   python/gpucloud/run.py of this source tree, run by python3)
+#
+# Preemption (docs/fault-tolerance.md): SIGUSR1 or SIGTERM to this script (the job scripts'
+# --signal=B:USR1@120, scancel --signal=USR1 --batch, a requeue by Slurm) is passed on to the
+# ranks, which save at their current step and exit 75; the job is then requeued
+# (scontrol requeue: the job scripts say --requeue) and resumes at that step.
 set -euo pipefail
 program=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do
@@ -79,6 +89,7 @@ if [ -n "${METRICS_PORT:-}" ]; then
       "$@" &
       child=$!
       trap "kill -TERM $child 2>/dev/null" TERM INT
+      trap "kill -USR1 $child 2>/dev/null" USR1
       rc=0
       wait $child || rc=$?
       if kill -0 $child 2>/dev/null; then wait $child || rc=$?; fi # after a forwarded signal
@@ -87,8 +98,41 @@ if [ -n "${METRICS_PORT:-}" ]; then
   fi
 fi
 
+# The supervisor: gpucloud-run restarts a failed step from the newest valid checkpoint.
+supervisor=()
+if [ "${MAX_RESTARTS:-3}" != 0 ]; then
+  if [ -n "${GPUCLOUD_RUN:-}" ]; then
+    read -r -a supervisor <<<"$GPUCLOUD_RUN"
+  elif command -v gpucloud-run >/dev/null 2>&1; then
+    supervisor=(gpucloud-run)
+  else
+    supervisor=(python3 "$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/python/gpucloud/run.py")
+  fi
+  supervisor+=(--max-restarts "${MAX_RESTARTS:-3}" --run-dir "gpucloud-run/${SLURM_JOB_ID:-local}"
+    --job-name "${SLURM_JOB_NAME:-train}" --)
+fi
+
 # One task per GPU; srun's PMIx plugin wires OpenMPI's ranks up (--mpi=pmix), gpucloud reads the
 # nodes from the step's variables and the shared-memory split. --kill-on-bad-exit: one failed
-# rank ends the step instead of leaving the others waiting for it.
-srun --mpi=pmix --kill-on-bad-exit=1 "${wrap[@]}" "${program[@]}" --device "$device" \
-  --checkpoint-dir "$checkpoints" --resume "${metrics[@]}" "$@"
+# rank ends the step instead of leaving the others waiting for it. In the background, so that
+# this shell passes a preemption notice on at once (bash runs a trap only between commands).
+"${supervisor[@]}" srun --mpi=pmix --kill-on-bad-exit=1 "${wrap[@]}" "${program[@]}" --device "$device" \
+  --checkpoint-dir "$checkpoints" --resume "${metrics[@]}" "$@" &
+job=$!
+notice() {
+  echo "launch.sh: preemption notice ($1): passing it on, the ranks save at their current step"
+  kill -USR1 "$job" 2>/dev/null || true
+}
+trap 'notice USR1' USR1
+trap 'notice TERM' TERM
+rc=0
+wait "$job" || rc=$?
+while kill -0 "$job" 2>/dev/null; do # a trap ended the wait: wait for the job itself
+  rc=0
+  wait "$job" || rc=$?
+done
+if [ "$rc" -eq 75 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+  echo "launch.sh: the job stopped for a preemption with its checkpoint saved: requeueing job $SLURM_JOB_ID"
+  scontrol requeue "$SLURM_JOB_ID" || echo "launch.sh: scontrol requeue failed: resubmit the job to resume"
+fi
+exit "$rc"

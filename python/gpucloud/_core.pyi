@@ -1833,7 +1833,7 @@ class JobControl:
     @property
     def first_step(self) -> int:
         """
-        The step of the first should_stop() call (where this launch resumed), -1 before.
+        The step of the first should_stop() call (one past where this launch resumed), -1 before.
         """
     @property
     def restart(self) -> RestartInfo:

@@ -52,10 +52,20 @@ def _session_processes(session):
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 3 and int(fields[3]) == session:
+        fields = stat[stat.rfind(b")") + 2:].split()  # state, ppid, pgrp, session, ...
+        if len(fields) > 3 and int(fields[3]) == session and fields[0] != b"Z":  # a zombie is gone
             pids.append(int(name))
     return pids
+
+
+def _alive(pid):
+    """False once ``pid`` has ended (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] != b"Z"
 
 
 def _signal_all(pids, signo):
@@ -88,8 +98,13 @@ def _error_line(lines):
     return ""
 
 
+class _Beat(collections.namedtuple("_Beat", "first latest first_time latest_time pid state host")):
+    """A rank's heartbeat (gpucloud.elastic.JobControl's file: one line, times in seconds since
+    the epoch, state r while it runs and x once its JobControl closed)."""
+
+
 def _heartbeats(directory):
-    """{rank: (first step, latest step, time)} of the ranks that have beaten in ``directory``."""
+    """{rank: _Beat} of the ranks that have beaten in ``directory``."""
     beats = {}
     try:
         names = os.listdir(directory)
@@ -100,8 +115,9 @@ def _heartbeats(directory):
             continue
         try:
             with open(os.path.join(directory, name)) as f:
-                first, latest, when = f.read().split()[:3]
-            beats[int(name[5:])] = (int(first), int(latest), float(when))
+                first, latest, first_time, latest_time, pid, state, host = f.read().split()[:7]
+            beats[int(name[5:])] = _Beat(int(first), int(latest), float(first_time), float(latest_time), int(pid),
+                                         state, host)
         except (OSError, ValueError):
             continue  # not written yet, or caught mid-write: the next read sees it
     return beats
@@ -207,9 +223,18 @@ class Supervisor:
             sys.stderr.buffer.flush()
             tail.append(line.decode(errors="replace").rstrip("\n"))
 
-    def _teardown(self, proc, session):
-        """Ends every process of the launch's session: SIGTERM (and SIGCONT, for a stopped one),
-        then SIGKILL to what is left after --grace seconds."""
+    def _teardown(self, proc, session, failed):
+        """Ends every process of the launch's session. After a failure the ranks are killed at
+        once (a peer is gone: they cannot save, and one that catches SIGTERM would wait for it),
+        the launcher gets SIGTERM to clean up after itself; otherwise all get SIGTERM (and SIGCONT,
+        for a stopped one). SIGKILL to what is left after --grace seconds."""
+        if failed:
+            # The launcher sees its ranks die and ends by itself, faster than after a SIGTERM
+            # (mpirun then waits a second; a SIGTERM during its own abort can crash it).
+            _signal_all([p for p in _session_processes(session) if p != proc.pid], signal.SIGKILL)
+            end = time.monotonic() + min(self.args.grace, 3.0)
+            while proc.poll() is None and time.monotonic() < end:
+                time.sleep(0.005)
         pids = _session_processes(session)
         _signal_all(pids, signal.SIGTERM)
         _signal_all(pids, signal.SIGCONT)
@@ -218,12 +243,12 @@ class Supervisor:
             proc.poll()
             if not _session_processes(session):
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
         left = _session_processes(session)
         _signal_all(left, signal.SIGKILL)
         while _session_processes(session) and time.monotonic() < deadline + 10:
             proc.poll()
-            time.sleep(0.05)
+            time.sleep(0.01)
         if proc.poll() is None:
             proc.wait()
 
@@ -232,6 +257,9 @@ class Supervisor:
         os.makedirs(attempt_dir, exist_ok=True)
         env = dict(os.environ, GPUCLOUD_RESTART_COUNT=str(attempt), GPUCLOUD_RESTART_REASON=reason,
                    GPUCLOUD_RUN_DIR=attempt_dir)
+        # mpirun ending a job (a rank died) sends SIGTERM, then SIGKILL this many seconds later
+        # (default 1): ranks that catch SIGTERM (JobControl) would hold the restart up for it.
+        env.setdefault("OMPI_MCA_odls_base_sigkill_timeout", "0")
         tail = collections.deque(maxlen=self.args.error_lines)
         proc = subprocess.Popen(self.command, env=env, start_new_session=True, stderr=subprocess.PIPE)
         pump = threading.Thread(target=self._pump, args=(proc.stderr, tail), daemon=True)
@@ -239,9 +267,11 @@ class Supervisor:
         return proc, pump, tail, attempt_dir
 
     def _watch(self, proc, attempt_dir):
-        """Waits for the launch to end; passes a preemption on; ends a hung one. Returns
-        (status, hung rank or None, preemption passed on)."""
+        """Waits for the launch to end; passes a preemption on; sees a rank of this node die (its
+        process gone while its heartbeat says it runs) without waiting for the launcher to notice;
+        ends a hung one. Returns (status, (why, rank, step) or None, preemption passed on)."""
         passed_on = False
+        node = os.uname().nodename
         while True:
             code = proc.poll()
             if code is not None:
@@ -255,12 +285,16 @@ class Supervisor:
                 except ProcessLookupError:
                     pass
                 passed_on = True
-            if self.args.hang_timeout > 0 and not passed_on:
-                now = time.time()
-                for rank, (_, latest, when) in sorted(_heartbeats(attempt_dir).items()):
-                    if now - when > self.args.hang_timeout:
-                        return None, (rank, latest, now - when), passed_on
-            time.sleep(0.1)
+            now = time.time()
+            for rank, beat in sorted(_heartbeats(attempt_dir).items()):
+                if beat.state == "r" and beat.host == node and not _alive(beat.pid):
+                    if proc.poll() is not None:  # the launcher ended too: its status says more
+                        return proc.returncode, None, passed_on
+                    return None, (f"rank {rank} died (pid {beat.pid} gone)", rank, beat.latest), passed_on
+                if self.args.hang_timeout > 0 and not passed_on and now - beat.latest_time > self.args.hang_timeout:
+                    quiet = now - beat.latest_time
+                    return None, (f"rank {rank} hung (no step for {quiet:.0f} s)", rank, beat.latest), passed_on
+            time.sleep(0.02)
 
     def run(self):
         for signo in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
@@ -273,32 +307,39 @@ class Supervisor:
         while True:
             with self.metrics.lock:
                 self.metrics.attempt, self.metrics.running = attempt, 1
-            began = time.monotonic()
+            began, launched_at = time.monotonic(), time.time()
             proc, pump, tail, attempt_dir = self._launch(attempt, reason)
             _say(f"launch {attempt} (pid {proc.pid})" + (f" after: {reason}" if reason else ""))
             code, hung, passed_on = self._watch(proc, attempt_dir)
             if hung is not None:
-                rank, step, quiet = hung
-                reason = f"rank {rank} hung (no step for {quiet:.0f} s after step {step})"
+                why, rank, step = hung
+                reason = f"{why} after step {step}"
                 _say(f"{reason}: stopping the job")
             seen = time.time()  # the heartbeats' clock
-            self._teardown(proc, proc.pid)
+            self._teardown(proc, proc.pid, failed=hung is not None or (code not in (0, PREEMPTED_EXIT_CODE)
+                                                                        and not passed_on))
+            torn_down = time.time()
             pump.join(timeout=5)
             code = proc.returncode if hung is None else code
             beats = _heartbeats(attempt_dir)
+            # Times are seconds since the epoch (the heartbeats' clock): launched, first step
+            # beaten, end seen, every process of the launch gone.
             record = {"attempt": attempt, "status": code, "seconds": round(time.monotonic() - began, 3),
-                      "first_step": min((b[0] for b in beats.values()), default=None),
-                      "last_step": max((b[1] for b in beats.values()), default=None)}
+                      "first_step": min((b.first for b in beats.values()), default=None),
+                      "last_step": max((b.latest for b in beats.values()), default=None),
+                      "launched_at": round(launched_at, 3),
+                      "first_step_at": max((round(b.first_time, 3) for b in beats.values()), default=None),
+                      "ended_at": round(seen, 3), "torn_down_at": round(torn_down, 3)}
             if detected is not None and failures:
-                first_beat = min((b[2] for b in beats.values()), default=None)
-                if first_beat is not None:
-                    recovery = first_beat - detected[1]
+                if record["first_step_at"] is not None:  # every rank has run its first step
+                    recovery = record["first_step_at"] - detected[1]
                     record["recovery_seconds"] = round(recovery, 3)
                     with self.metrics.lock:
                         self.metrics.recovery_seconds.append(recovery)
                 previous_last = self.history[-1]["last_step"]
                 if previous_last is not None and record["first_step"] is not None:
-                    lost = max(0, previous_last - record["first_step"])
+                    # A launch's first beat is after its first step: it resumed at first_step - 1.
+                    lost = max(0, previous_last - (record["first_step"] - 1))
                     record["steps_lost"] = lost
                     with self.metrics.lock:
                         self.metrics.steps_lost += lost
@@ -318,7 +359,7 @@ class Supervisor:
                         reason += ": " + why
                     record["end"] = "failed"
             else:
-                record["end"] = "hung"
+                record["end"] = "hung" if " hung " in hung[0] else "failed"
             record["reason"] = reason if record["end"] in ("failed", "hung") else ""
             self.history.append(record)
             self._write_status()
@@ -344,7 +385,7 @@ class Supervisor:
                 sys.stderr.flush()
                 return code if code and code > 0 else 1
             with self.metrics.lock:
-                self.metrics.restarts["hang" if hung else "failure"] += 1
+                self.metrics.restarts["hang" if record["end"] == "hung" else "failure"] += 1
             detected = (attempt, seen)
             # The backoff doubles while launches fail without a step of progress (a crash loop),
             # and starts over after one that trained.

@@ -75,7 +75,7 @@ void bind_elastic(py::module_& m) {
           "Which restart this process belongs to (RestartInfo).")
       .def_property_readonly(
           "first_step", [](PyJobControl& c) { return c.get().first_step(); },
-          "The step of the first should_stop() call (where this launch resumed), -1 before.")
+          "The step of the first should_stop() call (one past where this launch resumed), -1 before.")
       .def(
           "close",
           [](PyJobControl& c) {

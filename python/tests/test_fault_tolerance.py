@@ -228,3 +228,14 @@ def test_state_saves_at_the_stop_and_restores_everything(tmp_path):
     np.testing.assert_array_equal(np.asarray(w2), expected)
     with pytest.raises(ValueError, match="every"):
         gc.elastic.State(str(tmp_path / "x"), every=0)
+
+
+@needs_mpirun
+@pytest.mark.parametrize("mode", ["kill", "preempt"])
+@pytest.mark.parametrize("example", ["torch_ddp.py", "torch_horovod_style.py"])
+def test_torch_examples_survive_kills_and_preemptions(tmp_path, example, mode):
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, str(TRIALS), mode, "--work", str(tmp_path / "work"), "--np", "2",
+                        "--trials", "6", "--per-job", "3", "--steps", "1500", "--supervisor", SUPERVISOR, "--",
+                        sys.executable, str(ROOT / "examples" / example)], capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0 and "FAULT TRIALS PASSED" in r.stdout, r.stdout[-8000:] + r.stderr[-8000:]

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -70,13 +71,43 @@ struct JobControl::Handlers {
   std::vector<struct sigaction> previous;
 };
 
+// GPUCLOUD_STOP_SIGNALS: "TERM,USR1", "SIGUSR1", "15", "none".
+static std::vector<int> signals_from_environment(const char* text) {
+  std::vector<int> out;
+  const std::string all(text);
+  if (all == "none") return out;
+  std::size_t begin = 0;
+  while (begin <= all.size()) {
+    const std::size_t end = std::min(all.find(',', begin), all.size());
+    std::string name = all.substr(begin, end - begin);
+    if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+    int signo = 0;
+    for (int s = 1; s < NSIG && signo == 0; ++s) {
+      const char* abbrev = sigabbrev_np(s);
+      if (abbrev != nullptr && name == abbrev) signo = s;
+    }
+    if (signo == 0 && !name.empty() && name.find_first_not_of("0123456789") == std::string::npos && name.size() < 4)
+      signo = std::stoi(name);
+    if (signo == 0)
+      throw InvalidArgument("JobControl",
+                            "GPUCLOUD_STOP_SIGNALS='" + all + "': '" + all.substr(begin, end - begin) +
+                                "' is not a signal (names like TERM or USR1, or numbers, comma-separated; or none)",
+                            __FILE__, __LINE__);
+    out.push_back(signo);
+    begin = end + 1;
+  }
+  return out;
+}
+
 JobControl::JobControl(JobControlOptions options) : restart_(restart_info_from_environment()) {
+  if (const char* text = std::getenv("GPUCLOUD_STOP_SIGNALS"); options.signals_from_environment && text && *text)
+    options.signals = signals_from_environment(text);
   for (int s : options.signals) {
     if (s <= 0 || s >= NSIG || s == SIGKILL || s == SIGSTOP)
       throw InvalidArgument("JobControl", "signal " + std::to_string(s) + " cannot be caught", __FILE__, __LINE__);
   }
-  // The supervisor's directory: this rank's heartbeat (first step, latest step, time) goes to
-  // GPUCLOUD_RUN_DIR/rank-R, for hang detection and the steps a restart lost (and its pid).
+  // The supervisor's directory: this rank's heartbeat goes to GPUCLOUD_RUN_DIR/rank-R, for hang
+  // and death detection and the steps a restart lost.
   std::string heartbeat;
   if (const char* dir = std::getenv("GPUCLOUD_RUN_DIR"); dir && *dir)
     heartbeat = std::string(dir) + "/rank-" + std::to_string(launch_info_from_environment().rank);
@@ -100,6 +131,9 @@ JobControl::JobControl(JobControlOptions options) : restart_(restart_info_from_e
     previous_->previous.push_back(old);
   }
   if (!heartbeat.empty()) {
+    char host[128] = {};
+    ::gethostname(host, sizeof host - 1);
+    host_ = host[0] ? host : "?";
     heartbeat_fd_ = ::open(heartbeat.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (heartbeat_fd_ < 0)
       std::fprintf(stderr, "gpucloud: JobControl: no heartbeat (%s: %s)\n", heartbeat.c_str(), std::strerror(errno));
@@ -116,7 +150,10 @@ JobControl::~JobControl() {
   }
   for (std::size_t i = 0; i < previous_->signals.size(); ++i)
     sigaction(previous_->signals[i], &previous_->previous[i], nullptr);
-  if (heartbeat_fd_ >= 0) ::close(heartbeat_fd_);
+  if (heartbeat_fd_ >= 0) {
+    if (last_step_ >= 0) write_beat(last_step_, 'x');  // closed: a process gone after this did not die
+    ::close(heartbeat_fd_);
+  }
   g_control_alive.store(false);
 }
 
@@ -125,17 +162,26 @@ int JobControl::stop_signal() const noexcept { return g_stop_signal.load(); }
 void JobControl::request_stop() noexcept { g_stop_requested.store(1); }
 
 void JobControl::beat(std::int64_t step) {
-  if (first_step_ < 0) first_step_ = step;
-  if (heartbeat_fd_ < 0) return;
-  char line[96];
-  const int n = std::snprintf(line, sizeof line, "%lld %lld %.3f %d\n", static_cast<long long>(first_step_),
-                              static_cast<long long>(step), wall_seconds(), static_cast<int>(::getpid()));
-  // Every step (a pwrite into the page cache: about a microsecond), at offset 0, one fixed-width
-  // line; a reader that catches it half-written reads it again later.
-  char padded[64];
+  if (first_step_ < 0) {
+    first_step_ = step;
+    first_beat_ = wall_seconds();
+  }
+  last_step_ = step;
+  if (heartbeat_fd_ >= 0) write_beat(step, 'r');
+}
+
+void JobControl::write_beat(std::int64_t step, char state) {
+  // "first-step latest-step first-time latest-time pid state host" (state r: running, x: closed):
+  // every step (a pwrite into the page cache, about a microsecond), one padded line at offset 0;
+  // a reader that catches it half-written reads it again later.
+  char line[256];
+  const int n = std::snprintf(line, sizeof line, "%lld %lld %.3f %.3f %d %c %s", static_cast<long long>(first_step_),
+                              static_cast<long long>(step), first_beat_, wall_seconds(), static_cast<int>(::getpid()),
+                              state, host_.c_str());
+  char padded[192];
   std::memset(padded, ' ', sizeof padded);
-  std::memcpy(padded, line, static_cast<std::size_t>(n) < sizeof padded ? static_cast<std::size_t>(n) : 63);
-  padded[63] = '\n';
+  std::memcpy(padded, line, std::min(static_cast<std::size_t>(n), sizeof padded - 1));
+  padded[sizeof padded - 1] = '\n';
   if (::pwrite(heartbeat_fd_, padded, sizeof padded, 0) < 0) {
     ::close(heartbeat_fd_);  // the directory is gone: the supervisor is; keep training
     heartbeat_fd_ = -1;

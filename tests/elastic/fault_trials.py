@@ -37,7 +37,7 @@ def heartbeats(attempt_dir):
     for name in os.listdir(attempt_dir) if os.path.isdir(attempt_dir) else []:
         try:
             with open(os.path.join(attempt_dir, name)) as f:
-                first, latest, _, pid = f.read().split()[:4]
+                first, latest, _, _, pid = f.read().split()[:5]  # then state and host
             beats[int(name[5:])] = (int(first), int(latest), int(pid))
         except (OSError, ValueError):
             pass
@@ -45,6 +45,10 @@ def heartbeats(attempt_dir):
 
 
 def same_weights(a, b):
+    if a.endswith(".pt"):  # the torch examples' flat weight tensor
+        import torch
+
+        return torch.equal(torch.load(a), torch.load(b))
     if a.endswith(".npz"):
         import numpy as np
 
@@ -59,9 +63,12 @@ class Trials:
         self.args = args
         self.rank_command = rank_command
         self.rng = random.Random(args.seed)
-        self.ext = ".npz" if any(c.endswith(".py") for c in rank_command) else ".bin"
-        self.train = ["--steps", str(args.steps), "--log-every", str(args.steps), "--dtype", "fp32",
-                      "--checkpoint-every", str(args.checkpoint_every), "--keep-last", "2"]
+        scripts = [os.path.basename(c) for c in rank_command if c.endswith(".py")]
+        self.ext = ".bin" if not scripts else ".pt" if scripts[0].startswith("torch_") else ".npz"
+        self.train = ["--steps", str(args.steps), "--log-every", str(args.steps), "--checkpoint-every",
+                      str(args.checkpoint_every), "--keep-last", "2"]
+        if self.ext != ".pt":  # the torch examples train in fp32 (with torch's GradScaler rule)
+            self.train += ["--dtype", "fp32"]
 
     def job(self, ck, dump, extra=()):
         return [*MPIRUN, "-np", str(self.args.np), *self.rank_command, *self.train, "--checkpoint-dir", ck,
@@ -159,7 +166,7 @@ class Trials:
             with open(launch_dir + ".log") as f:
                 out = f.read()
             if stopped_at is not None:  # 0 steps lost: this launch began where the last one stopped
-                resumed = re.findall(r"resumed from \S+ at step (\d+)", out)
+                resumed = re.findall(r"resumed from (?:\S+ at )?step (\d+)", out)
                 if resumed != [str(stopped_at)]:
                     self.fail(f"resumed at {resumed}, not at the stop step {stopped_at}", launch_dir)
             if n == preemptions:

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include <unistd.h>
+
 namespace gc = gpucloud;
 namespace el = gpucloud::elastic;
 
@@ -152,16 +154,67 @@ TEST(JobControl, TheHeartbeatSaysTheFirstAndLatestStep) {
     control.should_stop(40);
     std::ifstream f(dir / "rank-0");
     long long first = -1, latest = -1;
-    double when = 0;
-    f >> first >> latest >> when;
+    double first_time = 0, latest_time = 0;
+    int pid = 0;
+    f >> first >> latest >> first_time >> latest_time >> pid;
     EXPECT_EQ(first, 40);
     EXPECT_EQ(latest, 40);
-    EXPECT_GT(when, 1.0e9);  // seconds since the epoch
+    EXPECT_GT(first_time, 1.0e9);  // seconds since the epoch
+    EXPECT_GE(latest_time, first_time);
+    EXPECT_EQ(pid, ::getpid());
+    control.should_stop(41);
+    std::ifstream g(dir / "rank-0");
+    g >> first >> latest;
+    EXPECT_EQ(first, 40);
+    EXPECT_EQ(latest, 41);
   }
   std::filesystem::remove_all(dir);
   {
     EnvVar run_dir("GPUCLOUD_RUN_DIR", "/nonexistent/gpucloud-run");  // reported, training goes on
     el::JobControl control;
     EXPECT_FALSE(control.should_stop(1));
+  }
+}
+
+TEST(JobControl, SignalsFromTheEnvironment) {
+  {
+    EnvVar v("GPUCLOUD_STOP_SIGNALS", "USR2,SIGHUP");
+    el::JobControl control;
+    ASSERT_EQ(std::raise(SIGHUP), 0);  // caught: the default action would end the process
+    EXPECT_EQ(control.stop_signal(), SIGHUP);
+  }
+  {
+    EnvVar v("GPUCLOUD_STOP_SIGNALS", "12");  // SIGUSR2 by number
+    el::JobControl control;
+    ASSERT_EQ(std::raise(SIGUSR2), 0);
+    EXPECT_EQ(control.stop_signal(), SIGUSR2);
+  }
+  {
+    EnvVar v("GPUCLOUD_STOP_SIGNALS", "none");
+    el::JobControl control;  // no handler: SIGUSR1 keeps its previous disposition
+    struct sigaction now {};
+    sigaction(SIGUSR1, nullptr, &now);
+    EXPECT_EQ(now.sa_handler, SIG_DFL);
+  }
+  {
+    EnvVar v("GPUCLOUD_STOP_SIGNALS", "USR2");
+    el::JobControlOptions o;
+    o.signals_from_environment = false;  // the trainer's own choice wins
+    o.signals = {SIGHUP};
+    el::JobControl control(o);
+    struct sigaction now {};
+    sigaction(SIGUSR2, nullptr, &now);
+    EXPECT_EQ(now.sa_handler, SIG_DFL);
+  }
+  for (const char* bad : {"TERM,BOGUS", "USR1,", "KILL"}) {
+    EnvVar v("GPUCLOUD_STOP_SIGNALS", bad);
+    try {
+      el::JobControl control;
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const gc::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(bad) == "KILL" ? "cannot be caught" : "GPUCLOUD_STOP_SIGNALS"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }

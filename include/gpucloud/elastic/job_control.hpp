@@ -48,17 +48,26 @@ struct JobControlOptions {
   /// --signal, gpucloud-run passing one on). The process's previous handlers come back when
   /// the JobControl is destroyed.
   std::vector<int> signals{SIGTERM, SIGUSR1};
+  /// When set, GPUCLOUD_STOP_SIGNALS replaces @p signals: names or numbers, comma-separated
+  /// ("USR1", "TERM,USR1", "none"), so a launcher's convention can be followed without a rebuild
+  /// (under torchrun, a trainer that catches SIGTERM makes torchrun's teardown of a failed
+  /// group wait its 30 s for it).
+  bool signals_from_environment = true;
 };
 
 /// @brief A job's stop decision and restart facts. One may live per process at a time.
 class GPUCLOUD_API JobControl {
  public:
   /// @brief Installs the handlers of @p options.signals; reads the restart facts; opens the
-  ///        heartbeat file when GPUCLOUD_RUN_DIR names the supervisor's directory.
+  ///        heartbeat file when GPUCLOUD_RUN_DIR names the supervisor's directory
+  ///        (GPUCLOUD_RUN_DIR/rank-R, one line: first step, latest step, the times of both in
+  ///        seconds since the epoch, pid, r or x (closed), host name; rewritten by every
+  ///        should_stop()).
   /// @throws InvalidArgument when another JobControl lives, for a signal that cannot be caught
-  ///         (SIGKILL, SIGSTOP, out of range), or for a bad restart variable.
+  ///         (SIGKILL, SIGSTOP, out of range), or for a bad restart or signal variable.
   explicit JobControl(JobControlOptions options = {});
-  /// @brief Restores the previous handlers; waits for the last agreement's work.
+  /// @brief Restores the previous handlers; waits for the last agreement's work; marks the
+  ///        heartbeat closed (the process did not die).
   ~JobControl();
   JobControl(const JobControl&) = delete;
   JobControl& operator=(const JobControl&) = delete;
@@ -84,11 +93,12 @@ class GPUCLOUD_API JobControl {
 
   /// @brief Which restart this process belongs to.
   const RestartInfo& restart() const noexcept { return restart_; }
-  /// @brief The step of the first should_stop() call (where this launch resumed), -1 before.
+  /// @brief The step of the first should_stop() call (one past where this launch resumed), -1 before.
   std::int64_t first_step() const noexcept { return first_step_; }
 
  private:
   void beat(std::int64_t step);
+  void write_beat(std::int64_t step, char state);
   struct Handlers;  // the process's previous signal handlers
 
   struct Slot {
@@ -102,6 +112,9 @@ class GPUCLOUD_API JobControl {
   int next_slot_ = 0;
   int heartbeat_fd_ = -1;
   std::int64_t first_step_ = -1;
+  double first_beat_ = 0.0;  // seconds since the epoch
+  std::int64_t last_step_ = -1;
+  std::string host_;  // this node's name, for the supervisor's liveness checks
 };
 
 }  // namespace gpucloud::elastic
