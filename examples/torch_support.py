@@ -3,6 +3,7 @@ the model and each rank's data, and checkpoints of a torch model + optimizer + G
 gpucloud.checkpoint (sharded across ranks, atomic, asynchronous)."""
 import json
 import os
+import signal
 
 import torch
 import torch.distributed as dist
@@ -136,8 +137,8 @@ def stop_for_preemption(args, ck, step, model, opt, scaler, stream, control, com
             save(ck, step, model, opt, scaler, stream).wait()
     if comm.rank == 0:
         kept = f"checkpoint at step {step} committed" if ck is not None else "no --checkpoint-dir, the steps are lost"
-        print(f"preempted by signal {control.stop_signal} at step {step}: {kept}, exit {code} to be requeued",
-              flush=True)
+        why = f"signal {signal.Signals(control.stop_signal).name}" if control.stop_signal else "a notice to another rank"
+        print(f"preempted by {why} at step {step}: {kept}, exit {code} to be requeued", flush=True)
     dist.destroy_process_group()
     raise SystemExit(code)
 

@@ -485,7 +485,8 @@ void save_checkpoint(const Options& o, const Job& job, int step, gc::checkpoint:
 int preempted(const Options& o, const Job& job, const gc::elastic::JobControl& control, int step,
               gc::checkpoint::Checkpointer* checkpointer, const gc::StateDict& state, gc::Stream& s) {
   const int signo = control.stop_signal();
-  const std::string why = signo > 0 ? std::string("signal ") + strsignal(signo) : std::string("a stop request");
+  const std::string why =
+      signo > 0 ? std::string("signal ") + strsignal(signo) : std::string("a notice to another rank");
   if (checkpointer == nullptr) {
     say(job.rank, "preempted by %s at step %d: no --checkpoint-dir, the run's steps are lost\n", why.c_str(), step);
     return gc::elastic::kPreemptedExitCode;

@@ -70,7 +70,7 @@ def communicator(launch, dev):
 def preempted(args, control, step, checkpointer, saved, s, say):
     """Stops for a preemption after ``step`` steps (every rank at the same step): that step's
     checkpoint, committed before the exit, then the status that asks for a requeue."""
-    why = f"signal {signal.Signals(control.stop_signal).name}" if control.stop_signal else "a stop request"
+    why = f"signal {signal.Signals(control.stop_signal).name}" if control.stop_signal else "a notice to another rank"
     code = gc.elastic.PREEMPTED_EXIT_CODE
     if checkpointer is None:
         say(f"preempted by {why} at step {step}: no --checkpoint-dir, the run's steps are lost")

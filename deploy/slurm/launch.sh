@@ -133,6 +133,11 @@ while kill -0 "$job" 2>/dev/null; do # a trap ended the wait: wait for the job i
 done
 if [ "$rc" -eq 75 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
   echo "launch.sh: the job stopped for a preemption with its checkpoint saved: requeueing job $SLURM_JOB_ID"
-  scontrol requeue "$SLURM_JOB_ID" || echo "launch.sh: scontrol requeue failed: resubmit the job to resume"
+  if ! out=$(scontrol requeue "$SLURM_JOB_ID" 2>&1); then
+    case "$out" in
+      *pending*) echo "launch.sh: Slurm is requeueing the job itself" ;;
+      *) echo "launch.sh: scontrol requeue failed ($out): resubmit the job to resume" ;;
+    esac
+  fi
 fi
 exit "$rc"

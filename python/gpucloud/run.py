@@ -86,8 +86,10 @@ def _describe_status(code):
 
 
 # What says best why a launch failed, in this order: the launcher naming a dead rank, gpucloud's
-# own report, a typed exception, any error; the last such line (a traceback ends with its error).
-_ERROR_PATTERNS = [re.compile(p) for p in (r"exited on signal", r"^gpucloud: ", r"[A-Za-z]+Error\b", r"rror")]
+# own report, a typed exception, an error not from srun's summary, any error; the last such line
+# (a traceback ends with its error).
+_ERROR_PATTERNS = [re.compile(p) for p in (r"exited on signal", r"^gpucloud: ", r"[A-Za-z]+Error\b",
+                                           r"^(?!srun: ).*rror", r"rror")]
 
 
 def _error_line(lines):
