@@ -139,8 +139,10 @@ class Config:
         log.close()
         text = open(log.name).read()
         if p.returncode != 0 or not same(reference, dump):
-            raise SystemExit(f"{self.name}: exit {p.returncode} or weights differ from the uninterrupted run:\n"
-                             + text[-3000:])
+            keep = tempfile.mkdtemp(prefix="bench_recovery.failed.")
+            shutil.copytree(work, keep, dirs_exist_ok=True)
+            raise SystemExit(f"{self.name}: exit {p.returncode}, or its weights differ from the uninterrupted run's "
+                             f"(kept in {keep}):\n" + text[-3000:])
         split = {"total": total}
         if not self.name.startswith("torchrun"):
             status = json.load(open(os.path.join(work, "run", "status.json")))["launches"]

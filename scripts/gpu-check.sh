@@ -155,6 +155,18 @@ if [ "$built" = 1 ]; then
   run_step "train_mlp on the GPU" "$out/train_mlp.log" "$base"/gpu/examples/train_mlp --device cuda --steps 400 \
     --log-every 100 --overflow-at 200
   run_step "train_cnn on the GPU" "$out/train_cnn.log" "$base"/gpu/examples/train_cnn --device cuda --steps 200
+  # 5b. Restarts on the GPU (docs/fault-tolerance.md): train_mlp under gpucloud-run, SIGKILLed and
+  # preempted at random steps, each job ending with the uninterrupted run's weights bit for bit
+  # (a fresh CUDA context, cuBLASLt handles and checkpoint loads into device memory each time).
+  if command -v mpirun >/dev/null 2>&1; then
+    run_step "restarts on the GPU (kill)" "$out/faults-kill-cuda.log" python3 tests/elastic/fault_trials.py kill \
+      --work "$base/faults-kill" --np 1 --trials 3 --per-job 3 --steps 1500 -- "$base"/gpu/examples/train_mlp --device cuda
+    run_step "restarts on the GPU (preempt)" "$out/faults-preempt-cuda.log" python3 tests/elastic/fault_trials.py \
+      preempt --work "$base/faults-preempt" --np 1 --trials 2 --per-job 2 --steps 1500 -- \
+      "$base"/gpu/examples/train_mlp --device cuda
+  else
+    record "restarts on the GPU" skip 0 "mpirun is not installed"
+  fi
   run_step devices_demo "$out/devices_demo.log" "$base"/gpu/examples/devices_demo
   reading="$(grep -E 'now \(|NVML:' "$out/devices_demo.log" 2>/dev/null | tail -n 2 | tr -s ' ' | tr '\n' ' ' | cut -c1-100)"
   record "device monitoring" "$(grep -q 'now (nvml)' "$out/devices_demo.log" 2>/dev/null && echo ok || echo note)" 0 \

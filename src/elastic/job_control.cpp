@@ -25,6 +25,7 @@ namespace {
 std::atomic<int> g_stop_requested{0};
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_control_alive{false};
+std::atomic<elastic::JobControl*> g_live{nullptr};  // for exit() without the destructor
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
 
 extern "C" void on_stop_signal(int signo) {
@@ -130,6 +131,9 @@ JobControl::JobControl(JobControlOptions options) : restart_(restart_info_from_e
     previous_->signals.push_back(s);
     previous_->previous.push_back(old);
   }
+  g_live.store(this);
+  static const bool at_exit_registered = std::atexit(&JobControl::close_at_exit) == 0;
+  (void)at_exit_registered;
   if (!heartbeat.empty()) {
     char host[128] = {};
     ::gethostname(host, sizeof host - 1);
@@ -150,11 +154,18 @@ JobControl::~JobControl() {
   }
   for (std::size_t i = 0; i < previous_->signals.size(); ++i)
     sigaction(previous_->signals[i], &previous_->previous[i], nullptr);
-  if (heartbeat_fd_ >= 0) {
-    if (last_step_ >= 0) write_beat(last_step_, 'x');  // closed: a process gone after this did not die
-    ::close(heartbeat_fd_);
-  }
+  g_live.store(nullptr);
+  mark_closed();
+  if (heartbeat_fd_ >= 0) ::close(heartbeat_fd_);
   g_control_alive.store(false);
+}
+
+void JobControl::mark_closed() noexcept {
+  if (heartbeat_fd_ >= 0 && last_step_ >= 0) write_beat(last_step_, 'x');
+}
+
+void JobControl::close_at_exit() noexcept {
+  if (JobControl* live = g_live.exchange(nullptr)) live->mark_closed();
 }
 
 bool JobControl::stop_requested() const noexcept { return g_stop_requested.load() != 0; }

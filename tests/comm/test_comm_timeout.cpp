@@ -6,6 +6,7 @@
 // collective waits are timed out: on a busy stream it blocks in MPI on the stream's worker, which
 // the watchdog abandons (the stream goes on); on an idle stream a small one runs on the caller's
 // thread, polling MPI against the same timeout.
+#include <gpucloud/checkpoint/checkpoint.hpp>
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/compute/cast.hpp>
 #include <gpucloud/memory/buffer.hpp>
@@ -155,12 +156,56 @@ int stall(gc::Communicator& c, std::size_t floats, Stalled op = Stalled::all_red
   if (stopper.joinable()) stopper.detach();
   return 1;
 }
+// "stall-save": rank 1 stops (SIGSTOP) while rank 0 has a checkpoint save in flight whose commit
+// waits for rank 1's file (commit_timeout 60 s). Rank 0's next all-reduce times out and breaks the
+// communicator; the save must then fail at once, naming the broken communicator, rather than
+// wait out the commit timeout (a rank left behind by a dead peer exits promptly).
+int stall_save(gc::Communicator& c, const char* dir) {
+  c.set_timeout(std::chrono::milliseconds(1000));
+  gc::Stream s;
+  gc::Buffer data(1024, gc::DType::float32);
+  gc::fill(data, 1.0, s);
+  s.synchronize();
+  gc::checkpoint::Options o;
+  o.comm = &c;
+  o.commit_timeout = std::chrono::seconds(60);
+  gc::checkpoint::Checkpointer ck(dir, o);  // a collective: both ranks are here
+  if (c.rank() == 1) {
+    std::printf("stall-save: rank 1 stops\n");
+    std::fflush(stdout);
+    std::raise(SIGSTOP);
+    return 0;  // continued only to be ended
+  }
+  auto pending = ck.save_async(1, {{"w", {data, {1024}}}}, s);
+  const auto began = std::chrono::steady_clock::now();
+  try {
+    c.all_reduce(data, data, gc::ReduceOp::sum, s);
+    s.synchronize();
+    std::printf("stall-save: FAILED: the all-reduce completed without rank 1\n");
+    return 1;
+  } catch (const gc::CommunicationError&) {
+  }
+  try {
+    pending.wait();
+    std::printf("stall-save: FAILED: the save committed without rank 1\n");
+    return 1;
+  } catch (const gc::CheckpointError& e) {
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began).count();
+    const bool ok = ms < 20000 && std::string(e.what()).find("communicator is broken") != std::string::npos;
+    std::printf("stall-save: the save failed %lld ms after the stop: %s\n%s\n", static_cast<long long>(ms), e.what(),
+                ok ? "SAVE STALL TEST PASSED" : "SAVE STALL TEST FAILED");
+    std::fflush(stdout);
+    return ok ? 0 : 1;
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool exits = argc > 1 && std::string(argv[1]) == "exits";
   gc::Communicator c = gc::Communicator::mpi_world();
   if (argc > 1 && std::string(argv[1]) == "late") return late_rank(c);
+  if (argc > 2 && std::string(argv[1]) == "stall-save") return stall_save(c, argv[2]);
   if (argc > 1 && std::string(argv[1]) == "cut") return cut_link(c);
   if (argc > 1 && std::string(argv[1]) == "stall") return stall(c, std::size_t{1} << 17);
   if (argc > 1 && std::string(argv[1]) == "stall-worker") return stall(c, std::size_t{1} << 20);

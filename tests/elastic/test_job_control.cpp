@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace gc = gpucloud;
@@ -217,4 +218,26 @@ TEST(JobControl, SignalsFromTheEnvironment) {
           << e.what();
     }
   }
+}
+
+TEST(JobControl, TheHeartbeatSaysClosedAfterExitWithoutTheDestructor) {
+  const auto dir = std::filesystem::temp_directory_path() / ("gpucloud-exit-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // exit() skips the destructor of a local: the atexit hook marks it closed
+    ::setenv("GPUCLOUD_RUN_DIR", dir.c_str(), 1);
+    static el::JobControl* leaked = new el::JobControl();
+    leaked->should_stop(3);
+    std::exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::ifstream f(dir / "rank-0");
+  std::string first, latest, first_time, latest_time, pid, state;
+  f >> first >> latest >> first_time >> latest_time >> pid >> state;
+  EXPECT_EQ(latest, "3");
+  EXPECT_EQ(state, "x");
+  std::filesystem::remove_all(dir);
 }

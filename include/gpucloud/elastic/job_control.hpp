@@ -99,7 +99,9 @@ class GPUCLOUD_API JobControl {
  private:
   void beat(std::int64_t step);
   void write_beat(std::int64_t step, char state);
-  struct Handlers;  // the process's previous signal handlers
+  void mark_closed() noexcept;           // the heartbeat says "closed": the process did not die
+  static void close_at_exit() noexcept;  // exit() without the destructor: marks the live one
+  struct Handlers;                       // the process's previous signal handlers
 
   struct Slot {
     Buffer flag, host;  // the all-reduced flag on the communicator's device, and its host copy
