@@ -35,18 +35,23 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none
 ENV = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
 
 
+def _read_heartbeats():
+    """gpucloud-run's heartbeat reader, from the source tree (standard library only)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpucloud_run_source", os.path.join(ROOT, "python", "gpucloud",
+                                                                                      "run.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.read_heartbeats
+
+
+read_heartbeats = _read_heartbeats()
+
+
 def beats(directory):
-    """{rank: (first step, latest step, first time, latest time, pid)} (then state and host)."""
-    out = {}
-    for name in os.listdir(directory) if os.path.isdir(directory) else []:
-        if name.startswith("rank-"):
-            try:
-                with open(os.path.join(directory, name)) as f:
-                    a, b, c, d, e = f.read().split()[:5]
-                out[int(name[5:])] = (int(a), int(b), float(c), float(d), int(e))
-            except (OSError, ValueError):
-                pass
-    return out
+    """{rank: (first step, latest step, first time, latest time, pid)}."""
+    return {r: (b.first, b.latest, b.first_time, b.latest_time, b.pid) for r, b in read_heartbeats(directory).items()}
 
 
 def same(a, b):
@@ -177,13 +182,14 @@ def main():
         for ranks in args.np:
             configs = [Config(n, args, ranks) for n in names]
             refs = {}
+            dirs = {c.name: os.path.join(work, f"{ranks}-ranks", c.name.replace(" ", "_")) for c in configs}
             for c in configs:
-                os.makedirs(os.path.join(work, c.name.replace(" ", "_")), exist_ok=True)
-                refs[c.name] = c.reference(os.path.join(work, c.name.replace(" ", "_")))
+                os.makedirs(dirs[c.name])
+                refs[c.name] = c.reference(dirs[c.name])
             results = {c.name: [] for c in configs}
             for t in range(args.trials):
                 for c in configs if t % 2 == 0 else reversed(configs):
-                    results[c.name].append(c.trial(os.path.join(work, c.name.replace(" ", "_")), refs[c.name], rng))
+                    results[c.name].append(c.trial(dirs[c.name], refs[c.name], rng))
             print(f"\n{ranks} ranks: median seconds from SIGKILL of a rank to every rank's first step after the restart")
             print(f"  {'configuration':22s} {'total':>7s} {'detect':>7s} {'teardown':>8s} {'backoff':>7s} {'start':>7s} "
                   f"{'load':>7s}")

@@ -100,13 +100,13 @@ def _error_line(lines):
     return ""
 
 
-class _Beat(collections.namedtuple("_Beat", "first latest first_time latest_time pid state host")):
+class Beat(collections.namedtuple("Beat", "first latest first_time latest_time pid state host")):
     """A rank's heartbeat (gpucloud.elastic.JobControl's file: one line, times in seconds since
     the epoch, state r while it runs and x once its JobControl closed)."""
 
 
-def _heartbeats(directory):
-    """{rank: _Beat} of the ranks that have beaten in ``directory``."""
+def read_heartbeats(directory):
+    """{rank: Beat} of the ranks that have beaten in ``directory``."""
     beats = {}
     try:
         names = os.listdir(directory)
@@ -118,7 +118,7 @@ def _heartbeats(directory):
         try:
             with open(os.path.join(directory, name)) as f:
                 first, latest, first_time, latest_time, pid, state, host = f.read().split()[:7]
-            beats[int(name[5:])] = _Beat(int(first), int(latest), float(first_time), float(latest_time), int(pid),
+            beats[int(name[5:])] = Beat(int(first), int(latest), float(first_time), float(latest_time), int(pid),
                                          state, host)
         except (OSError, ValueError):
             continue  # not written yet, or caught mid-write: the next read sees it
@@ -288,7 +288,7 @@ class Supervisor:
                     pass
                 passed_on = True
             now = time.time()
-            for rank, beat in sorted(_heartbeats(attempt_dir).items()):
+            for rank, beat in sorted(read_heartbeats(attempt_dir).items()):
                 if beat.state == "r" and beat.host == node and not _alive(beat.pid):
                     if proc.poll() is not None:  # the launcher ended too: its status says more
                         return proc.returncode, None, passed_on
@@ -323,7 +323,7 @@ class Supervisor:
             torn_down = time.time()
             pump.join(timeout=5)
             code = proc.returncode if hung is None else code
-            beats = _heartbeats(attempt_dir)
+            beats = read_heartbeats(attempt_dir)
             # Times are seconds since the epoch (the heartbeats' clock): launched, first step
             # beaten, end seen, every process of the launch gone.
             record = {"attempt": attempt, "status": code, "seconds": round(time.monotonic() - began, 3),

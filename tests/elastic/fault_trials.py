@@ -31,17 +31,23 @@ ENV = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA
 PREEMPTED = 75
 
 
+def _load_supervisor():
+    """gpucloud-run's module, from the source tree (it needs only the standard library)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "gpucloud", "run.py")
+    spec = importlib.util.spec_from_file_location("gpucloud_run_source", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+read_heartbeats = _load_supervisor().read_heartbeats
+
+
 def heartbeats(attempt_dir):
     """{rank: (first step, latest step, pid)} of the ranks beating in ``attempt_dir``."""
-    beats = {}
-    for name in os.listdir(attempt_dir) if os.path.isdir(attempt_dir) else []:
-        try:
-            with open(os.path.join(attempt_dir, name)) as f:
-                first, latest, _, _, pid = f.read().split()[:5]  # then state and host
-            beats[int(name[5:])] = (int(first), int(latest), int(pid))
-        except (OSError, ValueError):
-            pass
-    return beats
+    return {rank: (b.first, b.latest, b.pid) for rank, b in read_heartbeats(attempt_dir).items()}
 
 
 def same_weights(a, b):
