@@ -108,7 +108,7 @@ if [ "${MAX_RESTARTS:-3}" != 0 ]; then
   else
     supervisor=(python3 "$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/python/gpucloud/run.py")
   fi
-  supervisor+=(--max-restarts "${MAX_RESTARTS:-3}" --run-dir "gpucloud-run/${SLURM_JOB_ID:-local}"
+  supervisor+=(--max-restarts "${MAX_RESTARTS:-3}" --require-heartbeat --run-dir "gpucloud-run/${SLURM_JOB_ID:-local}"
     --job-name "${SLURM_JOB_NAME:-train}" --)
 fi
 

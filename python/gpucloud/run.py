@@ -293,7 +293,8 @@ class Supervisor:
                     if proc.poll() is not None:  # the launcher ended too: its status says more
                         return proc.returncode, None, passed_on
                     return None, (f"rank {rank} died (pid {beat.pid} gone)", rank, beat.latest), passed_on
-                if self.args.hang_timeout > 0 and not passed_on and now - beat.latest_time > self.args.hang_timeout:
+                if (self.args.hang_timeout > 0 and not passed_on and beat.state == "r"
+                        and now - beat.latest_time > self.args.hang_timeout):
                     quiet = now - beat.latest_time
                     return None, (f"rank {rank} hung (no step for {quiet:.0f} s)", rank, beat.latest), passed_on
             time.sleep(0.02)
@@ -327,10 +328,11 @@ class Supervisor:
             # Times are seconds since the epoch (the heartbeats' clock): launched, first step
             # beaten, end seen, every process of the launch gone.
             record = {"attempt": attempt, "status": code, "seconds": round(time.monotonic() - began, 3),
-                      "first_step": min((b.first for b in beats.values()), default=None),
+                      "first_step": min((b.first for b in beats.values() if b.first >= 0), default=None),
                       "last_step": max((b.latest for b in beats.values()), default=None),
                       "launched_at": round(launched_at, 3),
-                      "first_step_at": max((round(b.first_time, 3) for b in beats.values()), default=None),
+                      "first_step_at": max((round(b.first_time, 3) for b in beats.values() if b.first >= 0),
+                                           default=None),
                       "ended_at": round(seen, 3), "torn_down_at": round(torn_down, 3)}
             if detected is not None and failures:
                 if record["first_step_at"] is not None:  # every rank has run its first step
@@ -347,6 +349,13 @@ class Supervisor:
                         self.metrics.steps_lost += lost
             with self.metrics.lock:
                 self.metrics.running = 0
+            unfinished = self.args.require_heartbeat and code == 0 and hung is None and (
+                not beats or any(b.state != "x" for b in beats.values()))
+            if unfinished:  # exit 0, yet a rank never beat or never closed: it did not run to its end
+                hung = ("the launch ended with status 0 but " +
+                        ("no rank's heartbeat" if not beats else "a rank's heartbeat not closed") +
+                        " (--require-heartbeat)", -1, record["last_step"])
+                reason = hung[0]
             if hung is None:
                 if code == 0:
                     record["end"] = "finished"
@@ -391,7 +400,7 @@ class Supervisor:
             detected = (attempt, seen)
             # The backoff doubles while launches fail without a step of progress (a crash loop),
             # and starts over after one that trained.
-            progressed = record["last_step"] is not None and record["last_step"] > record["first_step"]
+            progressed = record["first_step"] is not None and record["last_step"] > record["first_step"]
             stalled = 0 if progressed else stalled + 1
             delay = min(self.args.backoff * (2 ** max(stalled - 1, 0)), self.args.backoff_max)
             _say(f"launch {attempt} ended ({reason}); restart {attempt + 1} of at most {self.args.max_restarts} "
@@ -458,6 +467,9 @@ def main(argv=None):
                     help="seconds the job's processes get after SIGTERM before SIGKILL, at a teardown (default 10)")
     ap.add_argument("--stop-signal", type=_signal_name, default=None,
                     help="the signal a preemption is passed on as (default: TERM for torchrun, USR1 otherwise)")
+    ap.add_argument("--require-heartbeat", action="store_true",
+                    help="the job's ranks use gpucloud.elastic.JobControl: a launch that ends with status 0 without "
+                         "every rank's heartbeat closed (a launch that failed, a rank that never started) is a failure")
     ap.add_argument("--run-dir", help="heartbeats and status.json (default ./gpucloud-run.PID)")
     ap.add_argument("--metrics-port", type=int, default=-1, help="serve Prometheus metrics (0: a free port)")
     ap.add_argument("--job-name", default=os.environ.get("SLURM_JOB_NAME", "gpucloud"),

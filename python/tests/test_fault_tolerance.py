@@ -239,3 +239,29 @@ def test_torch_examples_survive_kills_and_preemptions(tmp_path, example, mode):
                         "--trials", "6", "--per-job", "3", "--steps", "1500", "--supervisor", SUPERVISOR, "--",
                         sys.executable, str(ROOT / "examples" / example)], capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0 and "FAULT TRIALS PASSED" in r.stdout, r.stdout[-8000:] + r.stderr[-8000:]
+
+
+def test_require_heartbeat_takes_a_silent_success_for_a_failure(tmp_path):
+    # A launch that "succeeds" without its ranks having run to their end (srun answering 0 after a
+    # failed step launch): with --require-heartbeat it is restarted; a job whose ranks close their
+    # heartbeat, even one with nothing left to do, is done.
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        import gpucloud as gc
+        if os.environ["GPUCLOUD_RESTART_COUNT"] == "0":
+            raise SystemExit(0)                  # no JobControl: no heartbeat at all
+        with gc.elastic.JobControl() as control:
+            if os.environ["GPUCLOUD_RESTART_COUNT"] == "2":
+                control.should_stop(5)           # ran a step: closed at the end
+        print("launch", os.environ["GPUCLOUD_RESTART_COUNT"], "ends")
+    """))
+    r = subprocess.run([sys.executable, "-m", "gpucloud.run", "--require-heartbeat", "--backoff", "0",
+                        "--run-dir", str(tmp_path / "run"), "--", sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "no rank's heartbeat (--require-heartbeat)" in r.stderr, r.stderr
+    # Launch 1 closed its heartbeat without a step (nothing to do): that is a finished job.
+    assert "launch 1 ends" in r.stdout and "launch 2" not in r.stdout, r.stdout + r.stderr
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert [launch["end"] for launch in status["launches"]] == ["failed", "finished"]

@@ -161,7 +161,7 @@ JobControl::~JobControl() {
 }
 
 void JobControl::mark_closed() noexcept {
-  if (heartbeat_fd_ >= 0 && last_step_ >= 0) write_beat(last_step_, 'x');
+  if (heartbeat_fd_ >= 0) write_beat(last_step_, 'x');  // -1 steps: it ended before its first step
 }
 
 void JobControl::close_at_exit() noexcept {
