@@ -265,3 +265,32 @@ def test_require_heartbeat_takes_a_silent_success_for_a_failure(tmp_path):
     assert "launch 1 ends" in r.stdout and "launch 2" not in r.stdout, r.stdout + r.stderr
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert [launch["end"] for launch in status["launches"]] == ["failed", "finished"]
+
+
+@needs_mpirun
+@pytest.mark.parametrize("order", ["control", "stream", "comm"])
+def test_dropping_each_object_while_the_agreement_is_in_flight(tmp_path, order):
+    # should_stop() leaves a max all-reduce on the stream; whichever object goes first (the
+    # JobControl, the stream, the communicator), the process finishes cleanly on both ranks.
+    script = tmp_path / "drop.py"
+    script.write_text(textwrap.dedent(f"""
+        import gc as pygc
+        import gpucloud as gc
+        comm = gc.Communicator.mpi_world()
+        s = gc.Stream()
+        control = gc.elastic.JobControl()
+        for step in range(3):
+            control.should_stop(step, comm, s)
+        if "{order}" == "control":
+            del control
+        elif "{order}" == "stream":
+            del s
+        else:
+            del comm
+        pygc.collect()
+        print("rank done", flush=True)
+    """))
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    r = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
+                        sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout.count("rank done") == 2, r.stdout + r.stderr
