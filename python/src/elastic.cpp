@@ -12,7 +12,8 @@ using elastic::JobControl;
 // Python transport needs the GIL on the stream's thread: it runs without the GIL.
 struct PyJobControl {
   std::unique_ptr<JobControl> control;
-  ~PyJobControl() {
+  ~PyJobControl() { close(); }
+  void close() {
     py::gil_scoped_release release;
     control.reset();
   }
@@ -76,18 +77,9 @@ void bind_elastic(py::module_& m) {
       .def_property_readonly(
           "first_step", [](PyJobControl& c) { return c.get().first_step(); },
           "The step of the first should_stop() call (one past where this launch resumed), -1 before.")
-      .def(
-          "close",
-          [](PyJobControl& c) {
-            py::gil_scoped_release release;
-            c.control.reset();
-          },
-          "Restores the previous signal handlers (also at garbage collection).")
+      .def("close", &PyJobControl::close, "Restores the previous signal handlers (also at garbage collection).")
       .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](PyJobControl& c, py::args) {
-        py::gil_scoped_release release;
-        c.control.reset();
-      });
+      .def("__exit__", [](PyJobControl& c, py::args) { c.close(); });
 }
 
 }  // namespace gpucloud::python
