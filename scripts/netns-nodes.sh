@@ -13,6 +13,11 @@
 #                                         mpirun ARGS with PPN ranks on each of gcnode1..gcnodeN,
 #                                         launched through this script as OpenMPI's rsh agent;
 #                                         PPN may list one count per node (3,1: uneven nodes)
+#   scripts/netns-nodes.sh mpirun-on HOSTS ARGS...
+#                                         the same on the nodes HOSTS names (NAME:RANKS,...; what
+#                                         gpucloud-run's {hosts} fills in)
+#   scripts/netns-nodes.sh probe NODE     exit 0 when NODE exists and its link carries a ping to
+#                                         the bridge within a second (gpucloud-run's --node-check)
 #   scripts/netns-nodes.sh agent NODE CMD (OpenMPI's plm_rsh_agent: runs CMD, a remote shell's
 #                                         command line, in NODE's namespaces)
 #
@@ -99,23 +104,35 @@ case "${1:-}" in
     # namespace of its own named after the node (what gethostname and MPI's node detection see).
     exec ip netns exec "$node" unshare --uts /bin/sh -c "hostname $node && exec $*"
     ;;
-  mpirun)
-    count=${2:?mpirun N PPN ARGS}
-    ppn=${3:?mpirun N PPN ARGS}
-    shift 3
-    IFS=, read -r -a per <<<"$ppn"
-    hosts="" np=0
-    for i in $(seq 1 "$count"); do
-      k=${per[$(((i - 1) % ${#per[@]}))]}
-      hosts="${hosts:+$hosts,}${prefix}${i}:${k}"
-      np=$((np + k))
-    done
+  probe)
+    node=${2:?probe NODE}
+    ip netns exec "$node" ping -c 1 -W 1 "${subnet}.1" >/dev/null
+    ;;
+  mpirun | mpirun-on)
+    if [ "$1" = mpirun ]; then
+      count=${2:?mpirun N PPN ARGS}
+      ppn=${3:?mpirun N PPN ARGS}
+      shift 3
+      IFS=, read -r -a per <<<"$ppn"
+      hosts="" np=0
+      for i in $(seq 1 "$count"); do
+        k=${per[$(((i - 1) % ${#per[@]}))]}
+        hosts="${hosts:+$hosts,}${prefix}${i}:${k}"
+        np=$((np + k))
+      done
+    else
+      hosts=${2:?mpirun-on HOSTS ARGS}
+      shift 2
+      np=0
+      IFS=, read -r -a per <<<"$hosts"
+      for h in "${per[@]}"; do np=$((np + ${h##*:})); done
+    fi
     exec mpirun --allow-run-as-root --oversubscribe --bind-to none --host "$hosts" -np "$np" \
       --mca plm_rsh_agent "$here agent" --mca oob_tcp_if_include "${subnet}.0/24" \
       --mca btl_tcp_if_include "${subnet}.0/24" --mca btl self,vader,tcp "$@"
     ;;
   *)
-    sed -n '2,24p' "$0"
+    sed -n '2,26p' "$0"
     exit 2
     ;;
 esac

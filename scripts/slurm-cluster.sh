@@ -143,7 +143,9 @@ up() {
     echo "SlurmUser=root"
     echo "AuthType=auth/munge"
     echo "CredType=cred/munge"
-    echo "AuthInfo=socket=$dir/munge/sock"
+    # cred_expire: also how long Slurm holds a requeued job back (default 120 s): 20 s keeps the
+    # requeue tests short while a step's credential still outlives any launch here.
+    echo "AuthInfo=socket=$dir/munge/sock,cred_expire=20"
     echo "SlurmctldPort=$ctld_port"
     echo "SlurmdPort=$slurmd_port"
     echo "StateSaveLocation=$dir/state"

@@ -1812,7 +1812,7 @@ class JobControl:
     """
     def __enter__(self) -> typing.Any:
         ...
-    def __exit__(self, *args) -> None:
+    def __exit__(self, arg0: typing.Any, arg1: typing.Any, arg2: typing.Any) -> None:
         ...
     def __init__(self, signals: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [15, 10]) -> None:
         """
@@ -1821,6 +1821,10 @@ class JobControl:
     def close(self) -> None:
         """
         Restores the previous signal handlers (also at garbage collection).
+        """
+    def mark_failed(self) -> None:
+        """
+        Marks this process as failing: its closed heartbeat says so (what __exit__ does for an exception).
         """
     def request_stop(self) -> None:
         """

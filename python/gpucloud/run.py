@@ -19,6 +19,13 @@ save at their current step and exit with status 75; the supervisor then exits wi
 deploy/slurm's job scripts answer with `scontrol requeue`. A job that ends with 75 by itself
 (its ranks got the notice directly) is treated the same. Exit status: the job's, 75 for a
 preemption, or the last failure's once the restarts are spent (its error shown again).
+
+Elastic world size: with --nodes, the command places its ranks with the placeholders {hosts}
+(NAME:SLOTS,...), {nodes} (NAME,...), {nnodes} and {np}, filled in at every launch from the nodes
+that pass --node-check then. A node that is gone (dead, cut off) is left out, and the job restarts
+on the nodes that remain, down to --min-nodes; one that answers again rejoins at the next launch,
+up to --max-nodes. The checkpoints reshard, so the ranks load on the new world size.
+
 docs/fault-tolerance.md describes the protocol and the measurements.
 """
 import argparse
@@ -26,6 +33,7 @@ import collections
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -85,10 +93,11 @@ def _describe_status(code):
     return f"exit status {code}"
 
 
-# What says best why a launch failed, in this order: the launcher naming a dead rank, gpucloud's
+# What says best why a launch failed, in this order: the launcher naming a dead rank or node, gpucloud's
 # own report, a typed exception, an error not from srun's summary, any error; the last such line
 # (a traceback ends with its error).
-_ERROR_PATTERNS = [re.compile(p) for p in (r"exited on signal", r"^gpucloud: ", r"[A-Za-z]+Error\b",
+_ERROR_PATTERNS = [re.compile(p) for p in (r"exited on signal", r"lost communication with a remote daemon",
+                                           r"^gpucloud: ", r"[A-Za-z]+Error\b",
                                            r"^(?!srun: ).*rror", r"rror")]
 
 
@@ -100,9 +109,116 @@ def _error_line(lines):
     return ""
 
 
+PLACEHOLDERS = ("{hosts}", "{nodes}", "{nnodes}", "{np}")
+
+
+def parse_nodes(text, slots=1):
+    """[(name, slots)] from ``NAME[:SLOTS],...``, or for ``@FILE`` from that file's lines (``NAME``,
+    ``NAME:SLOTS`` or OpenMPI's ``NAME slots=N``; ``#`` starts a comment). ValueError names a bad entry."""
+    if text.startswith("@"):
+        with open(text[1:]) as f:
+            entries = [line.split("#", 1)[0].strip() for line in f]
+        where = f"{text[1:]}: "
+    else:
+        entries = [e.strip() for e in text.split(",")]
+        where = ""
+    nodes = []
+    for entry in filter(None, entries):
+        name, count = entry, slots
+        words = entry.split()
+        if len(words) == 2 and words[1].startswith("slots="):
+            name, count = words[0], words[1][len("slots="):]
+        elif ":" in entry:
+            name, count = entry.rsplit(":", 1)
+        try:
+            count = int(count)
+        except ValueError:
+            count = 0
+        if not name or " " in name or count < 1:
+            raise ValueError(f"{where}{entry!r} is not NAME, NAME:SLOTS or NAME slots=SLOTS (SLOTS at least 1)")
+        if name in (n for n, _ in nodes):
+            raise ValueError(f"{where}{name!r} is listed twice")
+        nodes.append((name, count))
+    if not nodes:
+        raise ValueError(f"{where}no node is listed")
+    return nodes
+
+
+def check_node(command, node, timeout):
+    """(True, "") when ``command`` (a shell command; {node} is the node's name) exits 0 within
+    ``timeout`` seconds, else (False, why)."""
+    proc = subprocess.Popen(["/bin/sh", "-c", command.replace("{node}", shlex.quote(node))], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _signal_all([-proc.pid], signal.SIGKILL)
+        proc.communicate()
+        return False, f"--node-check did not answer in {timeout:g} s"
+    if proc.returncode == 0:
+        return True, ""
+    last = [line for line in out.decode(errors="replace").splitlines() if line.strip()][-1:]
+    return False, f"--node-check: {_describe_status(proc.returncode)}" + (f": {last[0].strip()[:200]}" if last else "")
+
+
+class _NotEnoughNodes(Exception):
+    pass
+
+
+class NodePool:
+    """The nodes a launch may use: --nodes (a file is read again before every launch), those that
+    pass --node-check, at most --max-nodes, at least --min-nodes (waiting up to --node-wait s)."""
+
+    def __init__(self, args):
+        self.args = args
+        self.spec = args.nodes
+        parse_nodes(self.spec, args.nproc_per_node)  # a bad list fails before anything starts
+
+    def choose(self, stopping):
+        """([(name, slots)], {left-out name: why}); raises _NotEnoughNodes after --node-wait s."""
+        import concurrent.futures
+
+        deadline, said = time.monotonic() + self.args.node_wait, False
+        while True:
+            try:
+                listed = parse_nodes(self.spec, self.args.nproc_per_node)
+            except (OSError, ValueError) as e:  # the file is being rewritten, or was removed
+                listed, why = [], {"--nodes": str(e)}
+            else:
+                why = {}
+            if listed and self.args.node_check:
+                with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(listed), 32)) as pool:
+                    answers = list(pool.map(lambda n: check_node(self.args.node_check, n[0],
+                                                                 self.args.node_check_timeout), listed))
+                why.update({name: reason for (name, _), (ok, reason) in zip(listed, answers) if not ok})
+            alive = [n for n in listed if n[0] not in why][:self.args.max_nodes or None]
+            if len(alive) >= self.args.min_nodes:
+                return alive, why
+            if time.monotonic() >= deadline or stopping():
+                raise _NotEnoughNodes(f"{len(alive)} node(s) pass --node-check, --min-nodes is "
+                                      f"{self.args.min_nodes}; " + "; ".join(f"{n}: {w}" for n, w in why.items()))
+            if not said:
+                _say(f"waiting up to {self.args.node_wait:g} s for {self.args.min_nodes} node(s) "
+                     f"({len(alive)} pass --node-check; " + "; ".join(f"{n}: {w}" for n, w in why.items()) + ")")
+                said = True
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def place(command, nodes):
+    """``command`` with the placeholders filled in for ``nodes`` [(name, slots)]."""
+    values = {"{hosts}": ",".join(f"{n}:{k}" for n, k in nodes), "{nodes}": ",".join(n for n, _ in nodes),
+              "{nnodes}": str(len(nodes)), "{np}": str(sum(k for _, k in nodes))}
+    placed = []
+    for word in command:
+        for key, value in values.items():
+            word = word.replace(key, value)
+        placed.append(word)
+    return placed
+
+
 class Beat(collections.namedtuple("Beat", "first latest first_time latest_time pid state host")):
     """A rank's heartbeat (gpucloud.elastic.JobControl's file: one line, times in seconds since
-    the epoch, state r while it runs and x once its JobControl closed)."""
+    the epoch, state r while it runs, x once its JobControl closed, e once closed by an error)."""
 
 
 def read_heartbeats(directory):
@@ -137,6 +253,8 @@ class _Metrics:
         self.recovery_seconds = []
         self.attempt = 0
         self.running = 0
+        self.nodes = None  # with --nodes: the launch's nodes and ranks
+        self.world_size = None
 
     def text(self):
         base = ",".join(f'{k}="{v}"' for k, v in sorted(self.labels.items()))
@@ -164,6 +282,15 @@ class _Metrics:
                 "# TYPE gpucloud_run_job_running gauge",
                 f"gpucloud_run_job_running{{{base}}} {self.running}",
             ]
+            if self.nodes is not None:
+                lines += [
+                    "# HELP gpucloud_run_nodes The nodes the launch runs on (--nodes that passed --node-check).",
+                    "# TYPE gpucloud_run_nodes gauge",
+                    f"gpucloud_run_nodes{{{base}}} {self.nodes}",
+                    "# HELP gpucloud_run_world_size The launch's ranks ({np}).",
+                    "# TYPE gpucloud_run_world_size gauge",
+                    f"gpucloud_run_world_size{{{base}}} {self.world_size}",
+                ]
         return "\n".join(lines) + "\n"
 
     def serve(self, port):
@@ -204,6 +331,7 @@ class Supervisor:
         self.interrupted = False
         self.metrics = _Metrics({"job": args.job_name})
         self.history = []  # one dict per launch
+        self.pool = NodePool(args) if args.nodes else None
 
     def stop_signal(self):
         if self.args.stop_signal:
@@ -254,16 +382,20 @@ class Supervisor:
         if proc.poll() is None:
             proc.wait()
 
-    def _launch(self, attempt, reason):
+    def _launch(self, attempt, reason, nodes):
         attempt_dir = os.path.join(self.run_dir, f"attempt-{attempt}")
         os.makedirs(attempt_dir, exist_ok=True)
         env = dict(os.environ, GPUCLOUD_RESTART_COUNT=str(attempt), GPUCLOUD_RESTART_REASON=reason,
                    GPUCLOUD_RUN_DIR=attempt_dir)
+        command = self.command
+        if nodes is not None:
+            command = place(self.command, nodes)
+            env.update(GPUCLOUD_RUN_HOSTS=place(["{hosts}"], nodes)[0], GPUCLOUD_RUN_NP=place(["{np}"], nodes)[0])
         # mpirun ending a job (a rank died) sends SIGTERM, then SIGKILL this many seconds later
         # (default 1): ranks that catch SIGTERM (JobControl) would hold the restart up for it.
         env.setdefault("OMPI_MCA_odls_base_sigkill_timeout", "0")
         tail = collections.deque(maxlen=self.args.error_lines)
-        proc = subprocess.Popen(self.command, env=env, start_new_session=True, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(command, env=env, start_new_session=True, stderr=subprocess.PIPE)
         pump = threading.Thread(target=self._pump, args=(proc.stderr, tail), daemon=True)
         pump.start()
         return proc, pump, tail, attempt_dir
@@ -271,9 +403,12 @@ class Supervisor:
     def _watch(self, proc, attempt_dir):
         """Waits for the launch to end; passes a preemption on; sees a rank of this node die (its
         process gone while its heartbeat says it runs) without waiting for the launcher to notice;
-        ends a hung one. Returns (status, (why, rank, step) or None, preemption passed on)."""
+        ends a hung one, and a launcher still running a few seconds after a rank failed (mpirun
+        waits for a node whose link is cut). Returns (status, (why, rank, step) or None,
+        preemption passed on)."""
         passed_on = False
         node = os.uname().nodename
+        failed_since = None  # since when a rank's heartbeat says it failed
         while True:
             code = proc.poll()
             if code is not None:
@@ -288,7 +423,14 @@ class Supervisor:
                     pass
                 passed_on = True
             now = time.time()
-            for rank, beat in sorted(read_heartbeats(attempt_dir).items()):
+            beats = read_heartbeats(attempt_dir)
+            failed = [rank for rank, b in sorted(beats.items()) if b.state == "e"]
+            if failed:  # a rank ended with an error: the launcher has a few seconds to end by itself
+                failed_since = failed_since or time.monotonic()
+                if time.monotonic() - failed_since > min(self.args.grace, 5.0):
+                    return None, (f"rank {failed[0]} failed and the launcher did not exit", failed[0],
+                                  beats[failed[0]].latest), passed_on
+            for rank, beat in sorted(beats.items()):
                 if beat.state == "r" and beat.host == node and not _alive(beat.pid):
                     if proc.poll() is not None:  # the launcher ended too: its status says more
                         return proc.returncode, None, passed_on
@@ -311,8 +453,21 @@ class Supervisor:
             with self.metrics.lock:
                 self.metrics.attempt, self.metrics.running = attempt, 1
             began, launched_at = time.monotonic(), time.time()
-            proc, pump, tail, attempt_dir = self._launch(attempt, reason)
-            _say(f"launch {attempt} (pid {proc.pid})" + (f" after: {reason}" if reason else ""))
+            nodes, left_out = None, {}
+            if self.pool is not None:
+                try:
+                    nodes, left_out = self.pool.choose(lambda: self.preempt_signal is not None or self.interrupted)
+                except _NotEnoughNodes as e:
+                    return self._no_nodes(attempt, str(e))
+                with self.metrics.lock:
+                    self.metrics.nodes, self.metrics.world_size = len(nodes), sum(k for _, k in nodes)
+            proc, pump, tail, attempt_dir = self._launch(attempt, reason, nodes)
+            where = ""
+            if nodes is not None:
+                where = (f" on {len(nodes)} node(s), {sum(k for _, k in nodes)} rank(s): " +
+                         ",".join(n for n, _ in nodes) +
+                         "".join(f"; {n} left out ({w})" for n, w in left_out.items()))
+            _say(f"launch {attempt} (pid {proc.pid}){where}" + (f" after: {reason}" if reason else ""))
             code, hung, passed_on = self._watch(proc, attempt_dir)
             if hung is not None:
                 why, rank, step = hung
@@ -334,6 +489,8 @@ class Supervisor:
                       "first_step_at": max((round(b.first_time, 3) for b in beats.values() if b.first >= 0),
                                            default=None),
                       "ended_at": round(seen, 3), "torn_down_at": round(torn_down, 3)}
+            if nodes is not None:
+                record.update(nodes=[n for n, _ in nodes], np=sum(k for _, k in nodes), left_out=left_out)
             if detected is not None and failures:
                 if record["first_step_at"] is not None:  # every rank has run its first step
                     recovery = record["first_step_at"] - detected[1]
@@ -413,14 +570,28 @@ class Supervisor:
                 return PREEMPTED_EXIT_CODE if self.preempt_signal is not None else 130
             attempt += 1
 
+    def _no_nodes(self, attempt, why):
+        """Ends the run when too few nodes answer: 75 or 130 when it was stopping anyway, else 1."""
+        self.history.append({"attempt": attempt, "status": None, "end": "no nodes", "reason": why,
+                             "ended_at": round(time.time(), 3)})
+        self._write_status()
+        if self.preempt_signal is not None:
+            _say(self._summary(f"preempted while waiting for nodes: exit {PREEMPTED_EXIT_CODE}"))
+            return PREEMPTED_EXIT_CODE
+        if self.interrupted:
+            _say(self._summary("interrupted while waiting for nodes"))
+            return 130
+        _say(self._summary(f"giving up: {why}"))
+        return 1
+
     def _summary(self, outcome):
-        restarts = len(self.history) - 1
+        restarts = len([r for r in self.history if r["end"] != "no nodes"]) - 1
         lost = sum(r.get("steps_lost", 0) for r in self.history)
         recovery = [r["recovery_seconds"] for r in self.history if "recovery_seconds" in r]
         text = f"{outcome}: {restarts} restart(s), {lost} step(s) lost"
         if recovery:
             text += f", recovery {sum(recovery) / len(recovery):.2f} s mean, {max(recovery):.2f} s max"
-        reasons = collections.Counter(r["reason"] for r in self.history if r["reason"])
+        reasons = collections.Counter(r["reason"] for r in self.history if r["reason"] and r["end"] != "no nodes")
         if reasons:
             text += "; " + "; ".join(f"{n}x {why}" for why, n in reasons.most_common(3))
         return text
@@ -470,6 +641,18 @@ def main(argv=None):
     ap.add_argument("--require-heartbeat", action="store_true",
                     help="the job's ranks use gpucloud.elastic.JobControl: a launch that ends with status 0 without "
                          "every rank's heartbeat closed (a launch that failed, a rank that never started) is a failure")
+    ap.add_argument("--nodes", help="elastic world size: the nodes to run on, NAME[:SLOTS],... or @FILE (read again "
+                    "before every launch); the command places its ranks with {hosts}, {nodes}, {nnodes}, {np}")
+    ap.add_argument("--nproc-per-node", type=int, default=1, help="slots of a node that does not say (default 1)")
+    ap.add_argument("--min-nodes", type=int, default=None,
+                    help="launch on no fewer nodes (default: all of --nodes: a node lost ends the job)")
+    ap.add_argument("--max-nodes", type=int, default=None, help="launch on no more nodes (default: all)")
+    ap.add_argument("--node-check", help="shell command that exits 0 when node {node} can run ranks, run for "
+                    "every node before each launch (e.g. ssh -o BatchMode=yes {node} true); default: none")
+    ap.add_argument("--node-check-timeout", type=_non_negative(float), default=10.0,
+                    help="seconds a --node-check gets (default 10)")
+    ap.add_argument("--node-wait", type=_non_negative(float), default=60.0,
+                    help="seconds to wait for --min-nodes nodes to pass the check before giving up (default 60)")
     ap.add_argument("--run-dir", help="heartbeats and status.json (default ./gpucloud-run.PID)")
     ap.add_argument("--metrics-port", type=int, default=-1, help="serve Prometheus metrics (0: a free port)")
     ap.add_argument("--job-name", default=os.environ.get("SLURM_JOB_NAME", "gpucloud"),
@@ -482,6 +665,30 @@ def main(argv=None):
         ap.error("the job's command is missing (gpucloud-run [options] -- COMMAND ...)")
     if not -1 <= args.metrics_port <= 65535:
         ap.error(f"--metrics-port: {args.metrics_port} is not a port (0: a free one, -1: none)")
+    placeholders = sorted({p for p in PLACEHOLDERS for word in command if p in word})
+    if args.nodes is None:
+        for name in ("min_nodes", "max_nodes", "node_check"):
+            if getattr(args, name) is not None:
+                ap.error(f"--{name.replace('_', '-')} needs --nodes")
+        if placeholders:
+            ap.error(f"the command uses {', '.join(placeholders)}, which only --nodes fills in")
+    else:
+        if args.nproc_per_node < 1:
+            ap.error(f"--nproc-per-node: {args.nproc_per_node} must be at least 1")
+        try:
+            listed = len(parse_nodes(args.nodes, args.nproc_per_node))
+        except (OSError, ValueError) as e:
+            ap.error(f"--nodes: {e}")
+        if args.min_nodes is None:
+            args.min_nodes = listed
+        if args.max_nodes is None:
+            args.max_nodes = 0  # all
+        if args.min_nodes < 1:
+            ap.error(f"--min-nodes: {args.min_nodes} must be at least 1")
+        if args.max_nodes and args.max_nodes < args.min_nodes:
+            ap.error(f"--max-nodes: {args.max_nodes} is below --min-nodes {args.min_nodes}")
+        if not {"{hosts}", "{nodes}"} & set(placeholders):
+            ap.error("--nodes: the command must place its ranks with {hosts} or {nodes} (and {np})")
     return Supervisor(command, args).run()
 
 

@@ -10,10 +10,14 @@ using elastic::JobControl;
 
 // JobControl's destructor may wait for its last agreement, which on a communicator over a
 // Python transport needs the GIL on the stream's thread: it runs without the GIL.
+struct PyJobControl;
+PyJobControl* g_live = nullptr;  // the one that lives (JobControl allows one); guarded by the GIL
+
 struct PyJobControl {
   std::unique_ptr<JobControl> control;
   ~PyJobControl() { close(); }
   void close() {
+    if (g_live == this) g_live = nullptr;
     py::gil_scoped_release release;
     control.reset();
   }
@@ -22,6 +26,21 @@ struct PyJobControl {
     return *control;
   }
 };
+
+// An exception nobody caught ends the interpreter after sys.excepthook: the live JobControl's
+// heartbeat then says "failed" (e), so gpucloud-run ends the launch without waiting for its
+// launcher. Chained in front of the previous hook, once per process.
+void mark_failed_at_uncaught_exceptions() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  py::module_ sys = py::module_::import("sys");
+  py::object previous = sys.attr("excepthook");
+  sys.attr("excepthook") = py::cpp_function([previous](py::object type, py::object value, py::object trace) {
+    if (g_live != nullptr && g_live->control) g_live->control->mark_failed();
+    previous(type, value, trace);
+  });
+}
 
 }  // namespace
 
@@ -45,6 +64,8 @@ void bind_elastic(py::module_& m) {
              o.signals = std::move(signals);
              auto p = std::make_unique<PyJobControl>();
              p->control = std::make_unique<JobControl>(o);
+             mark_failed_at_uncaught_exceptions();
+             g_live = p.get();
              return p;
            }),
            py::arg("signals") = std::vector<int>{SIGTERM, SIGUSR1},
@@ -79,7 +100,13 @@ void bind_elastic(py::module_& m) {
           "The step of the first should_stop() call (one past where this launch resumed), -1 before.")
       .def("close", &PyJobControl::close, "Restores the previous signal handlers (also at garbage collection).")
       .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](PyJobControl& c, py::args) { c.close(); });
+      .def(
+          "mark_failed", [](PyJobControl& c) { c.get().mark_failed(); },
+          "Marks this process as failing: its closed heartbeat says so (what __exit__ does for an exception).")
+      .def("__exit__", [](PyJobControl& c, py::object type, py::object, py::object) {
+        if (!type.is_none() && c.control) c.control->mark_failed();
+        c.close();
+      });
 }
 
 }  // namespace gpucloud::python

@@ -26,9 +26,9 @@ SUPERVISOR = f"{sys.executable} -m gpucloud.run"
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is not installed (openmpi-bin)")
 
 
-def run_python(code, env=None, timeout=120):
+def run_python(code, env=None, timeout=120, cwd=None):
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, **(env or {})))
+                          timeout=timeout, env=dict(os.environ, **(env or {})), cwd=cwd)
 
 
 def fault_trials(tmp_path, mode, np_, trials, per_job=5):
@@ -134,6 +134,118 @@ def test_the_supervisor_refuses_bad_options_by_name(options, named):
     r = subprocess.run([sys.executable, "-m", "gpucloud.run", *options, *(["--", "true"] if options else [])],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and named in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--min-nodes", "1", "--", "true"], "--min-nodes needs --nodes"),
+    (["--", "echo", "{np}"], "only --nodes fills in"),
+    (["--nodes", "a,b", "--", "echo", "{np}"], "must place its ranks with {hosts} or {nodes}"),
+    (["--nodes", "a:0", "--", "echo", "{hosts}"], "'a:0' is not NAME"),
+    (["--nodes", "a,a", "--", "echo", "{hosts}"], "'a' is listed twice"),
+    (["--nodes", "a,b", "--min-nodes", "2", "--max-nodes", "1", "--", "echo", "{hosts}"], "--max-nodes"),
+    (["--nodes", "a", "--min-nodes", "0", "--", "echo", "{hosts}"], "--min-nodes"),
+    (["--nodes", "@/nonexistent/nodes", "--", "echo", "{hosts}"], "--nodes"),
+])
+def test_the_supervisor_refuses_bad_node_options_by_name(argv, named):
+    r = subprocess.run([sys.executable, "-m", "gpucloud.run", *argv], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and named in r.stderr, r.stderr
+
+
+def test_the_world_follows_the_nodes_that_answer(tmp_path):
+    # Nodes a (2 slots), b, c; at most 2 launched on; a node "answers" while its file exists.
+    # The job stands in for a node loss and return: launch 0 takes b away, launch 1 brings it back.
+    up = tmp_path / "up"
+    up.mkdir()
+    for node in "abc":
+        (up / node).touch()
+    nodes = tmp_path / "nodes"
+    nodes.write_text("a slots=2\nb  # a comment\nc:1\n")
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys
+        attempt = int(os.environ["GPUCLOUD_RESTART_COUNT"])
+        print("launch", attempt, sys.argv[1:], os.environ["GPUCLOUD_RUN_HOSTS"], os.environ["GPUCLOUD_RUN_NP"])
+        if attempt == 0:
+            os.remove("{up}/b")
+            sys.exit(1)
+        if attempt == 1:
+            open("{up}/b", "w").close()
+            sys.exit(1)
+    """))
+    r = subprocess.run([sys.executable, "-m", "gpucloud.run", "--backoff", "0", "--nodes", f"@{nodes}",
+                        "--min-nodes", "1", "--max-nodes", "2", "--node-check", f"test -e {up}/{{node}}",
+                        "--run-dir", str(tmp_path / "run"), "--", sys.executable, str(script), "{hosts}", "{nodes}",
+                        "{nnodes}", "np={np}"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "launch 0 ['a:2,b:1', 'a,b', '2', 'np=3'] a:2,b:1 3",
+        "launch 1 ['a:2,c:1', 'a,c', '2', 'np=3'] a:2,c:1 3",
+        "launch 2 ['a:2,b:1', 'a,b', '2', 'np=3'] a:2,b:1 3",
+    ], r.stdout
+    assert "launch 1 (pid" in r.stderr and "on 2 node(s), 3 rank(s): a,c; b left out (--node-check: exit status 1)" \
+        in r.stderr, r.stderr
+    launches = json.loads((tmp_path / "run" / "status.json").read_text())["launches"]
+    assert [launch["nodes"] for launch in launches] == [["a", "b"], ["a", "c"], ["a", "b"]]
+    assert launches[1]["left_out"] == {"b": "--node-check: exit status 1"}
+
+
+def test_too_few_nodes_ends_the_run_with_the_reasons(tmp_path):
+    # b's check never answers: after --node-wait the run gives up, saying why for each node.
+    r = subprocess.run([sys.executable, "-m", "gpucloud.run", "--nodes", "a,b", "--node-check",
+                        "[ {node} = a ] || sleep 60", "--node-check-timeout", "0.5", "--node-wait", "1",
+                        "--run-dir", str(tmp_path / "run"), "--", "echo", "{hosts}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "waiting up to 1 s for 2 node(s)" in r.stderr, r.stderr
+    assert "giving up: 1 node(s) pass --node-check, --min-nodes is 2; b: --node-check did not answer in 0.5 s" \
+        in r.stderr, r.stderr
+    launches = json.loads((tmp_path / "run" / "status.json").read_text())["launches"]
+    assert [launch["end"] for launch in launches] == ["no nodes"]
+
+
+def test_a_failed_rank_ends_a_launcher_that_does_not_exit(tmp_path):
+    # The rank raises (its heartbeat says failed: e); its launcher stays (mpirun waiting for a node
+    # that is cut off): the supervisor ends the launch within seconds instead of never.
+    script = tmp_path / "rank.py"
+    script.write_text(textwrap.dedent("""
+        import gpucloud as gc
+        control = gc.elastic.JobControl()
+        control.should_stop(1)
+        raise RuntimeError("a peer is gone")
+    """))
+    launcher = f"{sys.executable} {script}; sleep 600"
+    r = subprocess.run([sys.executable, "-m", "gpucloud.run", "--max-restarts", "0", "--grace", "2",
+                        "--run-dir", str(tmp_path / "run"), "--", "sh", "-c", launcher],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "rank 0 failed and the launcher did not exit after step 1" in r.stderr, r.stderr
+    assert "RuntimeError: a peer is gone" in r.stderr
+    # In a trainer that catches its error: __exit__ with an exception, or mark_failed().
+    run_dir = tmp_path / "beats"
+    run_dir.mkdir()
+    r = run_python("""
+        import gpucloud as gc
+        from gpucloud.run import read_heartbeats
+        def state():
+            beat = read_heartbeats(".")[0]
+            return f"{beat.latest}{beat.state}"
+        with gc.elastic.JobControl() as control:
+            control.should_stop(2)
+        print(state())
+        try:
+            with gc.elastic.JobControl() as control:
+                control.should_stop(3)
+                raise ValueError("bad batch")
+        except ValueError:
+            print(state())
+        with gc.elastic.JobControl() as control:
+            control.should_stop(4)
+            control.mark_failed()
+            print(state())
+        print(state())
+    """, env={"GPUCLOUD_RUN_DIR": str(run_dir)}, cwd=run_dir)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["2x", "3e", "4r", "4e"], r.stdout
 
 
 def test_job_control_turns_a_signal_into_a_stop_request():

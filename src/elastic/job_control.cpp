@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 
 namespace gpucloud::elastic {
@@ -155,14 +156,17 @@ JobControl::~JobControl() {
   for (std::size_t i = 0; i < previous_->signals.size(); ++i)
     sigaction(previous_->signals[i], &previous_->previous[i], nullptr);
   g_live.store(nullptr);
+  if (std::uncaught_exceptions() > 0) failed_ = true;  // unwound by an error: the launch has failed
   mark_closed();
   if (heartbeat_fd_ >= 0) ::close(heartbeat_fd_);
   g_control_alive.store(false);
 }
 
 void JobControl::mark_closed() noexcept {
-  if (heartbeat_fd_ >= 0) write_beat(last_step_, 'x');  // -1 steps: it ended before its first step
+  if (heartbeat_fd_ >= 0) write_beat(last_step_, failed_ ? 'e' : 'x');  // -1 steps: before its first step
 }
+
+void JobControl::mark_failed() noexcept { failed_ = true; }
 
 void JobControl::close_at_exit() noexcept {
   if (JobControl* live = g_live.exchange(nullptr)) live->mark_closed();
@@ -182,7 +186,7 @@ void JobControl::beat(std::int64_t step) {
 }
 
 void JobControl::write_beat(std::int64_t step, char state) {
-  // "first-step latest-step first-time latest-time pid state host" (state r: running, x: closed):
+  // "first-step latest-step first-time latest-time pid state host" (r: running, x: closed, e: failed):
   // every step (a pwrite into the page cache, about a microsecond), one padded line at offset 0;
   // a reader that catches it half-written reads it again later.
   char line[256];

@@ -60,8 +60,9 @@ round() { # round NAME HOW: submit, preempt HOW while it trains, expect the requ
   [ "$(echo "$stopped" | wc -l)" -eq 1 ] || fail "$name: the ranks stopped at different steps: $stopped"
   [ -f "$work/$name-checkpoints/step-$(printf %012d "$stopped")/manifest.json" ] ||
     fail "$name: no committed checkpoint at the stop step $stopped"
-  # Slurm holds a requeued job back for about 2 minutes (its begin time), while its nodes end the
-  # last run's step: started earlier, the new step's launch fails.
+  # Slurm holds a requeued job back for AuthInfo's cred_expire + 1 s (its begin time; 21 s on the
+  # test cluster, 121 s by default), while its nodes end the last run's step: started earlier, the
+  # new step's launch fails.
   wait_for 360 "the requeued job to finish" done_training "$log"
   in_log "$log" "resumed from .*step-0*$stopped at step $stopped \(written by 4 rank\(s\)\)" ||
     fail "$name: the requeued job did not resume at the stop step $stopped (steps lost)"

@@ -241,3 +241,39 @@ TEST(JobControl, TheHeartbeatSaysClosedAfterExitWithoutTheDestructor) {
   EXPECT_EQ(state, "x");
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+std::string heartbeat_state(const std::filesystem::path& file) {
+  std::ifstream f(file);
+  std::string first, latest, first_time, latest_time, pid, state;
+  f >> first >> latest >> first_time >> latest_time >> pid >> state;
+  return state;
+}
+}  // namespace
+
+TEST(JobControl, TheHeartbeatSaysFailedWhenAnErrorEndsIt) {
+  const auto dir = std::filesystem::temp_directory_path() / ("gpucloud-failed-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  EnvVar run_dir("GPUCLOUD_RUN_DIR", dir.c_str());
+  {
+    el::JobControl control;
+    control.should_stop(5);
+    EXPECT_EQ(heartbeat_state(dir / "rank-0"), "r");
+  }
+  EXPECT_EQ(heartbeat_state(dir / "rank-0"), "x");  // a normal end
+  try {
+    el::JobControl control;
+    control.should_stop(6);
+    throw gc::CommunicationError("all_reduce", "a peer is gone", __FILE__, __LINE__);
+  } catch (const gc::CommunicationError&) {
+  }
+  EXPECT_EQ(heartbeat_state(dir / "rank-0"), "e");  // unwound by the error
+  {
+    el::JobControl control;
+    control.should_stop(7);
+    control.mark_failed();  // a trainer that handles its error itself, then ends
+    EXPECT_EQ(heartbeat_state(dir / "rank-0"), "r");
+  }
+  EXPECT_EQ(heartbeat_state(dir / "rank-0"), "e");
+  std::filesystem::remove_all(dir);
+}

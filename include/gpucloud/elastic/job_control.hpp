@@ -61,13 +61,14 @@ class GPUCLOUD_API JobControl {
   /// @brief Installs the handlers of @p options.signals; reads the restart facts; opens the
   ///        heartbeat file when GPUCLOUD_RUN_DIR names the supervisor's directory
   ///        (GPUCLOUD_RUN_DIR/rank-R, one line: first step, latest step, the times of both in
-  ///        seconds since the epoch, pid, r or x (closed), host name; rewritten by every
-  ///        should_stop()).
+  ///        seconds since the epoch, pid, state, host name; rewritten by every should_stop()).
+  ///        State r: running; x: closed; e: closed by an error (the supervisor ends the launch
+  ///        without waiting for its launcher).
   /// @throws InvalidArgument when another JobControl lives, for a signal that cannot be caught
   ///         (SIGKILL, SIGSTOP, out of range), or for a bad restart or signal variable.
   explicit JobControl(JobControlOptions options = {});
   /// @brief Restores the previous handlers; waits for the last agreement's work; marks the
-  ///        heartbeat closed (the process did not die).
+  ///        heartbeat closed (the process did not die), or failed when an exception unwinds it.
   ~JobControl();
   JobControl(const JobControl&) = delete;
   JobControl& operator=(const JobControl&) = delete;
@@ -78,6 +79,9 @@ class GPUCLOUD_API JobControl {
   int stop_signal() const noexcept;
   /// @brief Asks for a stop, as a signal would (a preemption notice polled by the trainer).
   void request_stop() noexcept;
+  /// @brief Marks this process as failing (heartbeat state e) from here on: what the destructor
+  ///        does when an exception unwinds it, for a trainer that handles its error elsewhere.
+  void mark_failed() noexcept;
 
   /// @brief Once per step, after step @p step's work is enqueued on @p stream: true when the
   ///        job must stop now with the state of @p step (steps done so far) saved. With @p comm
@@ -99,7 +103,7 @@ class GPUCLOUD_API JobControl {
  private:
   void beat(std::int64_t step);
   void write_beat(std::int64_t step, char state);
-  void mark_closed() noexcept;           // the heartbeat says "closed": the process did not die
+  void mark_closed() noexcept;           // the heartbeat says closed (x, or e once failed)
   static void close_at_exit() noexcept;  // exit() without the destructor: marks the live one
   struct Handlers;                       // the process's previous signal handlers
 
@@ -116,7 +120,8 @@ class GPUCLOUD_API JobControl {
   std::int64_t first_step_ = -1;
   double first_beat_ = 0.0;  // seconds since the epoch
   std::int64_t last_step_ = -1;
-  std::string host_;  // this node's name, for the supervisor's liveness checks
+  bool failed_ = false;  // mark_failed(): the closed heartbeat says e
+  std::string host_;     // this node's name, for the supervisor's liveness checks
 };
 
 }  // namespace gpucloud::elastic
