@@ -9,15 +9,20 @@ import numpy as np
 import gpucloud as gc
 
 
-def positive_int(text):
-    """argparse type: an integer >= 1, with a message that names the problem."""
+def positive_int(text, low=1):
+    """argparse type: an integer >= 1 (or ``low``), with a message that names the problem."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{value} must be at least {low}")
     return value
+
+
+def count(text):
+    """argparse type: an integer >= 0."""
+    return positive_int(text, low=0)
 
 
 def step_or_none(text):

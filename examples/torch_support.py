@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 import gpucloud as gc
+import gpucloud.torch
 
 STEPS_DEFAULT = 300
 
@@ -147,7 +148,9 @@ def train(args, comm, model, opt, scaler):
     """The loop both examples run: mixed-precision loss scaling, a forced overflow, checkpoints;
     a preemption notice stops it at a step with that step saved (gpucloud.elastic)."""
     control = gc.elastic.JobControl()
-    stream = gc.Stream()
+    # The drop-ins' stream: should_stop's all-reduce then reaches the communicator in the same order
+    # as the gradient all-reduces on every rank (on a stream of its own it could overtake them).
+    stream = gpucloud.torch.stream(next(model.parameters()).device)
     ck = gc.checkpoint.Checkpointer(args.checkpoint_dir, keep_last=args.keep_last, comm=comm) if args.checkpoint_dir \
         else None
     start = resume(args.checkpoint_dir, model, opt, scaler, stream) if args.resume else 0

@@ -484,7 +484,6 @@ void save_checkpoint(const Options& o, const Job& job, int step, gc::checkpoint:
 // checkpoint, committed before the exit, then the status that asks for a requeue.
 int preempted(const Options& o, const Job& job, const gc::elastic::JobControl& control, int step,
               gc::checkpoint::Checkpointer* checkpointer, const gc::StateDict& state, gc::Stream& s) {
-  s.synchronize();  // the step's work is done before anything is saved or torn down
   const int signo = control.stop_signal();
   const std::string why =
       signo > 0 ? std::string("signal ") + strsignal(signo) : std::string("a notice to another rank");

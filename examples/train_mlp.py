@@ -94,7 +94,7 @@ def main():
     ap.add_argument("--device", default="host")
     ap.add_argument("--checkpoint-dir", help="write gpucloud checkpoints here (root/step-N), asynchronously")
     ap.add_argument("--checkpoint-every", type=support.positive_int, default=500)
-    ap.add_argument("--keep-last", type=support.positive_int, default=3, help="committed checkpoints kept")
+    ap.add_argument("--keep-last", type=support.count, default=3, help="committed checkpoints kept (0: every one)")
     ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
     ap.add_argument("--metrics-port", type=int, default=-1,
                     help="serve Prometheus metrics (0: a free port; P > 0: P + the local rank; -1: none)")

@@ -54,6 +54,10 @@ up() {
   local count=$1 rate=${2:-}
   down
   ip link add "$bridge" type bridge
+  # A fixed address: a bridge otherwise takes its ports' lowest, and a node removed (a node-loss
+  # test) would change it under the other nodes' ARP caches, cutting them off for a while.
+  IFS=. read -r a b c <<<"$subnet"
+  ip link set "$bridge" address "$(printf '02:%02x:%02x:%02x:00:01' "$a" "$b" "$c")"
   ip addr add "${subnet}.1/24" dev "$bridge"
   ip link set "$bridge" up
   for i in $(seq 1 "$count"); do

@@ -542,3 +542,13 @@ except Exception as e:
                        timeout=100)
     assert "rank 0 backward raised: True" in r.stdout, r.stdout + r.stderr
     assert r.returncode != 0 and "gpucloud: ending the job" in r.stderr, r.stdout + r.stderr
+
+
+def test_the_drop_ins_stream_is_public_and_checked():
+    import gpucloud.torch._streams as streams
+
+    s = gt.stream("cpu")
+    assert s is gt.stream(torch.device("cpu")) is streams.stream_for(torch.device("cpu"))
+    assert s.device == gc.Device("host")
+    with pytest.raises(gc.InvalidArgument, match="neither a CUDA device nor the CPU"):
+        gt.stream("meta")

@@ -6,6 +6,8 @@
 #include <gpucloud/movement/copy.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include "memory/workspace.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -227,8 +229,12 @@ bool JobControl::should_stop(std::int64_t step, Communicator* comm, StreamView s
   // This call's: every rank's request, max-reduced, copied to the host, read at the next call.
   Slot& slot = slots_[next_slot_];
   if (slot.flag.empty() || slot.flag.device() != comm->device()) {
-    slot.flag = Buffer(1, DType::int32, comm->device());
-    slot.host = Buffer(1, DType::int32, Device::host(), MemoryKind::pinned);
+    // From the built-in resources: a JobControl is made first in main and outlives any resource
+    // the trainer installs as the default after it.
+    slot.flag = Buffer(1, DType::int32, comm->device(), MemoryKind::device,
+                       detail::builtin_resource(MemoryKind::device, comm->device()));
+    slot.host = Buffer(1, DType::int32, Device::host(), MemoryKind::pinned,
+                       detail::builtin_resource(MemoryKind::pinned, Device::host()));
     slot.done = Event(comm->device());
   }
   fill(slot.flag, std::int32_t{stop_requested() ? 1 : 0}, stream);

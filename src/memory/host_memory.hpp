@@ -18,8 +18,9 @@ void host_deallocate(void* p) noexcept;
 /// Bytes as "N bytes (X.Y GiB)".
 std::string describe_bytes(std::size_t bytes);
 
-/// Runs @p free_fn once the work enqueued on @p stream so far has finished (immediately when
-/// there is no stream); falls back to synchronising the stream if it cannot enqueue. Never throws.
+/// Runs @p free_fn once the work enqueued on @p stream so far has finished (without a stream: on
+/// every host stream, as cudaFree waits for the device); falls back to synchronising the stream if
+/// it cannot enqueue. Never throws.
 void release_after(std::optional<StreamView> stream, std::function<void()> free_fn) noexcept;
 
 }  // namespace gpucloud::detail

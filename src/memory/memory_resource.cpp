@@ -80,8 +80,12 @@ void release_after(std::optional<StreamView> stream, std::function<void()> free_
         // the stream's own error is reported to whoever synchronises it; we only need it idle
       }
     }
+    free_fn();
+    return;
   }
-  free_fn();
+  // No stream: like cudaFree, after the work every stream was given so far (which may still use
+  // the memory: a buffer dropped while the step that reads it is in flight).
+  HostStream::after_enqueued_work(std::move(free_fn));
 }
 
 }  // namespace detail
@@ -167,16 +171,20 @@ std::pair<int, int> key_of(MemoryKind kind, Device device) {
 
 MemoryResource& default_resource(MemoryKind kind, Device device) {
   check_kind_on_device(kind, device, "default_resource");
+  if (MemoryResource* user = detail::user_default_resource(kind, device)) return *user;
+  return detail::builtin_resource(kind, device);
+}
+
+namespace detail {
+MemoryResource& builtin_resource(MemoryKind kind, Device device) {
+  check_kind_on_device(kind, device, "builtin_resource");
   auto& d = defaults();
   std::lock_guard<std::mutex> lock(d.mutex);
-  const auto key = key_of(kind, device);
-  if (auto it = d.current.find(key); it != d.current.end()) return *it->second;
-  auto& slot = d.builtin[key];
+  auto& slot = d.builtin[key_of(kind, device)];
   if (!slot) slot = std::make_unique<PlainResource>(kind, device);
   return *slot;
 }
 
-namespace detail {
 MemoryResource* user_default_resource(MemoryKind kind, Device device) {
   auto& d = defaults();
   std::lock_guard<std::mutex> lock(d.mutex);

@@ -180,16 +180,16 @@ void PoolResource::do_deallocate(void* p, std::size_t bytes, std::optional<Strea
     } catch (...) {  // could not record (out of memory, another device): a host function instead
     }
   }
-  if (stream) {
+  {
     std::lock_guard<std::mutex> lock(state->mutex);
     ++state->pending_returns;
   }
-  const bool ordered = stream.has_value();
-  detail::release_after(stream, [state, p, c, ordered] {
+  // Without a stream: after the work every host stream was given so far (release_after).
+  detail::release_after(stream, [state, p, c] {
     // Notify under the lock: once pending_returns reaches 0 the destructor may free the state.
     std::lock_guard<std::mutex> lock(state->mutex);
     state->push(p, c);
-    if (ordered) --state->pending_returns;
+    --state->pending_returns;
     state->returned.notify_all();
   });
 }

@@ -22,6 +22,11 @@ namespace gpucloud::detail {
 /// The resource set_default_resource() installed for (kind, device), or nullptr for the built-in.
 MemoryResource* user_default_resource(MemoryKind kind, Device device);
 
+/// The built-in resource for (kind, device), never destroyed: for the small buffers a library
+/// object keeps for its whole life (allocated on first use), which must not point to a user's
+/// resource that may be gone before the object is (a statistics adaptor local to main).
+MemoryResource& builtin_resource(MemoryKind kind, Device device);
+
 class Workspace {
  public:
   /// @p bytes (none: get() is nullptr) for work enqueued on @p stream from now on.

@@ -8,6 +8,8 @@ launch's nodes from the checkpoint that launch resumed from.
 
     node_faults.py MODE --work DIR -- RANK_COMMAND...
 
+RANK_COMMAND: the C++ example's binary, or python examples/train_mlp.py.
+
 MODE
   kill  every process of node 2 is SIGKILLed and the node removed mid-run: the job restarts on
         node 1 alone (2 ranks instead of 4) and finishes there.
@@ -51,6 +53,7 @@ class NodeFault:
         self.work = os.path.abspath(args.work)
         self.run_dir = os.path.join(self.work, "run")
         self.log_path = os.path.join(self.work, "gpucloud-run.log")
+        self.ext = ".npz" if any(c.endswith(".py") for c in rank_command) else ".bin"  # the Python example's
         self.train = ["--steps", str(args.steps), "--log-every", str(args.steps), "--checkpoint-every",
                       str(args.checkpoint_every), "--keep-last", "0", "--dtype", "fp32", "--resume"]
 
@@ -90,7 +93,7 @@ class NodeFault:
             subprocess.run([NETNS, "down"], env=ENV)
 
     def job(self):
-        ck, dump = os.path.join(self.work, "ck"), os.path.join(self.work, "final.bin")
+        ck, dump = os.path.join(self.work, "ck"), os.path.join(self.work, "final" + self.ext)
         command = [sys.executable, os.path.join(ROOT, "python", "gpucloud", "run.py"), "--run-dir", self.run_dir,
                    "--nodes", f"{PREFIX}1:2,{PREFIX}2:2", "--min-nodes", "1", "--node-check",
                    f"{NETNS} probe {{node}}", "--node-wait", "20", "--backoff", "0.1", "--grace", "3",
@@ -123,7 +126,7 @@ class NodeFault:
         # The reference: the last launch's nodes, from the checkpoint it resumed from, uninterrupted.
         last = launches[-1]
         resumed = last["first_step"] - 1
-        ref_ck, ref_dump = os.path.join(self.work, "reference-ck"), os.path.join(self.work, "reference.bin")
+        ref_ck, ref_dump = os.path.join(self.work, "reference-ck"), os.path.join(self.work, "reference" + self.ext)
         shutil.copytree(os.path.join(ck, f"step-{resumed:012d}"), os.path.join(ref_ck, f"step-{resumed:012d}"))
         hosts = ",".join(f"{node}:2" for node in last["nodes"])
         r = subprocess.run([NETNS, "mpirun-on", hosts, *self.rank_command, *self.train, "--checkpoint-dir", ref_ck,

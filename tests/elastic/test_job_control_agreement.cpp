@@ -5,7 +5,10 @@
 
 #include <gpucloud/elastic/job_control.hpp>
 
+#include <gpucloud/memory/resource_adaptors.hpp>
+
 #include <algorithm>
+#include <memory>
 
 namespace gpucloud::testing::collectives {
 namespace {
@@ -46,6 +49,22 @@ TEST(JobControlAgreement, TheFirstRequestWins) {
 
 TEST(JobControlAgreement, NoRequestNoStop) {
   for (std::int64_t v : gathered(stop_step({}, 12))) EXPECT_EQ(v, -1);
+}
+
+TEST(JobControlAgreement, OutlivesAResourceInstalledAfterIt) {
+  // A trainer makes its JobControl first and installs a statistics adaptor as the default device
+  // resource afterwards, which main destroys first: the JobControl's own buffers must not come
+  // from it (under the sanitizers a release through the destroyed adaptor is a report).
+  elastic::JobControl control;
+  Stream s;
+  {
+    auto stats = std::make_unique<StatisticsAdaptor>(default_resource(MemoryKind::device, s.device()));
+    set_default_resource(MemoryKind::device, s.device(), stats.get());
+    for (int step = 0; step < 3; ++step) EXPECT_FALSE(control.should_stop(step, &world(), s));
+    s.synchronize();
+    set_default_resource(MemoryKind::device, s.device(), nullptr);
+  }  // the adaptor is gone (heap memory: under AddressSanitizer a later use is a report)
+  EXPECT_FALSE(control.should_stop(3, &world(), s));
 }
 
 TEST(JobControlAgreement, AStreamOfAnotherDeviceIsRefused) {

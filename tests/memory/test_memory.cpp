@@ -10,6 +10,7 @@
 #include <gpucloud/memory/resource_adaptors.hpp>
 #include <gpucloud/movement/copy.hpp>
 #include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/event.hpp>
 #include <gpucloud/runtime/stream.hpp>
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <future>
 #include <limits>
 #include <numeric>
@@ -364,6 +366,41 @@ TEST_P(MemoryTest, StreamOrderedBufferOutlivesItsQueuedWork) {
   }
   open.set_value();
   s.synchronize();
+}
+
+TEST_P(MemoryTest, ABufferWithoutAStreamOutlivesEveryStreamsQueuedWork) {
+  // Allocated without a stream, used by queued work on two streams, dropped before that work ran:
+  // as cudaFree waits for the device, the free waits for the work queued on every stream so far
+  // (a trainer returning from main mid-step). Memory allocated while that work is half done must
+  // not get the same bytes (under AddressSanitizer a premature free is a use-after-free report).
+  gc::Stream s(device()), t(device());
+  std::promise<void> open_first, open_second;
+  auto first = open_first.get_future().share(), second = open_second.get_future().share();
+  constexpr std::size_t n = 1 << 16;
+  gc::Buffer src(n, gc::DType::uint8, gc::Device::host(), gc::MemoryKind::pinned);
+  std::iota(static_cast<std::uint8_t*>(src.data()), static_cast<std::uint8_t*>(src.data()) + n, std::uint8_t{0});
+  gc::Buffer out(n, gc::DType::uint8, gc::Device::host(), gc::MemoryKind::pinned);
+  gc::Event halfway(device());
+  {
+    gc::Buffer dst(n, gc::DType::uint8, device());  // no stream
+    gc::launch_host_func(s, [first] { first.wait(); });
+    gc::copy(dst, src, s);
+    halfway.record(s);
+    gc::launch_host_func(s, [second] { second.wait(); });
+    gc::copy(out, dst, s);
+    gc::launch_host_func(t, [second] { second.wait(); });  // t is busy too: the free waits for it as well
+  }
+  open_first.set_value();
+  halfway.synchronize();
+  std::vector<gc::Buffer> others;  // what a block freed too early would be handed at once
+  for (int i = 0; i < 4; ++i) {
+    others.emplace_back(n, gc::DType::uint8, device());
+    if (device().is_host()) std::memset(others.back().data(), 0xAB, n);
+  }
+  open_second.set_value();
+  s.synchronize();
+  t.synchronize();
+  EXPECT_EQ(std::memcmp(out.data(), src.data(), n), 0);
 }
 
 TEST_P(MemoryTest, ManagedPrefetchAndAdvice) {

@@ -8,6 +8,8 @@
 - ``DistributedOptimizer``, ``broadcast_parameters``, ``broadcast_optimizer_state``: Horovod's API.
 - ``process_group_communicator()``: a gpucloud communicator over the job's ``torch.distributed``
   (gloo) process group, for jobs without MPI (torchrun on CPUs).
+- ``stream(device)``: the gpucloud stream the drop-ins use for tensors on ``device``: the stream to
+  give ``gpucloud.elastic.JobControl.should_stop`` and other collectives of the same communicator.
 
 Each is a one-line change in a torch script::
 
@@ -19,7 +21,18 @@ import torch as _torch  # noqa: F401  (a clear ImportError here when torch is mi
 from . import ddp, optim  # noqa: F401
 from .amp import GradScaler  # noqa: F401
 from .horovod import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters  # noqa: F401
+from ._streams import stream_for as _stream_for
 from .process_group import ProcessGroupTransport, process_group_communicator  # noqa: F401
 
+
+def stream(device="cpu"):
+    """The gpucloud stream the drop-ins run their work on for tensors on ``device`` (a
+    ``torch.device`` or its name): torch's current stream on a GPU, the process's host stream on
+    the CPU. Collectives must reach a communicator in the same order on every rank: give this
+    stream to ``JobControl.should_stop`` (or any collective of your own on the communicator the
+    hooks use), so it is ordered with the gradient all-reduces."""
+    return _stream_for(_torch.device(device))
+
+
 __all__ = ["DistributedOptimizer", "GradScaler", "ProcessGroupTransport", "broadcast_optimizer_state",
-           "broadcast_parameters", "ddp", "optim", "process_group_communicator"]
+           "broadcast_parameters", "ddp", "optim", "process_group_communicator", "stream"]

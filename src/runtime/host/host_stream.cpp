@@ -239,6 +239,29 @@ void HostStream::launch_host_func(std::function<void()> fn, bool always_run) {
   work_ready_.notify_one();
 }
 
+void HostStream::after_enqueued_work(std::function<void()> fn) noexcept {
+  auto remaining = std::make_shared<std::atomic<std::size_t>>(1);  // 1: this call's own share
+  auto shared = std::make_shared<std::function<void()>>(std::move(fn));
+  auto arrive = [remaining, shared] {
+    if (remaining->fetch_sub(1, std::memory_order_acq_rel) == 1) (*shared)();
+  };
+  {
+    // Under the registry's lock no stream finishes destruction: a marker enqueued here is run by
+    // its worker, which drains its queue before it exits.
+    std::lock_guard<std::mutex> lock(stream_registry().mutex);
+    for (HostStream* s : stream_registry().streams) {
+      if (s->outstanding_.load(std::memory_order_acquire) == 0) continue;  // idle: nothing to wait for
+      remaining->fetch_add(1, std::memory_order_relaxed);
+      try {
+        s->launch_host_func(arrive, /*always_run=*/true);
+      } catch (...) {  // out of memory for the marker: do not wait for this stream
+        remaining->fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  arrive();
+}
+
 bool HostStream::begin_inline() {
   if (current_stream == this) return false;  // the worker itself: its own work comes first
   std::lock_guard<std::mutex> lock(mutex_);

@@ -40,6 +40,10 @@ class HostStream final : public StreamImpl {
   static std::uint64_t fork_generation() noexcept;
   void wait(EventImpl& event) override;
   void launch_host_func(std::function<void()> fn, bool always_run) override;
+  /// Runs @p fn once every host stream has finished the work enqueued on it before this call
+  /// (what cudaFree waits for on a GPU), without blocking the caller: at once when every stream
+  /// is idle, else on the worker of the last of those streams to get there. Never throws.
+  static void after_enqueued_work(std::function<void()> fn) noexcept;
   /// Runs @p fn on the calling thread before returning, when the stream is idle (nothing queued
   /// or running, no error pending, a thread other than its worker): work that costs less than the
   /// hand-off to the worker, as CUDA runs a host-to-host cudaMemcpyAsync synchronously. Returns
