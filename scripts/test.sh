@@ -20,7 +20,7 @@
 #          use after free and undefined behaviour), with GPUCLOUD_BLAS=OFF and
 #          GPUCLOUD_ONEDNN=OFF: the host GEMM's built-in loop nest and the widened bf16 path (what
 #          builds without OpenBLAS/oneDNN run) under the same tests
-#   tsan   every capability's tests but the MPI ones (labels runtime ... telemetry, not mpi)
+#   tsan   every capability's tests but the MPI ones (labels runtime ... elastic, not mpi)
 #          under ThreadSanitizer (without oneDNN and with OpenBLAS
 #          on one thread: their thread pools are not instrumented)
 #   python-asan  the Python package built host-only with AddressSanitizer + UBSan, and the
@@ -141,7 +141,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # (an uninstrumented library), so a product big enough to split reads as a race on C.
 # tests/tsan.supp: a race inside an uninstrumented library (civetweb's gmtime), not ours.
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp OPENBLAS_NUM_THREADS=1 \
-  configure_build_test tsan "-L ^(runtime|memory|movement|compute|amp|comm|monitor|checkpoint|telemetry)$ -LE ^mpi$" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
+  configure_build_test tsan "-L ^(runtime|memory|movement|compute|amp|comm|monitor|checkpoint|telemetry|elastic)$ -LE ^mpi$" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=thread -DGPUCLOUD_BUILD_EXAMPLES=OFF -DGPUCLOUD_ONEDNN=OFF
 # The bindings under AddressSanitizer: host-only (CUDA's runtime and ASan do not mix well), the
 # built-in GEMM (OpenBLAS is not instrumented), leaks off (CPython keeps objects until exit).

@@ -552,3 +552,23 @@ def test_the_drop_ins_stream_is_public_and_checked():
     assert s.device == gc.Device("host")
     with pytest.raises(gc.InvalidArgument, match="neither a CUDA device nor the CPU"):
         gt.stream("meta")
+
+
+@pytest.mark.parametrize("name", ["AdamW", "Adam", "SGD"])
+def test_torchs_flags_are_accepted_where_the_kernels_follow_them_and_refused_by_name_elsewhere(name):
+    model = torch.nn.Linear(4, 2)
+    cls = getattr(gt.optim, name)
+    # torch's defaults, and its implementation choices (any of them gives the same update).
+    for flags in ({}, dict(foreach=None, maximize=False, capturable=False, differentiable=False, fused=None),
+                  dict(foreach=True), dict(foreach=False), dict(fused=True), dict(fused=False)):
+        opt = cls(model.parameters(), lr=0.1, **flags)
+        for k, v in flags.items():
+            assert opt.param_groups[0][k] == v
+        model(torch.ones(3, 4)).sum().backward()
+        opt.step()  # a group saying foreach/fused steps like any other
+        opt.zero_grad()
+    for k, v in (("maximize", True), ("capturable", True), ("differentiable", True)):
+        with pytest.raises(gc.Unsupported, match=f"{name}: {k}=True: the fused kernels run only with {k}=False"):
+            cls(model.parameters(), lr=0.1, **{k: v})
+    with pytest.raises(TypeError, match="foreach: expected None or a bool"):
+        cls(model.parameters(), lr=0.1, foreach="yes")

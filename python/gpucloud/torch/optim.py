@@ -23,19 +23,36 @@ __all__ = ["Adam", "AdamW", "SGD"]
 _TORCH_FLAGS = {"maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": None}
 
 
+# Which implementation torch picks (its for-loop, foreach or fused kernels): any setting gives the
+# same update, and gpucloud's kernels are fused multi-tensor ones whatever it says.
+_IMPLEMENTATION_FLAGS = ("foreach", "fused")
+
+
+def _check_flags(where, flags):
+    """torch's flags at a setting the fused kernels follow; anything else is refused by name."""
+    for k, v in flags.items():
+        if k in _IMPLEMENTATION_FLAGS:
+            if v not in (None, True, False):
+                raise TypeError(f"{where}{k}: expected None or a bool, got {v!r}")
+        elif v not in (_TORCH_FLAGS[k], None):
+            raise _gc.Unsupported(f"{where}{k}={v!r}: the fused kernels run only with {k}={_TORCH_FLAGS[k]!r}"
+                                  + ("; negate the loss to maximize it" if k == "maximize" else ""))
+
+
 class _FusedOptimizer(torch.optim.Optimizer):
     """What the drop-ins share: one fused gpucloud optimizer per parameter group."""
 
     _state_keys = ()  # the per-parameter state tensors, as torch names them
     _gpucloud_fused = True  # GradScaler.step lets the step skip itself on the device
 
-    def __init__(self, params, defaults, master_weights):
+    def __init__(self, params, defaults, master_weights, flags):
         if not isinstance(master_weights, bool):
             raise TypeError(f"master_weights: expected a bool, got {type(master_weights).__name__}")
+        _check_flags(f"{type(self).__name__}: ", flags)
         self._master_weights = master_weights
         self._groups = {}  # group index -> (fused optimizer, its parameters, their stream)
         self._bound_grads = {}  # group index -> (fused optimizer, the gradients set_grads bound, their data pointers)
-        super().__init__(params, dict(defaults, **_TORCH_FLAGS))
+        super().__init__(params, dict(defaults, **flags))
 
     # -- what each optimizer says ------------------------------------------------------------
     def _make(self, pairs, stream, group):  # pragma: no cover - abstract
@@ -158,10 +175,7 @@ class _FusedOptimizer(torch.optim.Optimizer):
                                                   f"parameter of {p.numel()}")
 
     def _check_group(self, gi, group):
-        for k, v in _TORCH_FLAGS.items():
-            if group.get(k, v) not in (v, False, None):
-                raise _gc.Unsupported(f"{type(self).__name__}: param_groups[{gi}]['{k}'] = {group[k]!r}: the fused "
-                                      f"kernels run only with {k}={v!r}")
+        _check_flags(f"{type(self).__name__}: param_groups[{gi}]: ", {k: group.get(k, v) for k, v in _TORCH_FLAGS.items()})
 
     def _fused_for(self, gi, params, placeholder_grads=False):
         if gi not in self._groups:
@@ -219,7 +233,10 @@ class Adam(_FusedOptimizer):
     _state_keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
+                 foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
                  master_weights=False):
+        flags = dict(foreach=foreach, maximize=maximize, capturable=capturable, differentiable=differentiable,
+                     fused=fused)
         name = type(self).__name__
         if not 0.0 <= lr:
             raise ValueError(f"{name}: lr: {lr} is negative")
@@ -230,7 +247,7 @@ class Adam(_FusedOptimizer):
         if not 0.0 <= weight_decay:
             raise ValueError(f"{name}: weight_decay: {weight_decay} is negative")
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
-        super().__init__(params, defaults, master_weights)
+        super().__init__(params, defaults, master_weights, flags)
 
     def _required(self, group):
         return ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if group.get("amsgrad") else ("exp_avg", "exp_avg_sq")
@@ -266,9 +283,11 @@ class AdamW(Adam):
     _decoupled = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
+                 foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
                  master_weights=False):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                         master_weights=master_weights)
+                         foreach=foreach, maximize=maximize, capturable=capturable, differentiable=differentiable,
+                         fused=fused, master_weights=master_weights)
 
 
 class SGD(_FusedOptimizer):
@@ -277,7 +296,10 @@ class SGD(_FusedOptimizer):
     _state_keys = ("momentum_buffer",)
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
+                 foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
                  master_weights=False):
+        flags = dict(foreach=foreach, maximize=maximize, capturable=capturable, differentiable=differentiable,
+                     fused=fused)
         name = type(self).__name__
         if not 0.0 <= lr:
             raise ValueError(f"{name}: lr: {lr} is negative")
@@ -288,7 +310,7 @@ class SGD(_FusedOptimizer):
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError(f"{name}: nesterov: needs momentum > 0 and dampening 0")
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov)
-        super().__init__(params, defaults, master_weights)
+        super().__init__(params, defaults, master_weights, flags)
 
     def _required(self, group):
         return ("momentum_buffer",) if group.get("momentum") else ()
