@@ -385,7 +385,9 @@ void Checkpointer::Impl::write(const std::shared_ptr<PendingSave::State>& state,
     }
     const std::string done = tmp + "/" + marker_file(rank, "json");
     d::write_file(done + ".part", marker.dump());
-    d::rename_durably(done + ".part", done);
+    // Not rename_durably: rank 0 may read the marker, sync the directory and rename it to the
+    // checkpoint the moment the marker appears, before an fsync of it here could open it.
+    d::publish(done + ".part", done);
     // Committed once rank 0 has renamed the directory, with a manifest of this run and step.
     const std::string manifest = final_dir + "/manifest.json";
     const std::string run = d::hex64(run_id);

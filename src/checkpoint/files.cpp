@@ -142,6 +142,10 @@ void rename_durably(const std::string& from, const std::string& to) {
   sync_directory(parent_of(to));
 }
 
+void publish(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) fail_errno("rename", from + " -> " + to, errno);
+}
+
 void remove_all_quietly(const std::string& path) noexcept {
   std::error_code ec;
   fs::remove_all(path, ec);

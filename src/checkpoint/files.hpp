@@ -47,6 +47,9 @@ void sync_directory(const std::string& path);
 void make_directories(const std::string& path);
 /// rename(2), then fsync of the target's directory.
 void rename_durably(const std::string& from, const std::string& to);
+/// rename(2) alone: makes a file another process consumes visible at once, in a directory that
+/// process may sync and move away the moment it sees the file (no fsync of it here).
+void publish(const std::string& from, const std::string& to);
 /// rm -rf; errors ignored (best effort, for clean-up).
 void remove_all_quietly(const std::string& path) noexcept;
 /// Names of the entries of @p path (empty when it does not exist).
