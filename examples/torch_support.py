@@ -140,8 +140,17 @@ def stop_for_preemption(args, ck, step, model, opt, scaler, stream, control, com
         kept = f"checkpoint at step {step} committed" if ck is not None else "no --checkpoint-dir, the steps are lost"
         why = f"signal {signal.Signals(control.stop_signal).name}" if control.stop_signal else "a notice to another rank"
         print(f"preempted by {why} at step {step}: {kept}, exit {code} to be requeued", flush=True)
-    dist.destroy_process_group()
+    leave()
     raise SystemExit(code)
+
+
+def leave():
+    """Ends the process group, after a barrier: gloo's worker threads then hold no finished
+    collective whose tensors they still have to release (which takes the GIL). Otherwise torch
+    1.13 can deadlock at exit, when DDP's reducer destroys the group while the main thread holds
+    the GIL and a worker waits for it (seen once in the fault tests)."""
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def train(args, comm, model, opt, scaler):
@@ -193,4 +202,4 @@ def train(args, comm, model, opt, scaler):
     if comm.rank == 0:
         print(f"final: steps {args.steps}, loss {mean:.5f} (first logged {first:.5f}), overflow steps skipped "
               f"{skipped}", flush=True)
-    dist.destroy_process_group()
+    leave()
