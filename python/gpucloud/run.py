@@ -204,10 +204,15 @@ class NodePool:
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
 
+def placeholders(nodes):
+    """{placeholder: value} for ``nodes`` [(name, slots)]."""
+    return {"{hosts}": ",".join(f"{n}:{k}" for n, k in nodes), "{nodes}": ",".join(n for n, _ in nodes),
+            "{nnodes}": str(len(nodes)), "{np}": str(sum(k for _, k in nodes))}
+
+
 def place(command, nodes):
     """``command`` with the placeholders filled in for ``nodes`` [(name, slots)]."""
-    values = {"{hosts}": ",".join(f"{n}:{k}" for n, k in nodes), "{nodes}": ",".join(n for n, _ in nodes),
-              "{nnodes}": str(len(nodes)), "{np}": str(sum(k for _, k in nodes))}
+    values = placeholders(nodes)
     placed = []
     for word in command:
         for key, value in values.items():
@@ -390,7 +395,8 @@ class Supervisor:
         command = self.command
         if nodes is not None:
             command = place(self.command, nodes)
-            env.update(GPUCLOUD_RUN_HOSTS=place(["{hosts}"], nodes)[0], GPUCLOUD_RUN_NP=place(["{np}"], nodes)[0])
+            values = placeholders(nodes)
+            env.update(GPUCLOUD_RUN_HOSTS=values["{hosts}"], GPUCLOUD_RUN_NP=values["{np}"])
         # mpirun ending a job (a rank died) sends SIGTERM, then SIGKILL this many seconds later
         # (default 1): ranks that catch SIGTERM (JobControl) would hold the restart up for it.
         env.setdefault("OMPI_MCA_odls_base_sigkill_timeout", "0")
@@ -459,12 +465,13 @@ class Supervisor:
                     nodes, left_out = self.pool.choose(lambda: self.preempt_signal is not None or self.interrupted)
                 except _NotEnoughNodes as e:
                     return self._no_nodes(attempt, str(e))
+                ranks = sum(k for _, k in nodes)
                 with self.metrics.lock:
-                    self.metrics.nodes, self.metrics.world_size = len(nodes), sum(k for _, k in nodes)
+                    self.metrics.nodes, self.metrics.world_size = len(nodes), ranks
             proc, pump, tail, attempt_dir = self._launch(attempt, reason, nodes)
             where = ""
             if nodes is not None:
-                where = (f" on {len(nodes)} node(s), {sum(k for _, k in nodes)} rank(s): " +
+                where = (f" on {len(nodes)} node(s), {ranks} rank(s): " +
                          ",".join(n for n, _ in nodes) +
                          "".join(f"; {n} left out ({w})" for n, w in left_out.items()))
             _say(f"launch {attempt} (pid {proc.pid}){where}" + (f" after: {reason}" if reason else ""))
@@ -490,7 +497,7 @@ class Supervisor:
                                            default=None),
                       "ended_at": round(seen, 3), "torn_down_at": round(torn_down, 3)}
             if nodes is not None:
-                record.update(nodes=[n for n, _ in nodes], np=sum(k for _, k in nodes), left_out=left_out)
+                record.update(nodes=[n for n, _ in nodes], np=ranks, left_out=left_out)
             if detected is not None and failures:
                 if record["first_step_at"] is not None:  # every rank has run its first step
                     recovery = record["first_step_at"] - detected[1]
