@@ -7,6 +7,7 @@
 # libssl-dev provides them; openssl makes the test certificates.
 # Slurm (slurmctld, slurmd, srun with its PMIx plugin) and munge run the one-machine Slurm cluster
 # of the Slurm tests (scripts/slurm-cluster.sh). iputils-ping: the network-namespace nodes' probe.
+# gdb: the fault tests print every thread's stack of a job that does not end.
 # The CUDA toolkit is not installed here: it is found at /usr/local/cuda when present, and the
 # host-only library builds without it.
 set -euo pipefail
@@ -14,7 +15,7 @@ set -euo pipefail
 packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip python3-venv python3-dev libopenmpi-dev openmpi-bin libdlpack-dev libopenblas-dev doxygen
   libdnnl-dev ocl-icd-opencl-dev
   nlohmann-json3-dev libxxhash-dev prometheus-cpp-dev prometheus libssl-dev openssl
-  python3-torch python3-mpi4py iproute2 iputils-ping slurmctld slurmd slurm-client munge)
+  python3-torch python3-mpi4py iproute2 iputils-ping gdb slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -391,6 +391,7 @@ void Checkpointer::Impl::write(const std::shared_ptr<PendingSave::State>& state,
     // Committed once rank 0 has renamed the directory, with a manifest of this run and step.
     const std::string manifest = final_dir + "/manifest.json";
     const std::string run = d::hex64(run_id);
+    d::QuietDirectory quiet(tmp);
     poll(
         [&] {
           if (!d::exists(manifest)) return false;
@@ -405,7 +406,7 @@ void Checkpointer::Impl::write(const std::shared_ptr<PendingSave::State>& state,
         [&]() -> std::optional<std::string> {
           auto e = read_error_marker(tmp + "/commit.error");
           if (e) return "rank 0 failed to write the checkpoint: " + *e;
-          return peers_lost();
+          return peers_lost(quiet, "rank 0, or a rank whose file it waits for,");
         },
         options.commit_timeout, "rank 0 to commit " + final_dir);
   } catch (const std::exception& e) {

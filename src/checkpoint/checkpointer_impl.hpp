@@ -11,6 +11,7 @@
 #include <gpucloud/runtime/stream.hpp>
 
 #include "checkpoint/files.hpp"
+#include "comm/communicator_impl.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -104,6 +105,28 @@ void poll(Ready ready, Failed failed, std::chrono::milliseconds timeout, const s
   }
 }
 
+// How long nothing changed in a directory other ranks write their part of a save to.
+class QuietDirectory {
+ public:
+  explicit QuietDirectory(std::string path) : path_(std::move(path)), state_(directory_state(path_)) {}
+  /// The time since an entry of the directory last appeared, went or changed size, as these calls saw.
+  std::chrono::milliseconds quiet_for() {
+    const auto now = std::chrono::steady_clock::now();
+    std::string state = directory_state(path_);
+    if (state != state_) {
+      state_ = std::move(state);
+      changed_ = now;
+    }
+    return std::chrono::duration_cast<std::chrono::milliseconds>(now - changed_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::string state_;
+  std::chrono::steady_clock::time_point changed_ = std::chrono::steady_clock::now();
+};
+
 inline std::optional<std::string> read_error_marker(const std::string& path) {
   if (!exists(path)) return std::nullopt;
   try {
@@ -130,12 +153,22 @@ struct Checkpointer::Impl {
 
   ~Impl() { finish_previous(false); }
 
-  // Set when the save's communicator has broken (a peer died or timed out): the other ranks'
-  // part will not come, so a wait for it ends now rather than at commit_timeout.
-  std::optional<std::string> peers_lost() const {
-    if (options.comm != nullptr && options.comm->broken())
+  // Why a wait for other ranks' part of a save ends before commit_timeout: the save's communicator
+  // broke (a peer died or timed out), or nothing in the save's directory @p dir changed for the
+  // communicator's timeout, as long as a collective waits for a peer (@p who stopped, died or was
+  // cut off; this rank may be waiting outside any collective, which would never time out). The
+  // latter breaks the job as a timed-out collective does: MPI cannot finalise without that peer.
+  std::optional<std::string> peers_lost(detail::QuietDirectory& dir, const std::string& who) const {
+    if (options.comm == nullptr) return std::nullopt;
+    if (options.comm->broken())
       return std::string("the communicator is broken (a rank failed or timed out): the save cannot complete");
-    return std::nullopt;
+    const auto quiet = dir.quiet_for();
+    if (quiet <= options.comm->timeout()) return std::nullopt;
+    std::string why = "nothing in " + dir.path() + " changed for " + std::to_string(quiet.count()) +
+                      " ms, longer than the communicator's timeout (GPUCLOUD_COMM_TIMEOUT): " + who +
+                      " stopped, died or was cut off, and the save cannot complete";
+    gpucloud::detail::note_broken_communicator(gpucloud::detail::where(rank) + ": checkpoint save: " + why);
+    return why;
   }
 
   void finish_previous(bool rethrow) {

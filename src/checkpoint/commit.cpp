@@ -26,13 +26,14 @@ void Checkpointer::Impl::commit(const std::string& tmp, const std::string& final
                                 const Metadata& metadata) {
   std::vector<json> markers(static_cast<std::size_t>(world));
   markers[0] = own;
+  d::QuietDirectory quiet(tmp);
   for (int r = 1; r < world; ++r) {
     const std::string path = tmp + "/" + marker_file(r, "json");
     poll([&] { return d::exists(path); },
          [&]() -> std::optional<std::string> {
            auto e = read_error_marker(tmp + "/" + marker_file(r, "error"));
            if (e) return "rank " + std::to_string(r) + " failed to write its file: " + *e;
-           return peers_lost();
+           return peers_lost(quiet, "rank " + std::to_string(r));
          },
          options.commit_timeout, "rank " + std::to_string(r) + "'s file in " + tmp);
     try {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -158,6 +159,20 @@ std::vector<std::string> list_directory(const std::string& path) {
     names.push_back(it->path().filename().string());
   }
   return names;
+}
+
+std::string directory_state(const std::string& path) {
+  std::vector<std::string> entries;
+  std::error_code ec;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code size_ec;
+    const auto size = it->is_regular_file(size_ec) ? it->file_size(size_ec) : 0;
+    entries.push_back(it->path().filename().string() + '\0' + std::to_string(size_ec ? 0 : size));
+  }
+  std::sort(entries.begin(), entries.end());
+  std::string state;
+  for (const auto& e : entries) state += e + '\n';
+  return state;
 }
 
 bool exists(const std::string& path) {

@@ -54,6 +54,9 @@ void publish(const std::string& from, const std::string& to);
 void remove_all_quietly(const std::string& path) noexcept;
 /// Names of the entries of @p path (empty when it does not exist).
 std::vector<std::string> list_directory(const std::string& path);
+/// The names and sizes of @p path's entries, sorted (empty when it does not exist): two calls
+/// differ when an entry appeared, went or changed size in between.
+std::string directory_state(const std::string& path);
 /// True when @p path exists.
 bool exists(const std::string& path);
 /// True when @p path is a regular file (symbolic links followed); nothing is opened.

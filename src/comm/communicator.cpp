@@ -63,8 +63,8 @@ void end_job_if_communicator_broke() noexcept {
   }
   if (why.empty()) return;
   std::fprintf(stderr,
-               "gpucloud: ending the job: %s, and MPI cannot finalise with that collective abandoned "
-               "(it would wait for the ranks that did not finish it)\n",
+               "gpucloud: ending the job: %s; MPI cannot finalise without the ranks that did not come "
+               "(it would wait for them)\n",
                why.c_str());
   std::fflush(stderr);
   abort_job(1);

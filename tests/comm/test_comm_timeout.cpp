@@ -160,7 +160,11 @@ int stall(gc::Communicator& c, std::size_t floats, Stalled op = Stalled::all_red
 // waits for rank 1's file (commit_timeout 60 s). Rank 0's next all-reduce times out and breaks the
 // communicator; the save must then fail at once, naming the broken communicator, rather than
 // wait out the commit timeout (a rank left behind by a dead peer exits promptly).
-int stall_save(gc::Communicator& c, const char* dir) {
+// "stall-save-idle": the same, but rank 0 runs no collective: it only waits for the save (as a
+// trainer does when its next save waits for the previous one). Nothing in the save's directory
+// changes, and after the communicator's timeout the save fails, naming the silence; the job then
+// ends (MPI could not finalise without rank 1).
+int stall_save(gc::Communicator& c, const char* dir, bool idle) {
   c.set_timeout(std::chrono::milliseconds(1000));
   gc::Stream s;
   gc::Buffer data(1024, gc::DType::float32);
@@ -179,10 +183,12 @@ int stall_save(gc::Communicator& c, const char* dir) {
   auto pending = ck.save_async(1, {{"w", {data, {1024}}}}, s);
   const auto began = std::chrono::steady_clock::now();
   try {
-    c.all_reduce(data, data, gc::ReduceOp::sum, s);
-    s.synchronize();
-    std::printf("stall-save: FAILED: the all-reduce completed without rank 1\n");
-    return 1;
+    if (!idle) {
+      c.all_reduce(data, data, gc::ReduceOp::sum, s);
+      s.synchronize();
+      std::printf("stall-save: FAILED: the all-reduce completed without rank 1\n");
+      return 1;
+    }
   } catch (const gc::CommunicationError&) {
   }
   try {
@@ -192,7 +198,8 @@ int stall_save(gc::Communicator& c, const char* dir) {
   } catch (const gc::CheckpointError& e) {
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began).count();
-    const bool ok = ms < 20000 && std::string(e.what()).find("communicator is broken") != std::string::npos;
+    const bool ok =
+        ms < 20000 && std::string(e.what()).find(idle ? "changed for" : "communicator is broken") != std::string::npos;
     std::printf("stall-save: the save failed %lld ms after the stop: %s\n%s\n", static_cast<long long>(ms), e.what(),
                 ok ? "SAVE STALL TEST PASSED" : "SAVE STALL TEST FAILED");
     std::fflush(stdout);
@@ -205,7 +212,8 @@ int main(int argc, char** argv) {
   const bool exits = argc > 1 && std::string(argv[1]) == "exits";
   gc::Communicator c = gc::Communicator::mpi_world();
   if (argc > 1 && std::string(argv[1]) == "late") return late_rank(c);
-  if (argc > 2 && std::string(argv[1]) == "stall-save") return stall_save(c, argv[2]);
+  if (argc > 2 && std::string(argv[1]) == "stall-save") return stall_save(c, argv[2], false);
+  if (argc > 2 && std::string(argv[1]) == "stall-save-idle") return stall_save(c, argv[2], true);
   if (argc > 1 && std::string(argv[1]) == "cut") return cut_link(c);
   if (argc > 1 && std::string(argv[1]) == "stall") return stall(c, std::size_t{1} << 17);
   if (argc > 1 && std::string(argv[1]) == "stall-worker") return stall(c, std::size_t{1} << 20);

@@ -50,6 +50,50 @@ def heartbeats(attempt_dir):
     return {rank: (b.first, b.latest, b.pid) for rank, b in read_heartbeats(attempt_dir).items()}
 
 
+def _descendants(root):
+    """Every process under ``root``, read from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def job_stacks(root):
+    """A stuck job, described: each process's command line, state and wait channel, and with gdb
+    every thread's backtrace."""
+    out = []
+    for pid in [root, *_descendants(root)]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/wchan") as f:
+                wchan = f.read()
+        except OSError:
+            continue
+        out.append(f"pid {pid} state {state} wchan {wchan}: {cmd}")
+        if shutil.which("gdb") and state != "Z":
+            try:
+                r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 30"],
+                                   capture_output=True, text=True, timeout=60)
+                out += [line for line in r.stdout.splitlines() if line.startswith(("#", "Thread"))]
+            except subprocess.TimeoutExpired:
+                out.append("(gdb did not attach within 60 s)")
+    return "\n".join(out)
+
+
 def same_weights(a, b):
     if a.endswith(".pt"):  # the torch examples' flat weight tensor
         import torch
@@ -112,9 +156,26 @@ class Trials:
             time.sleep(0.002)
         return None
 
-    def fail(self, why, run_dir):
+    def fail(self, why, run_dir, more=""):
         with open(run_dir + ".log") as f:
-            sys.exit(f"FAILED: {why}\n--- gpucloud-run's output:\n{f.read()[-6000:]}")
+            sys.exit(f"FAILED: {why}\n--- gpucloud-run's output:\n{f.read()[-6000:]}{more}")
+
+    def wait(self, proc, log, run_dir, timeout):
+        """gpucloud-run's exit status; after ``timeout`` s, fails with what every process of the job
+        was doing (its state, kernel wait channel and, where gdb is installed, every thread's stack)."""
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stacks = job_stacks(proc.pid)
+            proc.kill()
+            for pid in _descendants(proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+            log.close()
+            self.fail(f"the job did not end within {timeout} s", run_dir, "\n--- its processes:\n" + stacks)
 
     def run(self):
         shutil.rmtree(self.args.work, ignore_errors=True)
@@ -144,7 +205,7 @@ class Trials:
                 os.kill(beats[rank][2], signal.SIGKILL)
             except ProcessLookupError:
                 self.fail("the rank to kill had ended: it ended before its kill", run_dir)
-        code = proc.wait(timeout=600)
+        code = self.wait(proc, log, run_dir, 600)
         log.close()
         if code != 0:
             self.fail(f"gpucloud-run exited {code} after {kills} kills", run_dir)
@@ -167,7 +228,7 @@ class Trials:
                 if self.rng.random() < 0.3:  # a second notice during the save: the save still commits
                     time.sleep(self.rng.uniform(0.0, 0.05))
                     proc.send_signal(signo)
-            code = proc.wait(timeout=600)
+            code = self.wait(proc, log, launch_dir, 600)
             log.close()
             with open(launch_dir + ".log") as f:
                 out = f.read()
@@ -197,7 +258,7 @@ class Trials:
             if beats is None:
                 self.fail(f"the job ended before hang {attempt + 1} of {hangs}", run_dir)
             os.kill(beats[self.rng.randrange(self.args.np)][2], signal.SIGSTOP)
-        code = proc.wait(timeout=600)
+        code = self.wait(proc, log, run_dir, 300)
         log.close()
         if code != 0:
             self.fail(f"gpucloud-run exited {code} after {hangs} hangs", run_dir)
