@@ -4,6 +4,7 @@ broadcast_parameters and broadcast_optimizer_state from rank 0.
 
     mpi_torch_horovod.py PORT
 """
+import contextlib
 import io
 import json
 import os
@@ -72,6 +73,41 @@ def train(model, opt, rank, steps=20, scaler=None, set_to_none=True, sched=None)
     return flat(model)
 
 
+def train_clipped(model, opt, rank, horovod_recipe=False, scaler=None, steps=10):
+    """Clipping between backward() and step(), as a torch user writes it, or by Horovod's recipe
+    (synchronize(), unscale, clip, step() under skip_synchronize())."""
+    x, y = shard(rank)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        if horovod_recipe:
+            opt.synchronize()
+        if scaler is not None:
+            scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+        with opt.skip_synchronize() if horovod_recipe else contextlib.nullcontext():
+            if scaler is not None:
+                scaler.step(opt)
+            else:
+                opt.step()
+        if scaler is not None:
+            scaler.update()
+    return flat(model)
+
+
+def train_accumulated(model, opt, rank, ddp=None, steps=10):
+    """Two backwards of half a batch each per step (DDP: the first under no_sync())."""
+    x, y = shard(rank)
+    for _ in range(steps):
+        opt.zero_grad()
+        for j, (xa, ya) in enumerate([(x[:16], y[:16]), (x[16:], y[16:])]):
+            with ddp.no_sync() if ddp is not None and j == 0 else contextlib.nullcontext():
+                (((model(xa) - ya) ** 2).mean() / 2).backward()
+        opt.step()
+    return flat(model)
+
+
 def same_on_every_rank(w):
     everyone = [torch.empty_like(w) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, w)
@@ -86,7 +122,40 @@ def main():
 
     ddp = DDP(make_model())
     reference = train(ddp, torch.optim.SGD(ddp.parameters(), 0.05, momentum=0.9), rank)
+    ddp = DDP(make_model())
+    clipped = train_clipped(ddp, torch.optim.SGD(ddp.parameters(), 0.05, momentum=0.9), rank)
+    ddp = DDP(make_model())
+    accumulated = train_accumulated(ddp, torch.optim.SGD(ddp.parameters(), 0.05, momentum=0.9), rank, ddp=ddp)
     del ddp  # torch 1.13: a DDP module freed after destroy_process_group() can hang in its reducer
+
+    # Clipping after backward() applies to the averaged gradients, as under DDP: written the torch
+    # way, and by Horovod's AMP recipe (synchronize, unscale, clip, step under skip_synchronize).
+    for recipe in (False, True):
+        model = make_model()
+        opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), 0.05, momentum=0.9), comm,
+                                      first_bucket_bytes=4096, bucket_bytes=8192)
+        w = train_clipped(model, opt, rank, horovod_recipe=recipe, scaler=gt.GradScaler() if recipe else None)
+        diff = (w - clipped).abs().max().item()
+        assert diff <= 1e-6, f"clipped (Horovod's recipe: {recipe}): worst weight difference to DDP {diff}"
+    # backward_passes_per_step: two backwards accumulated, averaged once (DDP: no_sync, then sync).
+    model = make_model()
+    opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), 0.05, momentum=0.9), comm,
+                                  backward_passes_per_step=2, first_bucket_bytes=4096, bucket_bytes=8192)
+    diff = (train_accumulated(model, opt, rank) - accumulated).abs().max().item()
+    assert diff <= 1e-6, f"backward_passes_per_step=2: worst weight difference to DDP {diff}"
+    # One backward more than backward_passes_per_step before step(): refused, not averaged twice.
+    model = make_model()
+    opt = gt.DistributedOptimizer(torch.optim.SGD(model.parameters(), 0.05), comm)
+    x, y = shard(rank)
+    ((model(x) - y) ** 2).mean().backward()
+    try:
+        ((model(x) - y) ** 2).mean().backward()
+        raise AssertionError("a second backward before step() was accepted")
+    except gc.InvalidArgument as e:
+        assert "backward_passes_per_step" in str(e), e
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()  # a new step after zero_grad()
+    opt.step()
     worst = 0.0
     for set_to_none in (True, False):
         model = make_model()

@@ -11,9 +11,13 @@
 
 Gradients are averaged through ``gpucloud.GradBucketer`` as backward produces them: a hook on each
 parameter's gradient accumulation marks it ready, and each bucket's all-reduce starts the moment
-its last gradient is in (on the stream's worker, overlapping the rest of backward); ``step()``
-(or ``synchronize()``) waits for the last ones. One backward per step.
+its last gradient is in (on the stream's worker, overlapping the rest of backward). As under DDP,
+``backward()`` returns with every ``p.grad`` averaged: clipping or any other edit of the gradients
+between ``backward()`` and ``step()`` applies to the average. Horovod's recipe (``synchronize()``,
+then the edit, then ``step()`` under ``skip_synchronize()``) works as well.
+``backward_passes_per_step=N`` accumulates N backwards locally and averages the sum once.
 """
+import contextlib
 import json
 import weakref
 
@@ -60,6 +64,10 @@ class _Distributed:
         self._gc_bucketer = _gc.GradBucketer(comm, self._gc_mirrors, **options)
         self._gc_marked = set()
         self._gc_synced = True
+        self._gc_averaged = False  # synchronized since the last step() or zero_grad()
+        self._gc_skip = False  # inside skip_synchronize()
+        self._gc_passes = [0] * len(self._gc_params)  # backwards accumulated since the last all-reduce
+        self._gc_callback = False  # the end-of-backward synchronize is queued
         self._gc_hooks = []
         for i, p in enumerate(self._gc_params):
             self._gc_hooks.append(self._gc_hook(i, p))
@@ -79,25 +87,44 @@ class _Distributed:
         return accumulator  # kept: the hook lives as long as the node
 
     def _gc_ready(self, i):
-        if i in self._gc_marked:
-            raise _gc.InvalidArgument(f"DistributedOptimizer: gradient of '{self._gc_names[i]}' is ready twice in "
-                                      "one step: call step() (or synchronize()) after each backward")
+        if self._gc_averaged or i in self._gc_marked:
+            raise _gc.InvalidArgument(
+                f"DistributedOptimizer: gradient of '{self._gc_names[i]}' computed again after its average: more "
+                f"backwards than backward_passes_per_step ({self._gc_passes_per_step}) before step() or "
+                "zero_grad(); pass backward_passes_per_step=N to accumulate N backwards locally")
+        self._gc_passes[i] += 1
+        if self._gc_passes[i] < self._gc_passes_per_step:
+            return  # accumulated locally; averaged after the last pass
+        if not self._gc_callback:  # as DDP: backward returns with every gradient averaged
+            self._gc_callback = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._gc_end_of_backward)
+        self._gc_mark(i, stream_for(self._gc_device))
+
+    def _gc_mark(self, i, stream):
+        """Starts gradient ``i``'s part of the all-reduce (zeros when it has none)."""
         grad, mirror = self._gc_params[i].grad, self._gc_mirrors[i]
-        if grad.data_ptr() != mirror.data_ptr():
+        if grad is None:
+            mirror.zero_()
+        elif grad.data_ptr() != mirror.data_ptr():
             mirror.copy_(grad)
         self._gc_synced = False
+        self._gc_passes[i] = 0
         self._gc_marked.add(i)
-        self._gc_bucketer.mark_ready(i, stream_for(self._gc_device))
+        self._gc_bucketer.mark_ready(i, stream)
+
+    def _gc_end_of_backward(self):
+        self._gc_callback = False
+        self.synchronize()
 
     def synchronize(self):
-        """Waits for every gradient's all-reduce; each ``p.grad`` then holds the average over the ranks."""
+        """Waits for every gradient's all-reduce; each ``p.grad`` then holds the average over the ranks.
+        (backward() calls it at its end once the last pass of a step is in.)"""
         if self._gc_synced:
             return
         stream = stream_for(self._gc_device)
-        for i, mirror in enumerate(self._gc_mirrors):  # no gradient this step: it contributes zeros
+        for i in range(len(self._gc_mirrors)):  # no gradient this step: what it accumulated, or zeros
             if i not in self._gc_marked:
-                mirror.zero_()
-                self._gc_bucketer.mark_ready(i, stream)
+                self._gc_mark(i, stream)
         self._gc_bucketer.wait(stream)
         finish(stream, self._gc_device)
         for p, mirror in zip(self._gc_params, self._gc_mirrors):
@@ -105,21 +132,48 @@ class _Distributed:
                 p.grad = mirror  # the next backward accumulates into it (or a new tensor after set_to_none)
         self._gc_marked.clear()
         self._gc_synced = True
+        self._gc_averaged = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Horovod's: ``step()`` inside it does not synchronize (call ``synchronize()`` first, then
+        clip or unscale, then step)."""
+        self._gc_skip = True
+        try:
+            yield
+        finally:
+            self._gc_skip = False
 
     def step(self, closure=None):
-        """Waits for the gradients' all-reduce, then the wrapped optimizer's step."""
+        """Waits for the gradients' all-reduce (unless under ``skip_synchronize()``), then the wrapped
+        optimizer's step."""
         if closure is not None:
             raise _gc.Unsupported("DistributedOptimizer.step: closures re-run backward, which would all-reduce "
                                   "twice in one step")
-        self.synchronize()
-        return super(_Distributed, self).step()
+        if not self._gc_skip:
+            self.synchronize()
+        out = super(_Distributed, self).step()
+        self._gc_new_step()
+        return out
+
+    def zero_grad(self, *args, **kwargs):
+        """The wrapped optimizer's; also starts a new step (a step skipped by a GradScaler included)."""
+        super(_Distributed, self).zero_grad(*args, **kwargs)
+        self._gc_new_step()
+
+    def _gc_new_step(self):
+        if self._gc_synced:
+            self._gc_averaged = False
+            self._gc_passes = [0] * len(self._gc_params)
 
 
 def DistributedOptimizer(optimizer, comm, named_parameters=None, *, bucket_bytes=25 << 20,
-                         first_bucket_bytes=1 << 20, hierarchical=False, wire_dtype=None):
+                         first_bucket_bytes=1 << 20, hierarchical=False, wire_dtype=None,
+                         backward_passes_per_step=1):
     """Makes ``optimizer`` (any torch.optim.Optimizer, in place; returned) average its gradients over
     ``comm``'s ranks during backward. It stays an instance of its class (isinstance, state, schedulers
-    created afterwards all work)."""
+    created afterwards all work). ``backward_passes_per_step``: backwards accumulated locally per
+    step (Horovod's); the sum is averaged over the ranks during the last one."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"DistributedOptimizer: optimizer: expected a torch.optim.Optimizer, got "
                         f"{type(optimizer).__name__}")
@@ -134,11 +188,16 @@ def DistributedOptimizer(optimizer, comm, named_parameters=None, *, bucket_bytes
     if wire_dtype not in wire:
         raise _gc.InvalidArgument(f"DistributedOptimizer: wire_dtype: {wire_dtype} is not None, torch.float16 "
                                   "or torch.bfloat16")
+    if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) or \
+            backward_passes_per_step < 1:
+        raise _gc.InvalidArgument(f"DistributedOptimizer: backward_passes_per_step: {backward_passes_per_step!r} is "
+                                  "not a positive integer")
     options = dict(bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes, hierarchical=hierarchical)
     if wire[wire_dtype] is not None:
         options["wire_dtype"] = wire[wire_dtype]
     base = type(optimizer)
     optimizer.__class__ = type(base.__name__, (_Distributed, base), {"__module__": base.__module__})
+    optimizer._gc_passes_per_step = backward_passes_per_step
     try:
         optimizer._gc_setup(comm, named_parameters, options)
     except BaseException:
