@@ -207,10 +207,12 @@ struct SgdOp {
   const StepScalars* scalars;
   float lr, momentum, dampening, weight_decay;
   bool nesterov;
+  float grad_sign;  // -1: maximize (torch negates the gradient first); exact either way
   GPUCLOUD_HD bool skip() const { return found_inf != nullptr && *found_inf != 0.0f; }
   /// The update of one weight @p p (fp32) with gradient @p g; @p buf its momentum buffer.
   template <bool Decay, bool Momentum, bool Nesterov, bool First>
   GPUCLOUD_HD float update(float p, float g, float* buf) const {
+    g *= grad_sign;
     if constexpr (Decay) g += weight_decay * p;
     if constexpr (Momentum) {
       const float b = First ? g : momentum * *buf + (1.0f - dampening) * g;
@@ -293,13 +295,15 @@ struct AdamOp {
   const float* found_inf;
   const StepScalars* scalars;
   float lr, beta1, beta2, eps, weight_decay;
-  bool decoupled;  // AdamW
+  bool decoupled;   // AdamW
+  float grad_sign;  // -1: maximize (torch negates the gradient first); exact either way
   GPUCLOUD_HD bool skip() const { return found_inf != nullptr && *found_inf != 0.0f; }
   /// The update of one weight @p p (fp32) with gradient @p g and its moments (@p max_sq: amsgrad's);
   /// @p step_size and @p bc2_sqrt are the step's bias corrections.
   template <bool Decay, bool Decoupled, bool Amsgrad>
   GPUCLOUD_HD float update(float p, float g, float* exp_avg, float* exp_avg_sq, float* max_sq, float step_size,
                            float bc2_sqrt) const {
+    g *= grad_sign;
     if constexpr (Decay && Decoupled) p *= 1.0f - lr * weight_decay;
     if constexpr (Decay && !Decoupled) g += weight_decay * p;
     const float a = *exp_avg + (1.0f - beta1) * (g - *exp_avg);  // lerp, as torch.optim does

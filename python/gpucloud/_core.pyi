@@ -888,8 +888,10 @@ class FusedSGD:
     """
     Fused multi-tensor SGD (torch.optim.SGD's math), fp32 masters for fp16/bf16.
     """
-    def __init__(self, params: collections.abc.Iterable, stream: Stream, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.009999999776482582, momentum: typing.SupportsFloat | typing.SupportsIndex = 0.0, dampening: typing.SupportsFloat | typing.SupportsIndex = 0.0, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, nesterov: bool = False, master_weights: bool = True) -> None:
-        ...
+    def __init__(self, params: collections.abc.Iterable, stream: Stream, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.009999999776482582, momentum: typing.SupportsFloat | typing.SupportsIndex = 0.0, dampening: typing.SupportsFloat | typing.SupportsIndex = 0.0, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, nesterov: bool = False, master_weights: bool = True, maximize: bool = False) -> None:
+        """
+        maximize=True ascends (the gradient negated first, torch's maximize).
+        """
     def load_state_dict(self, state: dict[str, numpy.typing.ArrayLike], stream: Stream) -> None:
         """
         Restore {name: array} named as state_dict() (its own views, filled by checkpoint.load, or any arrays); each parameter is then set from its master. Synchronises the stream (it reads the step count).
@@ -910,7 +912,7 @@ class FusedSGD:
         """
     def set_lr(self, lr: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
-    def set_options(self, *, lr: typing.SupportsFloat | typing.SupportsIndex | None = None, momentum: typing.SupportsFloat | typing.SupportsIndex | None = None, dampening: typing.SupportsFloat | typing.SupportsIndex | None = None, weight_decay: typing.SupportsFloat | typing.SupportsIndex | None = None, nesterov: bool | None = None) -> None:
+    def set_options(self, *, lr: typing.SupportsFloat | typing.SupportsIndex | None = None, momentum: typing.SupportsFloat | typing.SupportsIndex | None = None, dampening: typing.SupportsFloat | typing.SupportsIndex | None = None, weight_decay: typing.SupportsFloat | typing.SupportsIndex | None = None, nesterov: bool | None = None, maximize: bool | None = None) -> None:
         """
         Change hyperparameters for later steps (None: unchanged); momentum cannot be switched on or off.
         """
@@ -933,9 +935,9 @@ class FusedAdam:
     """
     Fused multi-tensor Adam / AdamW (torch.optim's math), amsgrad optional.
     """
-    def __init__(self, params: collections.abc.Iterable, stream: Stream, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.0010000000474974513, betas: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = (0.8999999761581421, 0.9990000128746033), eps: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, amsgrad: bool = False, decoupled_weight_decay: bool = False, master_weights: bool = True) -> None:
+    def __init__(self, params: collections.abc.Iterable, stream: Stream, *, lr: typing.SupportsFloat | typing.SupportsIndex = 0.0010000000474974513, betas: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = (0.8999999761581421, 0.9990000128746033), eps: typing.SupportsFloat | typing.SupportsIndex = 9.99999993922529e-09, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, amsgrad: bool = False, decoupled_weight_decay: bool = False, master_weights: bool = True, maximize: bool = False) -> None:
         """
-        decoupled_weight_decay=True is AdamW.
+        decoupled_weight_decay=True is AdamW; maximize=True ascends (the gradient negated first).
         """
     def exp_avg(self, i: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
         ...
@@ -961,7 +963,7 @@ class FusedAdam:
         """
     def set_lr(self, lr: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
-    def set_options(self, *, lr: typing.SupportsFloat | typing.SupportsIndex | None = None, betas: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, eps: typing.SupportsFloat | typing.SupportsIndex | None = None, weight_decay: typing.SupportsFloat | typing.SupportsIndex | None = None, decoupled_weight_decay: bool | None = None) -> None:
+    def set_options(self, *, lr: typing.SupportsFloat | typing.SupportsIndex | None = None, betas: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, eps: typing.SupportsFloat | typing.SupportsIndex | None = None, weight_decay: typing.SupportsFloat | typing.SupportsIndex | None = None, decoupled_weight_decay: bool | None = None, maximize: bool | None = None) -> None:
         """
         Change hyperparameters for later steps (None: unchanged); amsgrad and master weights are fixed.
         """

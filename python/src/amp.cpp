@@ -253,10 +253,10 @@ void bind_amp(py::module_& m) {
   using PySgd = PyOptimizer<FusedSGD>;
   py::class_<PySgd> sgd(m, "FusedSGD", "Fused multi-tensor SGD (torch.optim.SGD's math), fp32 masters for fp16/bf16.");
   sgd.def(py::init([](py::iterable params, StreamArg stream, float lr, float momentum, float dampening,
-                      float weight_decay, bool nesterov, bool master_weights) {
+                      float weight_decay, bool nesterov, bool master_weights, bool maximize) {
             auto b = borrow_params(params);
             auto p = std::make_unique<PySgd>();
-            SgdOptions o{lr, momentum, dampening, weight_decay, nesterov, master_weights};
+            SgdOptions o{lr, momentum, dampening, weight_decay, nesterov, master_weights, maximize};
             p->optimizer = std::make_unique<FusedSGD>(b.params, o, stream.cast<PyStream&>().view);
             p->owners = std::move(b.owners);
             p->grad_owners = std::move(b.grad_owners);
@@ -265,7 +265,8 @@ void bind_amp(py::module_& m) {
           }),
           py::arg("params"), py::arg("stream"), py::kw_only(), py::arg("lr") = SgdOptions{}.lr,
           py::arg("momentum") = 0.0f, py::arg("dampening") = 0.0f, py::arg("weight_decay") = 0.0f,
-          py::arg("nesterov") = false, py::arg("master_weights") = true)
+          py::arg("nesterov") = false, py::arg("master_weights") = true, py::arg("maximize") = false,
+          "maximize=True ascends (the gradient negated first, torch's maximize).")
       .def(
           "momentum_buffer",
           [](py::object self, std::size_t i) {
@@ -276,28 +277,32 @@ void bind_amp(py::module_& m) {
       .def(
           "set_options",
           [](PySgd& o, std::optional<float> lr, std::optional<float> momentum, std::optional<float> dampening,
-             std::optional<float> weight_decay, std::optional<bool> nesterov) {
+             std::optional<float> weight_decay, std::optional<bool> nesterov, std::optional<bool> maximize) {
             SgdOptions n = o.optimizer->options();
             n.lr = lr.value_or(n.lr);
             n.momentum = momentum.value_or(n.momentum);
             n.dampening = dampening.value_or(n.dampening);
             n.weight_decay = weight_decay.value_or(n.weight_decay);
             n.nesterov = nesterov.value_or(n.nesterov);
+            n.maximize = maximize.value_or(n.maximize);
             o.optimizer->set_options(n);
           },
           py::kw_only(), py::arg("lr") = py::none(), py::arg("momentum") = py::none(),
           py::arg("dampening") = py::none(), py::arg("weight_decay") = py::none(), py::arg("nesterov") = py::none(),
+          py::arg("maximize") = py::none(),
           "Change hyperparameters for later steps (None: unchanged); momentum cannot be switched on or off.");
   bind_common(sgd);
 
   using PyAdam = PyOptimizer<FusedAdam>;
   py::class_<PyAdam> adam(m, "FusedAdam", "Fused multi-tensor Adam / AdamW (torch.optim's math), amsgrad optional.");
   adam.def(py::init([](py::iterable params, StreamArg stream, float lr, std::pair<float, float> betas, float eps,
-                       float weight_decay, bool amsgrad, bool decoupled_weight_decay, bool master_weights) {
+                       float weight_decay, bool amsgrad, bool decoupled_weight_decay, bool master_weights,
+                       bool maximize) {
              auto b = borrow_params(params);
              auto p = std::make_unique<PyAdam>();
              AdamOptions o{lr,           betas.first, betas.second,           eps,
-                           weight_decay, amsgrad,     decoupled_weight_decay, master_weights};
+                           weight_decay, amsgrad,     decoupled_weight_decay, master_weights,
+                           maximize};
              p->optimizer = std::make_unique<FusedAdam>(b.params, o, stream.cast<PyStream&>().view);
              p->owners = std::move(b.owners);
              p->grad_owners = std::move(b.grad_owners);
@@ -307,7 +312,8 @@ void bind_amp(py::module_& m) {
            py::arg("params"), py::arg("stream"), py::kw_only(), py::arg("lr") = AdamOptions{}.lr,
            py::arg("betas") = std::make_pair(0.9f, 0.999f), py::arg("eps") = AdamOptions{}.eps,
            py::arg("weight_decay") = 0.0f, py::arg("amsgrad") = false, py::arg("decoupled_weight_decay") = false,
-           py::arg("master_weights") = true, "decoupled_weight_decay=True is AdamW.")
+           py::arg("master_weights") = true, py::arg("maximize") = false,
+           "decoupled_weight_decay=True is AdamW; maximize=True ascends (the gradient negated first).")
       .def(
           "exp_avg",
           [](py::object self, std::size_t i) {
@@ -332,8 +338,10 @@ void bind_amp(py::module_& m) {
       .def(
           "set_options",
           [](PyAdam& o, std::optional<float> lr, std::optional<std::pair<float, float>> betas, std::optional<float> eps,
-             std::optional<float> weight_decay, std::optional<bool> decoupled_weight_decay) {
+             std::optional<float> weight_decay, std::optional<bool> decoupled_weight_decay,
+             std::optional<bool> maximize) {
             AdamOptions n = o.optimizer->options();
+            n.maximize = maximize.value_or(n.maximize);
             n.lr = lr.value_or(n.lr);
             if (betas) std::tie(n.beta1, n.beta2) = *betas;
             n.eps = eps.value_or(n.eps);
@@ -343,6 +351,7 @@ void bind_amp(py::module_& m) {
           },
           py::kw_only(), py::arg("lr") = py::none(), py::arg("betas") = py::none(), py::arg("eps") = py::none(),
           py::arg("weight_decay") = py::none(), py::arg("decoupled_weight_decay") = py::none(),
+          py::arg("maximize") = py::none(),
           "Change hyperparameters for later steps (None: unchanged); amsgrad and master weights are fixed.");
   bind_common(adam);
 

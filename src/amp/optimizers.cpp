@@ -217,7 +217,8 @@ int FusedSGD::step(StreamView stream, const LossScaler* scaler) {
     rows.push_back({c.params[i].param, c.params[i].grad,
                     impl_->momentum.empty() ? BufferView() : impl_->momentum[i].view(), c.masters[i].view()});
   }
-  const kernels::SgdOp op{found_inf, c.device_scalars(), o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov};
+  const kernels::SgdOp op{found_inf,   c.device_scalars(), o.lr,       o.momentum,
+                          o.dampening, o.weight_decay,     o.nesterov, o.maximize ? -1.0f : 1.0f};
   const int launches = 1 + detail::amp::sgd(rows, op, stream);
   detail::hold_until_done(stream, impl_, scaler != nullptr ? scaler->impl_ : nullptr);
   return launches;
@@ -296,8 +297,15 @@ int FusedAdam::step(StreamView stream, const LossScaler* scaler) {
     rows.push_back({c.params[i].param, c.params[i].grad, impl_->exp_avg[i].view(), impl_->exp_avg_sq[i].view(),
                     o.amsgrad ? impl_->max_exp_avg_sq[i].view() : BufferView(), c.masters[i].view()});
   }
-  const kernels::AdamOp op{found_inf,      c.device_scalars(),      o.lr, o.beta1, o.beta2, o.eps,
-                           o.weight_decay, o.decoupled_weight_decay};
+  const kernels::AdamOp op{found_inf,
+                           c.device_scalars(),
+                           o.lr,
+                           o.beta1,
+                           o.beta2,
+                           o.eps,
+                           o.weight_decay,
+                           o.decoupled_weight_decay,
+                           o.maximize ? -1.0f : 1.0f};
   const int launches = 1 + detail::amp::adam(rows, op, stream);
   detail::hold_until_done(stream, impl_, scaler != nullptr ? scaler->impl_ : nullptr);
   return launches;

@@ -34,7 +34,7 @@ struct RefParam {
 
 void ref_sgd(RefParam& r, const std::vector<float>& g, const gc::SgdOptions& o, int step) {
   for (std::size_t i = 0; i < r.p.size(); ++i) {
-    double d = g[i];
+    double d = o.maximize ? -g[i] : g[i];
     if (o.weight_decay != 0) d += o.weight_decay * r.p[i];
     if (o.momentum != 0) {
       r.buf[i] = step == 1 ? d : o.momentum * r.buf[i] + (1.0 - o.dampening) * d;
@@ -48,7 +48,7 @@ void ref_adam(RefParam& r, const std::vector<float>& g, const gc::AdamOptions& o
   const double bc1 = 1 - std::pow(static_cast<double>(o.beta1), step);
   const double bc2 = 1 - std::pow(static_cast<double>(o.beta2), step);
   for (std::size_t i = 0; i < r.p.size(); ++i) {
-    double d = g[i];
+    double d = o.maximize ? -g[i] : g[i];
     if (o.weight_decay != 0) {
       if (o.decoupled_weight_decay) {
         r.p[i] *= 1 - static_cast<double>(o.lr) * o.weight_decay;
@@ -129,6 +129,8 @@ TEST_P(OptimizerTest, FusedSgdMatchesTorchOptimOver100Steps) {
   gc::SgdOptions plain;
   plain.lr = 0.05f;
   EXPECT_LT((run_against_reference<gc::FusedSGD>(device(), plain, ref_sgd, gc::DType::float32, false)), 2e-5);
+  o.maximize = true;  // torch's maximize: the gradient negated before weight decay and momentum
+  EXPECT_LT((run_against_reference<gc::FusedSGD>(device(), o, ref_sgd, gc::DType::float32, false)), 2e-5);
 }
 
 TEST_P(OptimizerTest, FusedAdamAndAdamWMatchTorchOptimOver100Steps) {
@@ -137,6 +139,9 @@ TEST_P(OptimizerTest, FusedAdamAndAdamWMatchTorchOptimOver100Steps) {
   EXPECT_LT((run_against_reference<gc::FusedAdam>(device(), adam, ref_adam, gc::DType::float32, false)), 2e-5);
   gc::AdamOptions adamw = gc::AdamOptions::adamw();
   adamw.amsgrad = true;
+  EXPECT_LT((run_against_reference<gc::FusedAdam>(device(), adamw, ref_adam, gc::DType::float32, false)), 2e-5);
+  adam.maximize = adamw.maximize = true;  // torch's maximize: the gradient negated before weight decay
+  EXPECT_LT((run_against_reference<gc::FusedAdam>(device(), adam, ref_adam, gc::DType::float32, false)), 2e-5);
   EXPECT_LT((run_against_reference<gc::FusedAdam>(device(), adamw, ref_adam, gc::DType::float32, false)), 2e-5);
 }
 

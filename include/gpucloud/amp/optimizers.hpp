@@ -29,6 +29,7 @@ struct SgdOptions {
   float weight_decay = 0.0f;   ///< L2 penalty (>= 0)
   bool nesterov = false;       ///< Nesterov momentum (needs momentum > 0 and dampening 0)
   bool master_weights = true;  ///< keep fp32 masters for fp16/bf16 parameters
+  bool maximize = false;       ///< ascend: the gradient is negated first (torch's maximize)
 };
 
 /// @brief torch.optim.Adam / AdamW's settings.
@@ -41,6 +42,7 @@ struct AdamOptions {
   bool amsgrad = false;                 ///< keep the max of the second moments
   bool decoupled_weight_decay = false;  ///< true: AdamW
   bool master_weights = true;           ///< keep fp32 masters for fp16/bf16 parameters
+  bool maximize = false;                ///< ascend: the gradient is negated first (torch's maximize)
   /// @brief AdamW's defaults (torch.optim.AdamW: weight_decay 0.01, decoupled).
   static AdamOptions adamw() {
     AdamOptions o;

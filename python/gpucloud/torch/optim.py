@@ -6,9 +6,12 @@ Real ``torch.optim.Optimizer`` subclasses: ``param_groups`` with per-group hyper
 of ``torch.optim.AdamW`` loads into ``gpucloud.torch.optim.AdamW`` and the reverse). The state
 tensors in ``optimizer.state[p]`` are views of the fused optimizer's memory (no copies).
 
-One fused optimizer per parameter group, built at the group's first step over the parameters that
-have a gradient then (or at ``load_state_dict`` over those the state names). Gradients are passed
-to it at every step, so ``zero_grad(set_to_none=True)`` and new gradient tensors just work. Under
+A group's parameters are stepped by fused optimizers over "cohorts": parameters that have always
+stepped together, so they share one step count. Usually that is the whole group, built at its first
+step over the parameters with a gradient. As torch does, a parameter without a gradient is skipped
+(its state and step count kept), one whose gradient appears later starts its own state then, and a
+parameter whose ``.data`` was replaced is followed (its state kept). Gradients are bound at every
+step, so ``zero_grad(set_to_none=True)`` and new gradient tensors just work. Under
 ``gpucloud.torch.GradScaler`` the step is skipped on the device after an overflow (no host sync).
 """
 import torch
@@ -24,8 +27,10 @@ _TORCH_FLAGS = {"maximize": False, "foreach": None, "capturable": False, "differ
 
 
 # Which implementation torch picks (its for-loop, foreach or fused kernels): any setting gives the
-# same update, and gpucloud's kernels are fused multi-tensor ones whatever it says.
+# same update, and gpucloud's kernels are fused multi-tensor ones whatever it says. maximize is
+# followed by the kernels (the gradient negated first).
 _IMPLEMENTATION_FLAGS = ("foreach", "fused")
+_FOLLOWED_FLAGS = ("maximize",)
 
 
 def _check_flags(where, flags):
@@ -34,13 +39,26 @@ def _check_flags(where, flags):
         if k in _IMPLEMENTATION_FLAGS:
             if v not in (None, True, False):
                 raise TypeError(f"{where}{k}: expected None or a bool, got {v!r}")
+        elif k in _FOLLOWED_FLAGS:
+            if not isinstance(v, bool):
+                raise TypeError(f"{where}{k}: expected a bool, got {v!r}")
         elif v not in (_TORCH_FLAGS[k], None):
-            raise _gc.Unsupported(f"{where}{k}={v!r}: the fused kernels run only with {k}={_TORCH_FLAGS[k]!r}"
-                                  + ("; negate the loss to maximize it" if k == "maximize" else ""))
+            raise _gc.Unsupported(f"{where}{k}={v!r}: the fused kernels run only with {k}={_TORCH_FLAGS[k]!r}")
+
+
+class _Cohort:
+    """Parameters of one group that have always stepped together, and their fused optimizer."""
+
+    __slots__ = ("fused", "members", "stream", "ptrs", "bound")
+
+    def __init__(self, fused, members, stream):
+        self.fused, self.members, self.stream = fused, members, stream
+        self.ptrs = [p.data_ptr() for p in members]  # what the fused optimizer updates
+        self.bound = None  # (the gradients set_grads bound, their data pointers)
 
 
 class _FusedOptimizer(torch.optim.Optimizer):
-    """What the drop-ins share: one fused gpucloud optimizer per parameter group."""
+    """What the drop-ins share: fused gpucloud optimizers over each group's cohorts."""
 
     _state_keys = ()  # the per-parameter state tensors, as torch names them
     _gpucloud_fused = True  # GradScaler.step lets the step skip itself on the device
@@ -50,8 +68,7 @@ class _FusedOptimizer(torch.optim.Optimizer):
             raise TypeError(f"master_weights: expected a bool, got {type(master_weights).__name__}")
         _check_flags(f"{type(self).__name__}: ", flags)
         self._master_weights = master_weights
-        self._groups = {}  # group index -> (fused optimizer, its parameters, their stream)
-        self._bound_grads = {}  # group index -> (fused optimizer, the gradients set_grads bound, their data pointers)
+        self._cohorts = {}  # group index -> [_Cohort]
         super().__init__(params, dict(defaults, **flags))
 
     # -- what each optimizer says ------------------------------------------------------------
@@ -81,46 +98,76 @@ class _FusedOptimizer(torch.optim.Optimizer):
         scaler = getattr(self, "_gpucloud_scaler", None)  # set by GradScaler.step for this call
         for gi, group in enumerate(self.param_groups):
             self._check_group(gi, group)
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            fused, members, stream = self._fused_for(gi, params)
-            if [id(p) for p in params] != [id(p) for p in members]:
-                raise _gc.InvalidArgument(
-                    f"{type(self).__name__}.step: param_groups[{gi}]: the parameters with a gradient changed "
-                    f"since the group's first step ({len(members)} then, {len(params)} now); the fused step "
-                    "updates a fixed set: give parameters that do not always get a gradient their own group")
-            grads = []
-            for i, p in enumerate(params):
+            grads = {}
+            for i, p in enumerate(group["params"]):
                 g = p.grad
+                if g is None:
+                    continue
                 if g.is_sparse:
                     raise _gc.InvalidArgument(f"{type(self).__name__}.step: param_groups[{gi}]['params'][{i}]: "
                                               "sparse gradients are not supported")
-                grads.append(g if g.is_contiguous() else g.contiguous())
-            self._bind_grads(gi, fused, grads, stream)
-            fused.set_options(**self._options(group))
-            fused.step(stream, scaler.loss_scaler if scaler is not None else None)
-            finish(stream, params[0].device)
+                grads[p] = g if g.is_contiguous() else g.contiguous()
+            if not grads:
+                continue
+            options = self._options(group)
+            for cohort in self._stepping(gi, group, grads):
+                self._bind_grads(cohort, [grads[p] for p in cohort.members])
+                cohort.fused.set_options(**options)
+                cohort.fused.step(cohort.stream, scaler.loss_scaler if scaler is not None else None)
+                finish(cohort.stream, cohort.members[0].device)
         return loss
 
-    def _bind_grads(self, gi, fused, grads, stream):
-        """set_grads, unless the group's gradients are the tensors (and memory) bound last step:
+    def _stepping(self, gi, group, grads):
+        """The cohorts of group ``gi`` that step now (every member has a gradient in ``grads``):
+        a cohort only part of which has one is split (both parts keep their state and step count),
+        one whose members' ``.data`` changed is rebuilt over the new tensors, and parameters with a
+        gradient and no cohort yet start one."""
+        cohorts = self._cohorts.setdefault(gi, [])
+        placed, stepping = set(), []
+        for ci in range(len(cohorts)):
+            cohort = cohorts[ci]
+            placed.update(cohort.members)
+            present = [p for p in cohort.members if p in grads]
+            if not present:
+                continue
+            if len(present) < len(cohort.members):
+                absent = [p for p in cohort.members if p not in grads]
+                cohorts.append(self._rebuild(gi, group, cohort, absent))
+                cohort = cohorts[ci] = self._rebuild(gi, group, cohort, present)
+            elif [p.data_ptr() for p in cohort.members] != cohort.ptrs:
+                cohort = cohorts[ci] = self._rebuild(gi, group, cohort, cohort.members)
+            stepping.append(cohort)
+        new = [p for p in group["params"] if p in grads and p not in placed]
+        if new:
+            cohorts.append(self._new_cohort(gi, group, new))
+            stepping.append(cohorts[-1])
+        return stepping
+
+    def _bind_grads(self, cohort, grads):
+        """set_grads, unless the cohort's gradients are the tensors (and memory) bound last step:
         the fused optimizer holds them, so the same objects with the same data pointers are its
         bindings (set_grads' checks and DLPack exports cost ~6 us a tensor)."""
         ptrs = [g.data_ptr() for g in grads]
-        bound = self._bound_grads.get(gi)
-        if bound is not None and bound[0] is fused and bound[2] == ptrs and all(a is b for a, b in zip(bound[1], grads)):
+        bound = cohort.bound
+        if bound is not None and bound[1] == ptrs and all(a is b for a, b in zip(bound[0], grads)):
             return
-        fused.set_grads(grads, stream)
-        self._bound_grads[gi] = (fused, grads, ptrs)
+        cohort.fused.set_grads(grads, cohort.stream)
+        cohort.bound = (grads, ptrs)
 
     def state_dict(self):
         """torch's format; each parameter's ``step`` is read from the device (a sync on a GPU)."""
-        for fused, members, stream in self._groups.values():
-            steps = float(fused.step_count(stream))
-            for p in members:
-                if "step" in self.state[p]:
-                    self.state[p]["step"] = torch.tensor(steps)
+        for cohorts in self._cohorts.values():
+            for cohort in cohorts:
+                steps = float(cohort.fused.step_count(cohort.stream))
+                for p in cohort.members:
+                    if "step" in self.state[p]:
+                        self.state[p]["step"] = torch.tensor(steps)
+        ordered = type(self.state)()  # in the parameters' order, as torch's (cohorts form in any)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p in self.state:
+                    ordered[p] = self.state[p]
+        self.state = ordered
         return super().state_dict()
 
     def load_state_dict(self, state_dict):
@@ -130,17 +177,15 @@ class _FusedOptimizer(torch.optim.Optimizer):
                                       "state dict with 'state' and 'param_groups'")
         self._validate(state_dict)  # before anything changes
         super().load_state_dict(state_dict)  # torch's id mapping and casts; self.state now holds copies
-        loaded, self._groups = self.state, {}
-        self._bound_grads = {}
+        loaded, self._cohorts = self.state, {}
         self.state = type(loaded)()
         with torch.no_grad():
             for gi, group in enumerate(self.param_groups):
-                members = [p for p in group["params"] if p in loaded and loaded[p]]
-                if not members:
-                    continue
-                fused, members, stream = self._fused_for(gi, members, placeholder_grads=True)
-                fused.load_state_dict(self._fused_state(gi, members, loaded, fused), stream)
-                finish(stream, members[0].device)
+                by_step = {}  # parameters at the same step form a cohort
+                for p in group["params"]:
+                    if p in loaded and loaded[p]:
+                        by_step.setdefault(_step_of(loaded[p]), []).append(p)
+                self._cohorts[gi] = [self._new_cohort(gi, group, members, loaded) for members in by_step.values()]
 
     # -- internals ---------------------------------------------------------------------------
     def _required(self, group):
@@ -177,35 +222,52 @@ class _FusedOptimizer(torch.optim.Optimizer):
     def _check_group(self, gi, group):
         _check_flags(f"{type(self).__name__}: param_groups[{gi}]: ", {k: group.get(k, v) for k, v in _TORCH_FLAGS.items()})
 
-    def _fused_for(self, gi, params, placeholder_grads=False):
-        if gi not in self._groups:
-            group = self.param_groups[gi]
-            self._check_group(gi, group)
-            device = params[0].device
-            for i, p in enumerate(params):
-                if p.device != device:
-                    raise _gc.InvalidArgument(f"{type(self).__name__}: param_groups[{gi}]['params'][{i}] is on "
-                                              f"{p.device}, the group's first on {device}: one device per group")
-            stream = stream_for(device)
-            grads = [torch.zeros_like(p) if placeholder_grads or p.grad is None else p.grad for p in params]
-            fused = self._make(list(zip([p.detach() for p in params], grads)), stream, group)
-            for i, p in enumerate(params):
-                self.state[p] = self._views(fused, i, p)
-            self._groups[gi] = (fused, list(params), stream)
-            finish(stream, device)
-        return self._groups[gi]
+    def _new_cohort(self, gi, group, members, loaded=None):
+        """A fused optimizer over ``members``: fresh state, or ``loaded``'s (torch's format, by parameter)."""
+        device = members[0].device
+        where = f"{type(self).__name__}: param_groups[{gi}]['params']"
+        index = {id(p): i for i, p in enumerate(group["params"])}
+        for p in members:
+            if p.device != device:
+                raise _gc.InvalidArgument(f"{where}[{index[id(p)]}] is on {p.device}, another of the group on "
+                                          f"{device}: one device per group")
+            if loaded is not None:
+                for key in self._state_keys:
+                    t = loaded[p].get(key)
+                    if isinstance(t, torch.Tensor) and t.numel() != p.numel():
+                        raise _gc.InvalidArgument(f"{where}[{index[id(p)]}]: {p.numel()} elements, its state "
+                                                  f"'{key}' {t.numel()}: a parameter's .data may change, not its size")
+        stream = stream_for(device)
+        grads = [torch.zeros_like(p) if loaded is not None or p.grad is None else p.grad for p in members]
+        fused = self._make(list(zip([p.detach() for p in members], grads)), stream, group)
+        if loaded is not None:
+            fused.load_state_dict(self._fused_state(gi, members, loaded, fused), stream)
+        for i, p in enumerate(members):
+            self.state[p] = self._views(fused, i, p)
+        finish(stream, device)
+        return _Cohort(fused, list(members), stream)
+
+    def _rebuild(self, gi, group, cohort, members):
+        """A new cohort over ``members`` (all of ``cohort``) with their state and step count: a
+        split, or parameters whose ``.data`` is another tensor now (their masters start from it)."""
+        steps = float(cohort.fused.step_count(cohort.stream))
+        loaded, wanted = {}, {id(p) for p in members}
+        for p, ptr in zip(cohort.members, cohort.ptrs):
+            if id(p) in wanted:
+                state = dict(self.state[p], step=torch.tensor(steps))
+                if p.data_ptr() != ptr:
+                    state.pop("master", None)
+                loaded[p] = state
+        return self._new_cohort(gi, group, members, loaded)
 
     def _fused_state(self, gi, members, loaded, fused):
         """{name: tensor} as the fused optimizer's load_state_dict wants, from torch-format state."""
         name = type(self).__name__
-        steps = {float(loaded[p].get("step", 0)) for p in members}
-        if len(steps) != 1:
+        steps = {_step_of(loaded[p]) for p in members}
+        if len(steps) != 1:  # pragma: no cover - cohorts are made of equal steps
             raise _gc.InvalidArgument(f"{name}.load_state_dict: param_groups[{gi}]: the parameters' 'step' differ "
-                                      f"({sorted(steps)}); one fused optimizer keeps one step count per group")
-        step = steps.pop()
-        if "step" not in loaded[members[0]]:
-            step = 1.0 if any(loaded[p].get("momentum_buffer") is not None for p in members) else 0.0
-        out = {"step": torch.tensor([int(step)], dtype=torch.int64)}
+                                      f"({sorted(steps)})")
+        out = {"step": torch.tensor([int(steps.pop())], dtype=torch.int64)}
         wanted = set(fused.state_dict())
         for i, p in enumerate(members):
             for key in self._state_keys:
@@ -219,6 +281,13 @@ class _FusedOptimizer(torch.optim.Optimizer):
                 out[f"state.{i}.master"] = (master if isinstance(master, torch.Tensor) else p.detach()).to(
                     torch.float32).contiguous().reshape(-1)
         return out
+
+
+def _step_of(state):
+    """A parameter's step count in torch's format (SGD keeps none: 1 once it has a momentum buffer)."""
+    if "step" in state:
+        return float(state["step"])
+    return 1.0 if state.get("momentum_buffer") is not None else 0.0
 
 
 def _view(v, like):
@@ -255,11 +324,12 @@ class Adam(_FusedOptimizer):
     def _make(self, pairs, stream, group):
         return _gc.FusedAdam(pairs, stream, lr=group["lr"], betas=tuple(group["betas"]), eps=group["eps"],
                              weight_decay=group["weight_decay"], amsgrad=bool(group["amsgrad"]),
-                             decoupled_weight_decay=self._decoupled, master_weights=self._master_weights)
+                             decoupled_weight_decay=self._decoupled, master_weights=self._master_weights,
+                             maximize=bool(group.get("maximize")))
 
     def _options(self, group):
         return dict(lr=float(group["lr"]), betas=tuple(float(b) for b in group["betas"]), eps=float(group["eps"]),
-                    weight_decay=float(group["weight_decay"]))
+                    weight_decay=float(group["weight_decay"]), maximize=bool(group.get("maximize")))
 
     def _views(self, fused, i, p):
         state = {"step": torch.tensor(0.0), "exp_avg": _view(fused.exp_avg(i), p),
@@ -318,11 +388,12 @@ class SGD(_FusedOptimizer):
     def _make(self, pairs, stream, group):
         return _gc.FusedSGD(pairs, stream, lr=group["lr"], momentum=group["momentum"], dampening=group["dampening"],
                             weight_decay=group["weight_decay"], nesterov=bool(group["nesterov"]),
-                            master_weights=self._master_weights)
+                            master_weights=self._master_weights, maximize=bool(group.get("maximize")))
 
     def _options(self, group):
         return dict(lr=float(group["lr"]), momentum=float(group["momentum"]), dampening=float(group["dampening"]),
-                    weight_decay=float(group["weight_decay"]), nesterov=bool(group["nesterov"]))
+                    weight_decay=float(group["weight_decay"]), nesterov=bool(group["nesterov"]),
+                    maximize=bool(group.get("maximize")))
 
     def _views(self, fused, i, p):
         buf = fused.momentum_buffer(i)
