@@ -183,6 +183,18 @@ def main():
     if rank == 0:
         train(model, opt, rank, steps=3)
     gt.broadcast_parameters(model.state_dict(), comm, root=0)
+    # Buffers of every dtype a model keeps (bool masks, int8, float64, complex), and a transposed
+    # (non-contiguous) tensor: each becomes rank 0's, bit for bit.
+    g = torch.Generator().manual_seed(rank)
+    buffers = {"mask": torch.rand(7, generator=g) > 0.5, "i8": torch.randint(-100, 100, (5,), generator=g).to(torch.int8),
+               "f64": torch.randn(3, generator=g, dtype=torch.float64), "c64": torch.randn(4, generator=g, dtype=torch.complex64),
+               "t": torch.randn(3, 5, generator=g).t(), "count": torch.tensor(rank + 10)}
+    gt.broadcast_parameters(buffers, comm, root=0)
+    for key, value in buffers.items():
+        as_bytes = value.contiguous().reshape(-1).view(torch.uint8).clone()
+        everyone = [torch.empty_like(as_bytes) for _ in range(comm.size)]
+        dist.all_gather(everyone, as_bytes)
+        assert all(torch.equal(everyone[0], o) for o in everyone), key
     gt.broadcast_optimizer_state(opt, comm, root=0)
     assert same_on_every_rank(flat(model))
     assert opt.param_groups[0]["lr"] == 1e-3 and float(opt.state_dict()["state"][0]["step"]) == 3.0

@@ -235,11 +235,14 @@ def broadcast_parameters(params, comm, root=0):
                 raise TypeError(f"broadcast_parameters: '{name}': expected a tensor, got {type(t).__name__}")
             if t.numel() == 0:
                 continue
+            if t.is_sparse:
+                raise _gc.InvalidArgument(f"broadcast_parameters: '{name}': a sparse tensor (send its dense form)")
             stream = stream_for(t.device)
-            work = t if t.is_contiguous() else t.contiguous()
-            comm.broadcast(work.detach(), root, stream)
+            work = t.detach() if t.is_contiguous() else t.detach().contiguous()
+            # A broadcast copies bytes: every dtype (bool buffers, int8, complex) goes as uint8.
+            comm.broadcast(work.reshape(-1).view(torch.uint8), root, stream)
             finish(stream, t.device)
-            if work is not t:
+            if work.data_ptr() != t.data_ptr():
                 t.copy_(work)
 
 

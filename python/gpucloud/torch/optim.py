@@ -49,12 +49,13 @@ def _check_flags(where, flags):
 class _Cohort:
     """Parameters of one group that have always stepped together, and their fused optimizer."""
 
-    __slots__ = ("fused", "members", "stream", "ptrs", "bound")
+    __slots__ = ("fused", "members", "stream", "ptrs", "bound", "shadows")
 
-    def __init__(self, fused, members, stream):
+    def __init__(self, fused, members, stream, shadows):
         self.fused, self.members, self.stream = fused, members, stream
-        self.ptrs = [p.data_ptr() for p in members]  # what the fused optimizer updates
+        self.ptrs = [p.data_ptr() for p in members]  # the tensors the step updates
         self.bound = None  # (the gradients set_grads bound, their data pointers)
+        self.shadows = shadows  # [(parameter, contiguous copy the fused optimizer updates)]: non-contiguous ones
 
 
 class _FusedOptimizer(torch.optim.Optimizer):
@@ -113,9 +114,26 @@ class _FusedOptimizer(torch.optim.Optimizer):
             for cohort in self._stepping(gi, group, grads):
                 self._bind_grads(cohort, [grads[p] for p in cohort.members])
                 cohort.fused.set_options(**options)
+                for p, shadow in cohort.shadows:  # the step runs on contiguous copies, in stream order
+                    shadow.copy_(p)
                 cohort.fused.step(cohort.stream, scaler.loss_scaler if scaler is not None else None)
                 finish(cohort.stream, cohort.members[0].device)
+                for p, shadow in cohort.shadows:
+                    p.copy_(shadow)
         return loss
+
+    def add_param_group(self, param_group):
+        """torch's; a parameter of a dtype the fused kernels do not step is refused by name."""
+        super().add_param_group(param_group)
+        gi = len(self.param_groups) - 1
+        for i, p in enumerate(self.param_groups[gi]["params"]):
+            self._check_dtype(f"param_groups[{gi}]['params'][{i}]", p)
+
+    def _check_dtype(self, where, p):
+        if p.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise _gc.Unsupported(f"{type(self).__name__}: {where}: {p.dtype}: the fused kernels step float32, float16 "
+                                  "and bfloat16 parameters (in fp32 math); keep this parameter in a torch.optim "
+                                  "optimizer")
 
     def _stepping(self, gi, group, grads):
         """The cohorts of group ``gi`` that step now (every member has a gradient in ``grads``):
@@ -228,6 +246,7 @@ class _FusedOptimizer(torch.optim.Optimizer):
         where = f"{type(self).__name__}: param_groups[{gi}]['params']"
         index = {id(p): i for i, p in enumerate(group["params"])}
         for p in members:
+            self._check_dtype(f"param_groups[{gi}]['params'][{index[id(p)]}]", p)
             if p.device != device:
                 raise _gc.InvalidArgument(f"{where}[{index[id(p)]}] is on {p.device}, another of the group on "
                                           f"{device}: one device per group")
@@ -238,14 +257,17 @@ class _FusedOptimizer(torch.optim.Optimizer):
                         raise _gc.InvalidArgument(f"{where}[{index[id(p)]}]: {p.numel()} elements, its state "
                                                   f"'{key}' {t.numel()}: a parameter's .data may change, not its size")
         stream = stream_for(device)
-        grads = [torch.zeros_like(p) if loaded is not None or p.grad is None else p.grad for p in members]
-        fused = self._make(list(zip([p.detach() for p in members], grads)), stream, group)
+        grads = [torch.zeros_like(p, memory_format=torch.contiguous_format) if loaded is not None or p.grad is None
+                 else p.grad.contiguous() for p in members]
+        shadows = [(p, p.detach().contiguous()) for p in members if not p.is_contiguous()]
+        updated = {id(p): shadow for p, shadow in shadows}
+        fused = self._make(list(zip([updated.get(id(p), p.detach()) for p in members], grads)), stream, group)
         if loaded is not None:
             fused.load_state_dict(self._fused_state(gi, members, loaded, fused), stream)
         for i, p in enumerate(members):
             self.state[p] = self._views(fused, i, p)
         finish(stream, device)
-        return _Cohort(fused, list(members), stream)
+        return _Cohort(fused, list(members), stream, shadows)
 
     def _rebuild(self, gi, group, cohort, members):
         """A new cohort over ``members`` (all of ``cohort``) with their state and step count: a
