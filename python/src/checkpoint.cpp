@@ -288,7 +288,7 @@ void bind_checkpoint(py::module_& m) {
         std::vector<std::pair<py::object, py::object>> copies;  // non-contiguous: loaded via a copy
         const StateDict state = borrow_state(into, "into", true, owners, &copies);
         // synchronises the stream
-        ck::Manifest m = without_gil([&] { return ck::load(directory, state, stream.view, strict); });
+        ck::Manifest loaded = without_gil([&] { return ck::load(directory, state, stream.view, strict); });
         for (auto& [original, copy] : copies) {
           if (is_torch_tensor(original)) {
             original.attr("copy_")(copy);
@@ -296,7 +296,7 @@ void bind_checkpoint(py::module_& m) {
             original.attr("__setitem__")(py::ellipsis(), copy);
           }
         }
-        return m;
+        return loaded;
       },
       py::arg("directory"), py::arg("into"), py::arg("stream"), py::arg("strict") = true,
       "Load into {name: array} (each found by name): everything verified (manifest, headers, checksums, dtypes, "

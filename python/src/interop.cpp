@@ -5,6 +5,8 @@
 
 #include <numeric>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace gpucloud::python {
 
@@ -249,6 +251,102 @@ std::optional<Borrowed> from_ndarray(py::handle obj, const char* arg) {
   return b;
 }
 
+// torch's Tensor type, its strided layout and the dtypes gpucloud takes, once torch is imported
+// (nothing can be a tensor before). References kept for the process's life.
+struct TorchTypes {
+  PyTypeObject* tensor = nullptr;
+  PyObject* strided = nullptr;
+  std::vector<std::pair<PyObject*, DType>> dtypes;
+  PyObject *dtype_name, *layout_name, *is_contiguous_name, *is_cpu_name, *is_cuda_name, *data_ptr_name, *shape_name,
+      *get_device_name;
+};
+
+const TorchTypes* torch_types() {
+  static TorchTypes* types = nullptr;
+  if (types != nullptr) return types;
+  PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
+  if (torch == nullptr) return nullptr;
+  auto* t = new TorchTypes();
+  py::module_ mod = py::reinterpret_borrow<py::module_>(torch);
+  try {
+    t->tensor = reinterpret_cast<PyTypeObject*>(py::object(mod.attr("Tensor")).release().ptr());
+    t->strided = py::object(mod.attr("strided")).release().ptr();
+    const std::pair<const char*, DType> names[] = {{"float32", DType::float32}, {"float64", DType::float64},
+                                                   {"float16", DType::float16}, {"bfloat16", DType::bfloat16},
+                                                   {"int32", DType::int32},     {"int64", DType::int64},
+                                                   {"uint8", DType::uint8}};
+    for (const auto& [name, dtype] : names) t->dtypes.emplace_back(py::object(mod.attr(name)).release().ptr(), dtype);
+  } catch (const py::error_already_set&) {  // a module named torch that is not PyTorch
+    delete t;
+    return nullptr;
+  }
+  t->dtype_name = PyUnicode_InternFromString("dtype");
+  t->layout_name = PyUnicode_InternFromString("layout");
+  t->is_contiguous_name = PyUnicode_InternFromString("is_contiguous");
+  t->is_cpu_name = PyUnicode_InternFromString("is_cpu");
+  t->is_cuda_name = PyUnicode_InternFromString("is_cuda");
+  t->data_ptr_name = PyUnicode_InternFromString("data_ptr");
+  t->shape_name = PyUnicode_InternFromString("shape");
+  t->get_device_name = PyUnicode_InternFromString("get_device");
+  types = t;
+  return types;
+}
+
+// A torch.Tensor (a Parameter too) of a supported dtype, strided, contiguous, on the CPU or a
+// CUDA device, read from its attributes: ~0.3 us, where the DLPack export (and the
+// __cuda_array_interface__ probe a CPU tensor answers by raising) cost ~4 us. The tensor itself
+// is the owner. Anything else is left to the general path and its messages (nullopt).
+std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
+  const TorchTypes* t = torch_types();
+  if (t == nullptr || !PyObject_TypeCheck(obj.ptr(), t->tensor)) return std::nullopt;
+  auto get = [&](PyObject* name) { return py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), name)); };
+  auto call = [&](PyObject* name) {  // a vectorcall: no bound method is made
+    return py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(obj.ptr(), name));
+  };
+  const py::object dtype_obj = get(t->dtype_name), layout = get(t->layout_name);
+  if (!dtype_obj || !layout) throw py::error_already_set();
+  std::optional<DType> dtype;
+  for (const auto& [torch_dtype, ours] : t->dtypes) {
+    if (dtype_obj.ptr() == torch_dtype) dtype = ours;
+  }
+  if (!dtype) {
+    fail_type(arg, "a tensor of " + py::str(dtype_obj).cast<std::string>() +
+                       ": not supported (float32, float64, float16, bfloat16, int32, int64, uint8)");
+  }
+  if (layout.ptr() != t->strided) {
+    fail_type(arg, "a tensor of layout " + py::str(layout).cast<std::string>() +
+                       ": only dense (strided) tensors can be borrowed; pass t.to_dense()");
+  }
+  const py::object contiguous = call(t->is_contiguous_name), on_cpu = get(t->is_cpu_name);
+  if (!contiguous || !on_cpu) throw py::error_already_set();
+  if (contiguous.ptr() != Py_True) return std::nullopt;  // the general path names the strides
+  Device device = Device::host();
+  MemoryKind kind = MemoryKind::host;
+  if (on_cpu.ptr() != Py_True) {
+    const py::object on_cuda = get(t->is_cuda_name);
+    if (!on_cuda) throw py::error_already_set();
+    if (on_cuda.ptr() != Py_True) {
+      fail_type(arg, "a tensor on device '" + py::str(obj.attr("device")).cast<std::string>() +
+                         "': only CPU and CUDA tensors can be borrowed");
+    }
+    device = Device::cuda(call(t->get_device_name).cast<int>());
+    kind = MemoryKind::device;
+  }
+  const py::object shape = get(t->shape_name);  // a torch.Size: a tuple of ints
+  if (!shape) throw py::error_already_set();
+  if (!PyTuple_Check(shape.ptr())) return std::nullopt;
+  Borrowed b;
+  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
+  b.shape.resize(static_cast<std::size_t>(ndim));
+  for (Py_ssize_t i = 0; i < ndim; ++i)
+    b.shape[static_cast<std::size_t>(i)] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+  const std::size_t n = element_count(b.shape, arg);
+  const auto ptr = call(t->data_ptr_name).cast<std::uintptr_t>();
+  b.view = BufferView(n == 0 ? nullptr : reinterpret_cast<void*>(ptr), n, *dtype, kind, device);
+  b.owner = py::reinterpret_borrow<py::object>(obj);
+  return b;
+}
+
 }  // namespace
 
 Borrowed borrow(py::handle obj, const char* arg) {
@@ -265,6 +363,7 @@ Borrowed borrow(py::handle obj, const char* arg) {
     return Borrowed{pv.view, pv.shape, false, py::reinterpret_borrow<py::object>(obj)};
   }
   if (auto b = from_ndarray(obj, arg)) return std::move(*b);
+  if (auto b = from_torch(obj, arg)) return std::move(*b);
   if (py::hasattr(obj, "__cuda_array_interface__")) {
     return from_array_interface(obj, obj.attr("__cuda_array_interface__").cast<py::dict>(), true, arg);
   }
@@ -281,14 +380,18 @@ Borrowed borrow(py::handle obj, const char* arg) {
 namespace {
 // NumPy scalars (numpy.generic) export a fresh copy each time: a write would go to a temporary.
 bool is_numpy_scalar(py::handle obj) {
-  if (is_ndarray(obj)) return false;
-  for (auto cls : py::type::handle_of(obj).attr("__mro__")) {
-    if (py::str(cls.attr("__name__")).cast<std::string>() == "generic" &&
-        py::str(cls.attr("__module__")).cast<std::string>() == "numpy") {
-      return true;
+  static PyObject* generic = nullptr;  // numpy.generic once NumPy is imported; kept for the process's life
+  if (generic == nullptr) {
+    PyObject* numpy = PyDict_GetItemString(PyImport_GetModuleDict(), "numpy");  // borrowed
+    if (numpy == nullptr) return false;                                         // nothing can be a NumPy scalar yet
+    generic = PyObject_GetAttrString(numpy, "generic");
+    if (generic == nullptr || !PyType_Check(generic)) {
+      PyErr_Clear();
+      generic = nullptr;
+      return false;
     }
   }
-  return false;
+  return PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(generic));
 }
 }  // namespace
 

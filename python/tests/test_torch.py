@@ -58,6 +58,54 @@ def test_bad_tensors_raise_the_documented_exceptions(host_stream):
     assert torch.equal(t, torch.zeros(4, 6))  # nothing was written
 
 
+def test_every_kind_of_tensor_takes_the_right_path(host_stream):
+    """Tensors are read from their attributes (no DLPack export): shapes of every rank, empty ones,
+    views at an offset, subclasses; what the attributes cannot vouch for (another layout, dtype or
+    device) goes the general way and gets its error there."""
+    for shape in [(), (0,), (7,), (2, 3), (2, 1, 3, 2)]:
+        t = torch.zeros(shape)
+        gc.fill(t, 3.0, host_stream)
+        host_stream.synchronize()
+        assert torch.equal(t, torch.full(shape, 3.0)), shape
+    base = torch.zeros(10)
+    gc.fill(base[4:7], 1.0, host_stream)  # a contiguous view at an offset: its own address
+    host_stream.synchronize()
+    assert base.tolist() == [0, 0, 0, 0, 1, 1, 1, 0, 0, 0]
+
+    class Tagged(torch.Tensor):
+        pass
+
+    tagged = torch.zeros(3).as_subclass(Tagged)
+    gc.fill(tagged, 2.0, host_stream)
+    host_stream.synchronize()
+    assert torch.equal(tagged.as_subclass(torch.Tensor), torch.full((3,), 2.0))
+    with pytest.raises(TypeError, match="torch.int8: not supported"):
+        gc.fill(torch.zeros(3, dtype=torch.int8), 1.0, host_stream)
+    with pytest.raises(TypeError, match="torch.bool: not supported"):
+        gc.fill(torch.zeros(3, dtype=torch.bool), 1.0, host_stream)
+    with pytest.raises(TypeError, match="layout torch.sparse_coo: only dense"):
+        gc.fill(torch.zeros(2, 2).to_sparse(), 1.0, host_stream)
+    with pytest.raises(TypeError, match="device 'meta': only CPU and CUDA"):
+        gc.fill(torch.empty(3, device="meta"), 1.0, host_stream)
+    c = torch.zeros(4, 4)
+    gc.gemm(c, torch.eye(4), torch.arange(16.0).reshape(4, 4), host_stream)
+    host_stream.synchronize()
+    assert torch.equal(c, torch.arange(16.0).reshape(4, 4))
+
+
+def test_a_tensor_dropped_while_its_work_is_queued_lives_until_the_work_is_done(host_stream):
+    import threading
+
+    gate = threading.Event()
+    gc.launch_host_func(host_stream, lambda: gate.wait(30))
+    t = torch.zeros(1 << 16)
+    gc.fill(t, 5.0, host_stream)
+    view = torch.from_dlpack(gc.Buffer(1, "float32"))  # unrelated work between
+    del t, view
+    gate.set()
+    host_stream.synchronize()  # the fill wrote into memory still owned: no crash, no corruption
+
+
 def test_gemm_matches_torch_matmul(host_stream):
     g = torch.Generator().manual_seed(0)
     a = torch.randn(3, 17, 40, generator=g)
