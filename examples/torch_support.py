@@ -1,7 +1,6 @@
 """What the two torch examples share: the job (gloo process group next to a gpucloud communicator),
 the model and each rank's data, and checkpoints of a torch model + optimizer + GradScaler through
-gpucloud.checkpoint (sharded across ranks, atomic, asynchronous)."""
-import json
+gpucloud.torch.Checkpointer (sharded across ranks, atomic, asynchronous)."""
 import os
 import signal
 
@@ -46,50 +45,10 @@ def batch(rank, step, size=64):
     return x, torch.sin(x).sum(dim=1, keepdim=True) + 0.01 * torch.randn(size, 1, generator=g)
 
 
-def _unwrapped(model):
-    """The module DDP wraps (its names without 'module.'), so both examples' checkpoints fit both."""
-    return getattr(model, "module", model)
-
-
-def save(ck, step, model, opt, scaler, stream):
-    """Asynchronous checkpoint: weights and optimizer tensors as tensors, the rest as metadata."""
-    sd = opt.state_dict()
-    tensors = {f"model.{k}": v for k, v in _unwrapped(model).state_dict().items()}
-    steps = {}
-    for i, st in sd["state"].items():
-        for k, v in st.items():
-            if k == "step":
-                steps[str(i)] = float(v)
-            elif isinstance(v, torch.Tensor):
-                tensors[f"opt.{i}.{k}"] = v.contiguous()
-    meta = {"param_groups": json.dumps(sd["param_groups"]), "steps": json.dumps(steps),
-            "scaler": json.dumps(scaler.state_dict())}
-    return ck.save_async(step, tensors, stream, metadata=meta)
-
-
-def resume(root, model, opt, scaler, stream):
-    """Loads the latest checkpoint under ``root`` (verified first); returns its step, or 0 without one."""
-    latest = gc.checkpoint.latest(root)
-    if latest is None:
-        return 0
-    manifest = gc.checkpoint.read_manifest(latest)
-    state = {f"model.{k}": v for k, v in _unwrapped(model).state_dict().items()}
-    for name, info in manifest.tensors.items():
-        if name.startswith("opt."):
-            state[name] = torch.empty(tuple(info.shape), dtype=torch.float32)
-    gc.checkpoint.load(latest, state, stream)
-    steps = json.loads(manifest.metadata["steps"])
-    per_param = {}
-    for name, t in state.items():
-        if name.startswith("opt."):
-            _, i, key = name.split(".", 2)
-            per_param.setdefault(int(i), {})[key] = t
-    for i, st in per_param.items():
-        if str(i) in steps:
-            st["step"] = torch.tensor(steps[str(i)])
-    opt.load_state_dict({"state": per_param, "param_groups": json.loads(manifest.metadata["param_groups"])})
-    scaler.load_state_dict(json.loads(manifest.metadata["scaler"]))
-    return manifest.step
+def state_of(model, opt, scaler):
+    """What a checkpoint holds: gpucloud.torch.Checkpointer saves each through its state_dict()
+    (a DDP model under the inner module's names, so both examples' checkpoints fit both)."""
+    return {"model": model, "optimizer": opt, "scaler": scaler}
 
 
 def report(comm, model, step, loss, scaler):
@@ -128,14 +87,14 @@ def arguments(doc):
     return args
 
 
-def stop_for_preemption(args, ck, step, model, opt, scaler, stream, control, comm):
+def stop_for_preemption(args, ck, step, model, opt, scaler, control, comm):
     """Every rank stops after ``step`` steps (SIGTERM/SIGUSR1 on any rank, agreed by
     JobControl): that step's checkpoint is committed, then the status that asks for a requeue."""
     code = gc.elastic.PREEMPTED_EXIT_CODE
     if ck is not None:
         ck.wait()  # the periodic save, if one is in flight (it may be this very step's)
         if step % args.checkpoint_every:
-            save(ck, step, model, opt, scaler, stream).wait()
+            ck.save(step, state_of(model, opt, scaler))
     if comm.rank == 0:
         kept = f"checkpoint at step {step} committed" if ck is not None else "no --checkpoint-dir, the steps are lost"
         why = f"signal {signal.Signals(control.stop_signal).name}" if control.stop_signal else "a notice to another rank"
@@ -160,9 +119,9 @@ def train(args, comm, model, opt, scaler):
     # The drop-ins' stream: should_stop's all-reduce then reaches the communicator in the same order
     # as the gradient all-reduces on every rank (on a stream of its own it could overtake them).
     stream = gpucloud.torch.stream(next(model.parameters()).device)
-    ck = gc.checkpoint.Checkpointer(args.checkpoint_dir, keep_last=args.keep_last, comm=comm) if args.checkpoint_dir \
+    ck = gpucloud.torch.Checkpointer(args.checkpoint_dir, comm, keep_last=args.keep_last) if args.checkpoint_dir \
         else None
-    start = resume(args.checkpoint_dir, model, opt, scaler, stream) if args.resume else 0
+    start = (ck.load(state_of(model, opt, scaler)) or 0) if args.resume else 0
     if start and comm.rank == 0:
         print(f"resumed from step {start}", flush=True)
     skipped, window, first, w = 0, [], None, None
@@ -189,9 +148,9 @@ def train(args, comm, model, opt, scaler):
             w = report(comm, model, step + 1, mean, scaler)
             window = []
         if ck is not None and (step + 1) % args.checkpoint_every == 0:
-            save(ck, step + 1, model, opt, scaler, stream)
+            ck.save_async(step + 1, state_of(model, opt, scaler))
         if control.should_stop(step + 1, comm, stream):
-            stop_for_preemption(args, ck, step + 1, model, opt, scaler, stream, control, comm)
+            stop_for_preemption(args, ck, step + 1, model, opt, scaler, control, comm)
     if ck is not None:
         ck.wait()
     mean = mean if w is not None else float("nan")

@@ -8,6 +8,8 @@
 - ``DistributedOptimizer``, ``broadcast_parameters``, ``broadcast_optimizer_state``: Horovod's API.
 - ``process_group_communicator()``: a gpucloud communicator over the job's ``torch.distributed``
   (gloo) process group, for jobs without MPI (torchrun on CPUs).
+- ``Checkpointer``: checkpoints of a torch job's whole state (model, optimizer, scaler, scheduler,
+  your own), one call each way: ``save_async(step, state)``, ``load(state)``.
 - ``stream(device)``: the gpucloud stream the drop-ins use for tensors on ``device``: the stream to
   give ``gpucloud.elastic.JobControl.should_stop`` and other collectives of the same communicator.
 
@@ -20,6 +22,7 @@ import torch as _torch  # noqa: F401  (a clear ImportError here when torch is mi
 
 from . import ddp, optim  # noqa: F401
 from .amp import GradScaler  # noqa: F401
+from .checkpoint import Checkpointer  # noqa: F401
 from .horovod import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters  # noqa: F401
 from ._streams import stream_for as _stream_for
 from .process_group import ProcessGroupTransport, process_group_communicator  # noqa: F401
@@ -34,5 +37,5 @@ def stream(device="cpu"):
     return _stream_for(_torch.device(device))
 
 
-__all__ = ["DistributedOptimizer", "GradScaler", "ProcessGroupTransport", "broadcast_optimizer_state",
+__all__ = ["Checkpointer", "DistributedOptimizer", "GradScaler", "ProcessGroupTransport", "broadcast_optimizer_state",
            "broadcast_parameters", "ddp", "optim", "process_group_communicator", "stream"]

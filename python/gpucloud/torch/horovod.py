@@ -25,6 +25,7 @@ import torch
 
 import gpucloud as _gc
 
+from . import _plain
 from ._streams import finish, stream_for
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state"]
@@ -257,49 +258,22 @@ _MAX_DESCRIPTION_BYTES = 64 << 20
 _ALIGN = 16
 
 
-class _Encoder:
-    def __init__(self):
-        self.tensors = []
+def _encode_state(state_dict):
+    """The wire description's body and the tensors it references by index."""
+    tensors = []
 
-    def encode(self, value, where):
-        if isinstance(value, torch.Tensor):
-            t = value.detach().to("cpu")
-            name = str(t.dtype).split(".")[1]
-            if name not in _STATE_DTYPES or t.is_sparse:
-                raise TypeError(f"broadcast_optimizer_state: {where}: a {t.dtype} tensor cannot be sent")
-            self.tensors.append(t.contiguous())
-            return {"__tensor__": len(self.tensors) - 1, "dtype": name, "shape": list(t.shape)}
-        if value is None or isinstance(value, (bool, str)):
-            return value
-        if isinstance(value, (int, float)):
-            return int(value) if isinstance(value, int) else float(value)
-        if isinstance(value, (list, tuple)):
-            items = [self.encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
-            return {"__tuple__": items} if isinstance(value, tuple) else items
-        if isinstance(value, dict):
-            keys = []
-            for k in value:
-                if isinstance(k, bool) or not isinstance(k, (int, str)):
-                    raise TypeError(f"broadcast_optimizer_state: {where}: a key of type {type(k).__name__}")
-                keys.append([k, self.encode(value[k], f"{where}[{k!r}]")])
-            return {"__dict__": keys}
-        raise TypeError(f"broadcast_optimizer_state: {where}: a {type(value).__name__} cannot be sent (plain data "
-                        f"and tensors only)")
+    def on_tensor(value, where):
+        t = value.detach().to("cpu")
+        name = str(t.dtype).split(".")[1]
+        if name not in _STATE_DTYPES or t.is_sparse:
+            raise TypeError(f"broadcast_optimizer_state: {where}: a {t.dtype} tensor cannot be sent")
+        tensors.append(t.contiguous())
+        return {"__tensor__": len(tensors) - 1, "dtype": name, "shape": list(t.shape)}
 
-
-def _decode(value, tensors, depth=0):
-    if depth > 32:
-        raise ValueError("nested deeper than 32 levels")
-    if isinstance(value, list):
-        return [_decode(v, tensors, depth + 1) for v in value]
-    if isinstance(value, dict):
-        if "__tensor__" in value:
-            return tensors[value["__tensor__"]]
-        if "__tuple__" in value:
-            return tuple(_decode(v, tensors, depth + 1) for v in value["__tuple__"])
-        pairs = value["__dict__"]
-        return {k: _decode(v, tensors, depth + 1) for k, v in pairs}
-    return value
+    try:
+        return _plain.encode(state_dict, "state_dict", on_tensor), tensors
+    except TypeError as e:
+        raise TypeError(f"broadcast_optimizer_state: {e}") from None
 
 
 def _tensors_from(description, data):
@@ -339,14 +313,13 @@ def broadcast_optimizer_state(optimizer, comm, root=0):
     error = None
     if comm.rank == root:
         try:
-            enc = _Encoder()
-            body = enc.encode(optimizer.state_dict(), "state_dict")
+            body, sent = _encode_state(optimizer.state_dict())
             offsets, total = [], 0
-            for t in enc.tensors:
+            for t in sent:
                 offsets.append(total)
                 total = -(-(total + t.numel() * t.element_size()) // _ALIGN) * _ALIGN
             description = json.dumps({"state_dict": body, "tensors": [
-                {"dtype": str(t.dtype).split(".")[1], "shape": list(t.shape)} for t in enc.tensors]}).encode()
+                {"dtype": str(t.dtype).split(".")[1], "shape": list(t.shape)} for t in sent]}).encode()
             sizes[0], sizes[1] = len(description), total
         except Exception as e:  # the other ranks are told, so that they do not wait for ever
             error = e
@@ -363,7 +336,7 @@ def broadcast_optimizer_state(optimizer, comm, root=0):
     data = torch.zeros(int(sizes[1]), dtype=torch.uint8)
     if comm.rank == root:
         text = torch.frombuffer(bytearray(description), dtype=torch.uint8) if description else text
-        for t, off in zip(enc.tensors, offsets):
+        for t, off in zip(sent, offsets):
             n = t.numel() * t.element_size()
             if n:
                 data[off:off + n] = t.reshape(-1).view(torch.uint8)
@@ -376,7 +349,8 @@ def broadcast_optimizer_state(optimizer, comm, root=0):
         return
     try:
         message = json.loads(text.numpy().tobytes().decode("utf-8"))
-        state_dict = _decode(message["state_dict"], _tensors_from(message, data))
+        received = _tensors_from(message, data)
+        state_dict = _plain.decode(message["state_dict"], lambda stub: received[stub["__tensor__"]])
         if not isinstance(state_dict, dict):
             raise ValueError("not a state dict")
     except (ValueError, KeyError, TypeError, IndexError, RecursionError, UnicodeDecodeError) as e:
