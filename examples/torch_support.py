@@ -1,7 +1,7 @@
 """What the two torch examples share: the job (gloo process group next to a gpucloud communicator),
 the model and each rank's data, and checkpoints of a torch model + optimizer + GradScaler through
 gpucloud.torch.Checkpointer (sharded across ranks, atomic, asynchronous)."""
-import os
+import contextlib
 import signal
 
 import torch
@@ -15,20 +15,9 @@ STEPS_DEFAULT = 300
 
 def start_job():
     """A gpucloud communicator over MPI, and the gloo process group torch.distributed needs (DDP, and
-    all_gather for the report), rendezvousing on a port rank 0 picks and broadcasts."""
+    all_gather for the report), its rendezvous over that communicator."""
     comm = gc.Communicator.mpi_world()
-    port = torch.zeros(1, dtype=torch.int64)
-    if comm.rank == 0:
-        import socket
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port[0] = s.getsockname()[1]
-    stream = gc.Stream()
-    comm.broadcast(port, 0, stream)
-    stream.synchronize()
-    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{int(port[0])}", rank=comm.rank,
-                            world_size=comm.size)
+    gpucloud.torch.init_process_group(comm, "gloo")
     return comm
 
 
@@ -81,6 +70,8 @@ def arguments(doc):
     ap.add_argument("--keep-last", type=support.positive_int, default=2)
     ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --checkpoint-dir")
     ap.add_argument("--dump", help="write the final weights (a flat float32 tensor) here with torch.save")
+    ap.add_argument("--metrics-port", type=int, default=-1,
+                    help="serve Prometheus metrics (0: a free port; P > 0: P + the local rank; -1: none)")
     args = ap.parse_args()
     if args.resume and not args.checkpoint_dir:
         ap.error("--resume: needs --checkpoint-dir DIR")
@@ -101,6 +92,22 @@ def stop_for_preemption(args, ck, step, model, opt, scaler, control, comm):
         print(f"preempted by {why} at step {step}: {kept}, exit {code} to be requeued", flush=True)
     leave()
     raise SystemExit(code)
+
+
+def serve_metrics(args, comm):
+    """This rank's /metrics endpoint (docs/telemetry.md), or None without --metrics-port (or when
+    the port cannot be served: reported, and the training goes on)."""
+    if args.metrics_port < 0:
+        return None
+    launch = gc.launch_info_from_environment()
+    try:
+        metrics = gc.telemetry.serve_metrics(port=args.metrics_port + launch.local_rank if args.metrics_port else 0)
+    except gc.Error as e:
+        print(f"rank {comm.rank}: metrics not served ({e}); training goes on", flush=True)
+        return None
+    print(f"rank {comm.rank}: metrics at http://{gc.telemetry.job_labels()['node']}:{metrics.port}/metrics",
+          flush=True)
+    return metrics
 
 
 def leave():
@@ -124,17 +131,24 @@ def train(args, comm, model, opt, scaler):
     start = (ck.load(state_of(model, opt, scaler)) or 0) if args.resume else 0
     if start and comm.rank == 0:
         print(f"resumed from step {start}", flush=True)
+    metrics = serve_metrics(args, comm)
     skipped, window, first, w = 0, [], None, None
     for step in range(start, args.steps):
         x, y = batch(comm.rank, step)
-        opt.zero_grad(set_to_none=True)
-        loss = ((model(x) - y) ** 2).mean()
-        if step == args.overflow_at and comm.rank == 0:
-            loss = loss * float("inf")  # averaged over the ranks, every rank sees it
-        before = scaler.get_scale()
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+        with metrics.step(samples=len(x)) if metrics else contextlib.nullcontext() as timed:
+            busy = comm.busy_seconds
+            opt.zero_grad(set_to_none=True)
+            loss = ((model(x) - y) ** 2).mean()
+            if step == args.overflow_at and comm.rank == 0:
+                loss = loss * float("inf")  # averaged over the ranks, every rank sees it
+            before = scaler.get_scale()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            if timed is not None:  # the step's collectives, its scale, whether it was skipped
+                timed.comm_seconds = comm.busy_seconds - busy
+                timed.loss_scale = scaler.get_scale()
+                timed.skipped = scaler.get_scale() < before
         if scaler.get_scale() < before:
             skipped += 1
             if comm.rank == 0:

@@ -115,9 +115,8 @@ def same_on_every_rank(w):
 
 
 def main():
-    port = int(sys.argv[1])
     comm = gc.Communicator.mpi_world()
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank, world_size=comm.size)
+    gt.init_process_group(comm, "gloo")  # its rendezvous over comm
     rank = comm.rank
 
     ddp = DDP(make_model())

@@ -357,3 +357,43 @@ def test_launch_info_under_torchrun_with_two_agents(tmp_path):
         assert (size, local_size, nodes, launcher) == ("4", "2", "2", "torchrun"), info
         assert rank == store_rank and int(node) == int(rank) // 2 and int(local_rank) == int(rank) % 2, info
         assert info[8].strip() == "4 [0, 1]", info
+
+
+def test_the_launch_docs_script_runs_under_torchrun_and_mpirun(tmp_path):
+    """docs/launch.md's "In a script" snippet, as written, under torchrun on CPUs (gloo process
+    group) and under mpirun: every rank gets a communicator whose all-reduce sums over 2 ranks."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    docs = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "launch.md")
+    with open(docs) as f:
+        snippet = re.search(r"## In a script\n\n```python\n(.*?)```", f.read(), re.S).group(1)
+    script = tmp_path / "script.py"
+    script.write_text(snippet + """
+import numpy as np
+s = gc.Stream()
+x = np.ones(4, np.float32)
+comm.all_reduce(x, x, s)
+s.synchronize()
+print("SNIPPET", launch.launcher, comm.rank, comm.size, x.tolist(), flush=True)
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_", "SLURM_"))}
+    port = _free_port()
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+                "127.0.0.1", "--master_port", str(port), "-r", "0:1,1:1", "-t", "0:1,1:1",
+                "--log_dir", str(tmp_path / "logs"), str(script)]
+    r = subprocess.run(torchrun, capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout + "".join(p.read_text() for p in (tmp_path / "logs").rglob("stdout.log"))
+    assert sorted(set(re.findall(r"SNIPPET torchrun (\d) 2 \[2.0, 2.0, 2.0, 2.0\]", out))) == ["0", "1"], out
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        return
+    env.update(OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    r = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
+                        sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(re.findall(r"(?:mpirun|openmpi)\S* (\d) 2 \[2.0, 2.0, 2.0, 2.0\]", r.stdout)) == ["0", "1"], \
+        r.stdout

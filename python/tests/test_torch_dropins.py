@@ -384,6 +384,22 @@ def test_grad_scaler_state_dict_is_torchs_format_both_ways():
     assert gt.GradScaler(enabled=False).state_dict() == {}
 
 
+def test_grad_scaler_takes_torch_2s_device_first_spelling():
+    """torch.amp.GradScaler("cuda", init_scale, ...) (torch 2) and torch.cuda.amp.GradScaler(init_scale,
+    ...) (1.13) both construct it; the device must be the outputs'."""
+    for scaler in (gt.GradScaler("cpu", 2.0**8, 3.0), gt.GradScaler(device="cpu", init_scale=2.0**8, growth_factor=3.0),
+                   gt.GradScaler(2.0**8, 3.0), gt.GradScaler(torch.device("cpu"), init_scale=2.0**8, growth_factor=3.0)):
+        assert scaler.get_scale() == 2.0**8 and scaler.get_growth_factor() == 3.0
+        out = scaler.scale(torch.ones(2))
+        assert out.tolist() == [256.0, 256.0]
+    with pytest.raises(gc.InvalidArgument, match="outputs on cpu, a GradScaler\\('cuda'\\)"):
+        gt.GradScaler("cuda").scale(torch.ones(1))
+    with pytest.raises(gc.InvalidArgument, match="neither 'cuda' nor 'cpu'"):
+        gt.GradScaler("meta")
+    with pytest.raises(TypeError, match="at most 5 positional"):
+        gt.GradScaler("cpu", 1.0, 2.0, 0.5, 10, True, 7)
+
+
 def test_grad_scaler_misuse_is_torchs_errors():
     model = make_model()
     opt = gt.optim.AdamW(model.parameters())
@@ -460,6 +476,11 @@ def test_horovod_style_api_matches_ddp_with_gloo(ranks, local_size):
     out = run_torch_mpi("mpi_torch_horovod.py", ranks, local_size)
     nodes = ranks // local_size if local_size else 1
     assert f"torch horovod-style API on {ranks} ranks ({nodes} nodes): ok" in out, out
+
+
+def test_init_process_group_takes_a_gpucloud_communicator():
+    with pytest.raises(TypeError, match="comm: expected a gpucloud.Communicator"):
+        gt.init_process_group("tcp://x:1")
 
 
 def test_hook_state_is_checked():
@@ -576,6 +597,48 @@ def test_the_torch_examples_train_checkpoint_and_resume_across_each_other(tmp_pa
     assert "resumed from step 200" in resumed, resumed
     a, b = torch.load(tmp_path / "straight.pt"), torch.load(tmp_path / "resumed.pt")
     assert torch.equal(a, b), (a - b).abs().max()
+
+
+def test_the_torch_examples_serve_metrics_while_they_train():
+    """--metrics-port 0: each rank's /metrics endpoint counts steps, samples, the collectives' time
+    and the loss scale, as the C++ and NumPy examples' do."""
+    import signal
+    import time
+    import urllib.request
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None or not torch.distributed.is_gloo_available():
+        pytest.skip("needs mpirun and torch's gloo")
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "torch_ddp.py")
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    p = subprocess.Popen([mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2",
+                          sys.executable, example, "--steps", "1000000", "--log-every", "100000", "--metrics-port", "0"],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        ports, seen = [], ""
+        for line in p.stdout:  # mpirun may join the two ranks' lines into one
+            seen += line
+            ports = __import__("re").findall(r"rank \d: metrics at http://[^:]+:(\d+)/metrics", seen)
+            if len(ports) == 2:
+                break
+        assert len(ports) == 2, seen
+        deadline, text, values = time.monotonic() + 120, "", {}
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            values = {line.split("{")[0]: float(line.split()[-1]) for line in text.splitlines()
+                      if line.startswith("gpucloud_") and "{" in line}
+            if values.get("gpucloud_steps_total", 0) >= 20:
+                break
+            time.sleep(0.2)
+        assert values.get("gpucloud_steps_total", 0) >= 20, text
+        assert values["gpucloud_samples_total"] == 64 * values["gpucloud_steps_total"], text
+        scale = values["gpucloud_loss_scale"]
+        assert scale > 0 and math.frexp(scale)[0] == 0.5 and values["gpucloud_comm_seconds_total"] > 0, text
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        p.stdout.close()
 
 
 def run_example(path, *args, ranks=2, env=None):

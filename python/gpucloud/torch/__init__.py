@@ -7,7 +7,8 @@
 - ``gpucloud.torch.ddp``: communication hooks for ``DistributedDataParallel.register_comm_hook``.
 - ``DistributedOptimizer``, ``broadcast_parameters``, ``broadcast_optimizer_state``: Horovod's API.
 - ``process_group_communicator()``: a gpucloud communicator over the job's ``torch.distributed``
-  (gloo) process group, for jobs without MPI (torchrun on CPUs).
+  (gloo) process group, for jobs without MPI (torchrun on CPUs); ``init_process_group(comm)``:
+  torch's process group for a job mpirun or srun started, its rendezvous over ``comm``.
 - ``Checkpointer``: checkpoints of a torch job's whole state (model, optimizer, scaler, scheduler,
   your own), one call each way: ``save_async(step, state)``, ``load(state)``.
 - ``stream(device)``: the gpucloud stream the drop-ins use for tensors on ``device``: the stream to
@@ -25,7 +26,7 @@ from .amp import GradScaler  # noqa: F401
 from .checkpoint import Checkpointer  # noqa: F401
 from .horovod import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters  # noqa: F401
 from ._streams import stream_for as _stream_for
-from .process_group import ProcessGroupTransport, process_group_communicator  # noqa: F401
+from .process_group import ProcessGroupTransport, init_process_group, process_group_communicator  # noqa: F401
 
 
 def stream(device="cpu"):
@@ -38,4 +39,4 @@ def stream(device="cpu"):
 
 
 __all__ = ["Checkpointer", "DistributedOptimizer", "GradScaler", "ProcessGroupTransport", "broadcast_optimizer_state",
-           "broadcast_parameters", "ddp", "optim", "process_group_communicator", "stream"]
+           "broadcast_parameters", "ddp", "init_process_group", "optim", "process_group_communicator", "stream"]

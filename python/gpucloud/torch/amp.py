@@ -28,10 +28,25 @@ class _State(enum.Enum):
 
 
 class GradScaler:
-    """Dynamic loss scaling with ``torch.cuda.amp.GradScaler``'s API and semantics."""
+    """Dynamic loss scaling with ``torch.cuda.amp.GradScaler``'s API and semantics; torch 2's
+    ``torch.amp.GradScaler("cuda", ...)`` spelling (a device first) is taken too."""
 
-    def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
-                 enabled=True):
+    def __init__(self, *args, device=None, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
+                 growth_interval=2000, enabled=True):
+        if args and isinstance(args[0], (str, torch.device)):  # torch 2: GradScaler("cuda", ...)
+            if device is not None:
+                raise TypeError("GradScaler: device given twice")
+            device, args = args[0], args[1:]
+        names = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
+        if len(args) > len(names):
+            raise TypeError(f"GradScaler: takes at most {len(names)} positional arguments after the device")
+        given = dict(init_scale=init_scale, growth_factor=growth_factor, backoff_factor=backoff_factor,
+                     growth_interval=growth_interval, enabled=enabled)
+        given.update(zip(names, args))
+        init_scale, growth_factor, backoff_factor, growth_interval, enabled = (given[n] for n in names)
+        self._device_type = None if device is None else torch.device(device).type
+        if self._device_type not in (None, "cuda", "cpu"):
+            raise _gc.InvalidArgument(f"GradScaler: device: {device!r} is neither 'cuda' nor 'cpu'")
         if not isinstance(enabled, bool):
             raise TypeError(f"GradScaler: enabled: expected a bool, got {type(enabled).__name__}")
         self._enabled = enabled
@@ -61,6 +76,8 @@ class GradScaler:
         return self._scaler
 
     def _lazy_init(self, device):
+        if self._device_type is not None and device.type != self._device_type:
+            raise _gc.InvalidArgument(f"GradScaler.scale: outputs on {device}, a GradScaler('{self._device_type}')")
         if self._scaler is not None:
             if device != self._device:
                 raise _gc.InvalidArgument(f"GradScaler.scale: outputs on {device}, the scale on {self._device}")

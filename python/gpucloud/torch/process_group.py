@@ -14,12 +14,14 @@ calls on the default group. Each collective is one agreement all-reduce (the ran
 they run; a mismatch is a ``CommunicationError`` on every rank) and then the data's gloo calls.
 Nodes are found from the ranks' host names; ``GPUCLOUD_LOCAL_SIZE`` simulates them.
 """
+import os
+
 import torch
 import torch.distributed as dist
 
 import gpucloud as _gc
 
-__all__ = ["ProcessGroupTransport", "process_group_communicator"]
+__all__ = ["ProcessGroupTransport", "init_process_group", "process_group_communicator"]
 
 _DTYPES = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -100,3 +102,36 @@ def process_group_communicator(group=None):
     if dist.get_rank() not in ranks:
         raise _gc.InvalidArgument("process_group_communicator: this process is not in the group")
     return _gc.Communicator.from_transport(ProcessGroupTransport(own, ranks))
+
+
+def init_process_group(comm, backend="gloo", timeout=None):
+    """``torch.distributed.init_process_group`` for a job an MPI launcher (mpirun, srun) started,
+    which sets none of torch's rendezvous variables: rank 0 picks a free port on its host
+    (``MASTER_ADDR`` when set, else its host name: 127.0.0.1 on rank 0's host) and ``comm`` (a gpucloud.Communicator, every rank
+    calls this) tells the others; ranks and world size are the communicator's. Under torchrun
+    call ``torch.distributed.init_process_group`` as usual."""
+    import socket
+
+    if not isinstance(comm, _gc.Communicator):
+        raise TypeError(f"init_process_group: comm: expected a gpucloud.Communicator, got {type(comm).__name__}")
+    if dist.is_initialized():
+        raise _gc.InvalidArgument("init_process_group: torch.distributed is initialised already")
+    address = torch.zeros(258, dtype=torch.uint8)  # port (2 bytes), then the host, NUL-padded
+    if comm.rank == 0:
+        host = os.environ.get("MASTER_ADDR") or socket.gethostname()
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        encoded = host.encode()[:256]
+        address[0], address[1] = port >> 8, port & 0xFF
+        address[2:2 + len(encoded)] = torch.frombuffer(bytearray(encoded), dtype=torch.uint8)
+    stream = _gc.Stream()
+    comm.broadcast(address, 0, stream)
+    stream.synchronize()
+    port = int(address[0]) << 8 | int(address[1])
+    host = bytes(address[2:].tolist()).rstrip(b"\0").decode()
+    if host == socket.gethostname():  # rank 0's own host: over the loopback (the name may not resolve)
+        host = "127.0.0.1"
+    kwargs = {} if timeout is None else {"timeout": timeout}
+    dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=comm.rank, world_size=comm.size,
+                            **kwargs)
