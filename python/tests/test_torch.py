@@ -397,3 +397,14 @@ print("SNIPPET", launch.launcher, comm.rank, comm.size, x.tolist(), flush=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(re.findall(r"(?:mpirun|openmpi)\S* (\d) 2 \[2.0, 2.0, 2.0, 2.0\]", r.stdout)) == ["0", "1"], \
         r.stdout
+
+
+def test_the_per_call_benchmark_runs_and_checks_its_results():
+    import subprocess
+    import sys
+
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "bench_torch_calls.py")
+    r = subprocess.run([sys.executable, bench, "--rounds", "1", "--calls", "20"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "gemm 64^3: gpucloud on torch tensors" in r.stdout and "fill 64x64" in r.stdout, r.stdout
