@@ -14,6 +14,7 @@ calls on the default group. Each collective is one agreement all-reduce (the ran
 they run; a mismatch is a ``CommunicationError`` on every rank) and then the data's gloo calls.
 Nodes are found from the ranks' host names; ``GPUCLOUD_LOCAL_SIZE`` simulates them.
 """
+import collections
 import os
 
 import torch
@@ -46,6 +47,11 @@ class ProcessGroupTransport:
         self.ranks = list(ranks)  # global ranks of the group, in group rank order
         self._rank = dist.get_rank(group)
         self._size = dist.get_world_size(group)
+        # The tensors of the latest collectives, over memory Python owns: gloo's worker thread
+        # drops its references a moment after a collective returns, and must not be the last
+        # (freeing them takes the GIL, which a thread cannot take while Python exits: torch 1.13
+        # then ends the process with "terminate called without an active exception").
+        self._kept = collections.deque(maxlen=16)
 
     def rank(self):
         return self._rank
@@ -57,17 +63,23 @@ class ProcessGroupTransport:
         t = _tensor(data, dtype)
         if t.dtype == torch.bfloat16:  # gloo has no bfloat16 reductions: through fp32, rounded once
             wide = t.float()
+            self._kept.append(wide)
             dist.all_reduce(wide, op=_OPS[op], group=self.group)
             t.copy_(wide)
         else:
+            self._kept.append(t)
             dist.all_reduce(t, op=_OPS[op], group=self.group)
 
     def all_gather(self, send, recv, dtype):
         s, r = _tensor(send, dtype), _tensor(recv, dtype)
-        dist.all_gather(list(r.chunk(self._size)), s, group=self.group)
+        chunks = list(r.chunk(self._size))
+        self._kept.append((s, r, chunks))
+        dist.all_gather(chunks, s, group=self.group)
 
     def broadcast(self, data, dtype, root):
-        dist.broadcast(_tensor(data, dtype), src=self.ranks[root], group=self.group)
+        t = _tensor(data, dtype)
+        self._kept.append(t)
+        dist.broadcast(t, src=self.ranks[root], group=self.group)
 
     def split(self, color, key):
         """The ranks of this group with the same color, by key then rank (a collective of the
