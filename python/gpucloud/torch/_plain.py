@@ -4,6 +4,10 @@ decoded is data, never code. Shared by broadcast_optimizer_state and the torch c
 import torch
 
 MAX_DEPTH = 32
+# The dtypes a stub may name ("float32", "bool", ...): what state dicts hold.
+DTYPES = {str(t).split(".")[1]: t for t in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.uint8, torch.bool, torch.complex64, torch.complex128)}
 
 
 def encode(value, where, on_tensor, depth=0):

@@ -38,9 +38,6 @@ _NATIVE = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.in
 for _name in ("float8_e4m3fn", "float8_e5m2"):
     if hasattr(torch, _name):
         _NATIVE.add(getattr(torch, _name))
-_DTYPES = {str(t).split(".")[1]: t for t in (
-    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32, torch.int64,
-    torch.uint8, torch.bool, torch.complex64, torch.complex128)}
 
 
 def _stateful(value):
@@ -175,7 +172,7 @@ class Checkpointer:
 
         def tensor(stub):
             t = into[stub["__tensor__"]]
-            dtype = _DTYPES.get(stub.get("dtype"), t.dtype)
+            dtype = _plain.DTYPES.get(stub.get("dtype"), t.dtype)
             if t.dtype != dtype:  # stored as its bytes
                 t = t.view(dtype)
             return t.reshape(stub["shape"])  # a 0-d tensor is stored with shape [1]
@@ -205,6 +202,6 @@ def _torch_dtype(name):
         return torch.float8_e4m3fn
     if name == "float8_e5m2" and hasattr(torch, "float8_e5m2"):
         return torch.float8_e5m2
-    if name in _DTYPES:
-        return _DTYPES[name]
+    if name in _plain.DTYPES:
+        return _plain.DTYPES[name]
     raise _ck.CheckpointError(f"a tensor of dtype {name}: torch has no such dtype")

@@ -251,9 +251,6 @@ def broadcast_parameters(params, comm, root=0):
 # bools, None, lists, tuples, dicts with str or int keys; tensors as {"__tensor__": i}) and one
 # uint8 buffer holding every tensor's bytes, each at a 16-byte aligned offset. No pickle: what a
 # rank receives is data, never code, whatever the root sends.
-_STATE_DTYPES = {str(t).split(".")[1]: t for t in (
-    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
-    torch.uint8, torch.bool, torch.complex64, torch.complex128)}
 _MAX_DESCRIPTION_BYTES = 64 << 20
 _ALIGN = 16
 
@@ -265,7 +262,7 @@ def _encode_state(state_dict):
     def on_tensor(value, where):
         t = value.detach().to("cpu")
         name = str(t.dtype).split(".")[1]
-        if name not in _STATE_DTYPES or t.is_sparse:
+        if name not in _plain.DTYPES or t.is_sparse:
             raise TypeError(f"broadcast_optimizer_state: {where}: a {t.dtype} tensor cannot be sent")
         tensors.append(t.contiguous())
         return {"__tensor__": len(tensors) - 1, "dtype": name, "shape": list(t.shape)}
@@ -281,7 +278,7 @@ def _tensors_from(description, data):
     out = []
     offset = 0
     for i, spec in enumerate(description["tensors"]):
-        dtype = _STATE_DTYPES[spec["dtype"]]  # KeyError for anything else
+        dtype = _plain.DTYPES[spec["dtype"]]  # KeyError for anything else
         shape = [int(d) for d in spec["shape"]]
         if any(d < 0 for d in shape) or len(shape) > 64:
             raise ValueError(f"tensor {i}: shape {shape}")
