@@ -268,13 +268,120 @@ def test_non_contiguous_parameters_and_gradients_step_as_torch(name, kwargs):
     assert torch.allclose(ours, ref, rtol=1e-5, atol=1e-6), (ours - ref).abs().max()
 
 
-def test_parameters_of_dtypes_the_kernels_do_not_step_are_refused_by_name():
-    with pytest.raises(gc.Unsupported, match=r"AdamW: param_groups\[0\]\['params'\]\[0\]: torch.float64"):
-        gt.optim.AdamW(torch.nn.Linear(2, 2).double().parameters())
+def _mixed_parameters(seed=5, complex_dtypes=(torch.complex64, torch.complex128)):
+    """float32 (the fused kernels), float64, complex64 and complex128 parameters (torch's math)."""
+    torch.manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(6, 8)), torch.nn.Parameter(torch.randn(6, 8, dtype=torch.float64)),
+            torch.nn.Parameter(torch.randn(5, dtype=complex_dtypes[0])),
+            torch.nn.Parameter(torch.randn(2, 3, dtype=complex_dtypes[1]))]
+
+
+def _train_mixed(params, opt, steps, sched=None):
+    x, _ = data()
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = (torch.tanh(x @ params[0].t()).sum() + torch.tanh(x.double() @ params[1].t()).sum().float()
+                + torch.sin(params[2]).abs().sum() + (params[3] * params[3].conj()).real.sum().float())
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+    return [p.detach().clone() for p in params]
+
+
+@pytest.mark.parametrize("name, kwargs, second", OPTIMIZERS)
+def test_float64_and_complex_parameters_step_as_torch_in_the_same_groups_and_state_dict(name, kwargs, second):
+    # torch's amsgrad takes no complex parameters (torch.maximum): float64 stands in for them there
+    dtypes = (torch.float64, torch.float64) if kwargs.get("amsgrad") else (torch.complex64, torch.complex128)
+    ref_p, our_p = _mixed_parameters(complex_dtypes=dtypes), _mixed_parameters(complex_dtypes=dtypes)
+    ref = getattr(torch.optim, name)([{"params": ref_p[:2]}, {"params": ref_p[2:], **second}], **kwargs)
+    ours = getattr(gt.optim, name)([{"params": our_p[:2]}, {"params": our_p[2:], **second}], **kwargs)
+    ref_w = _train_mixed(ref_p, ref, 15, torch.optim.lr_scheduler.ExponentialLR(ref, 0.9))
+    our_w = _train_mixed(our_p, ours, 15, torch.optim.lr_scheduler.ExponentialLR(ours, 0.9))
+    assert not torch.equal(our_w[1], _mixed_parameters(complex_dtypes=dtypes)[1]), "the weights must move"
+    assert torch.allclose(our_w[0], ref_w[0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(our_w[1:], ref_w[1:]):  # torch's own math: the same numbers
+        assert a.dtype == b.dtype and torch.equal(a, b), (a - b).abs().max()
+    # One state dict: torch's loads into ours and ours into torch's, and both go on alike.
+    ref_sd, our_sd = ref.state_dict(), ours.state_dict()
+    assert sorted(our_sd["state"]) == sorted(ref_sd["state"]) == [0, 1, 2, 3]
+    for pid in (1, 2, 3):
+        for key, value in ref_sd["state"][pid].items():
+            assert value is None and our_sd["state"][pid][key] is None or torch.equal(our_sd["state"][pid][key],
+                                                                                      value), (pid, key)
+    a_p, b_p = [p.detach().clone().requires_grad_() for p in ref_w], [p.detach().clone().requires_grad_()
+                                                                      for p in ref_w]
+    a = getattr(torch.optim, name)([{"params": a_p[:2]}, {"params": a_p[2:], **second}], **kwargs)
+    b = getattr(gt.optim, name)([{"params": b_p[:2]}, {"params": b_p[2:], **second}], **kwargs)
+    a.load_state_dict(our_sd)
+    b.load_state_dict(ref_sd)
+    a_w, b_w = _train_mixed(a_p, a, 5), _train_mixed(b_p, b, 5)
+    assert torch.allclose(b_w[0], a_w[0], rtol=1e-5, atol=1e-5)
+    for x, y in zip(b_w[1:], a_w[1:]):
+        assert torch.allclose(x, y, rtol=1e-6, atol=1e-6), (x - y).abs().max()
+
+
+@pytest.mark.parametrize("kwargs", [dict(lr=0.1), dict(lr=0.1, momentum=0.9, dampening=0.1),
+                                    dict(lr=0.01, momentum=0.9, nesterov=True, maximize=True)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sgd_takes_sparse_gradients_as_torch(kwargs, dtype):
+    def run(cls):
+        torch.manual_seed(7)
+        emb = torch.nn.Embedding(20, 4, sparse=True).to(dtype)
+        head = torch.nn.Linear(4, 1).to(dtype)
+        start = emb.weight.detach().clone()
+        opt = cls(list(emb.parameters()) + list(head.parameters()), **kwargs)
+        g = torch.Generator().manual_seed(2)
+        for _ in range(8):
+            ids = torch.randint(0, 20, (6, 3), generator=g)  # repeated rows: uncoalesced gradients
+            opt.zero_grad()
+            head(emb(ids)).pow(2).mean().backward()
+            assert emb.weight.grad.is_sparse
+            opt.step()
+        assert not torch.equal(emb.weight, start), "the weights must move"
+        return emb.weight.detach().clone(), head.weight.detach().clone()
+    ours, ref = run(gt.optim.SGD), run(torch.optim.SGD)
+    for a, b in zip(ours, ref):
+        assert a.dtype == dtype and torch.allclose(a, b, rtol=1e-5, atol=1e-6), (a - b).abs().max()
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW"])
+def test_adam_refuses_sparse_gradients_by_name_as_torch(name):
+    emb = torch.nn.Embedding(5, 2, sparse=True)
+    opt = getattr(gt.optim, name)(emb.parameters())
+    emb(torch.tensor([1, 2])).sum().backward()
+    before = emb.weight.detach().clone()
+    with pytest.raises(gc.InvalidArgument, match=rf"{name}.step: param_groups\[0\]\['params'\]\[0\]: a sparse "
+                                                 "gradient"):
+        opt.step()
+    assert torch.equal(emb.weight, before)
+    with pytest.raises(RuntimeError, match="sparse"):  # torch's own refuses too
+        getattr(torch.optim, name)(emb.parameters()).step()
+
+
+def test_parameters_an_optimizer_cannot_step_are_refused_by_name():
     opt = gt.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
-    with pytest.raises(gc.Unsupported, match=r"SGD: param_groups\[1\]\['params'\]\[1\]: torch.complex64"):
+    with pytest.raises(gc.InvalidArgument, match=r"SGD: param_groups\[1\]\['params'\]\[1\]: torch.int64"):
         opt.add_param_group({"params": [torch.nn.Parameter(torch.ones(2)),
-                                        torch.nn.Parameter(torch.ones(2, dtype=torch.complex64))]})
+                                        torch.nn.Parameter(torch.ones(2, dtype=torch.int64), requires_grad=False)]})
+    model = make_model()  # a fused parameter whose .data becomes float64: its fp32 state cannot follow
+    opt = gt.optim.AdamW(model.parameters())
+    train(model, opt, 2)
+    first = next(model.parameters())
+    first.data = first.detach().double()
+    model.zero_grad()
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    with pytest.raises(gc.Unsupported, match=r"AdamW: param_groups\[0\]\['params'\]\[0\]: torch.float64: its "
+                                             r"\.data changed dtype"):
+        opt.step()
+    params = _mixed_parameters()  # and a float64 one (torch's optimizer) that becomes float32
+    opt = gt.optim.SGD(params, lr=0.1, momentum=0.9)
+    _train_mixed(params, opt, 2)
+    params[1].data = params[1].detach().float()
+    params[1].grad = torch.ones_like(params[1])
+    with pytest.raises(gc.Unsupported, match=r"SGD: param_groups\[0\]\['params'\]\[1\]: torch.float32: its"):
+        opt.step()
 
 
 @pytest.mark.parametrize("name, kwargs, second", OPTIMIZERS)

@@ -13,6 +13,12 @@ step over the parameters with a gradient. As torch does, a parameter without a g
 parameter whose ``.data`` was replaced is followed (its state kept). Gradients are bound at every
 step, so ``zero_grad(set_to_none=True)`` and new gradient tensors just work. Under
 ``gpucloud.torch.GradScaler`` the step is skipped on the device after an overflow (no host sync).
+
+The fused kernels step float32, float16 and bfloat16 parameters (in fp32 math). Parameters of the
+other dtypes torch's optimizers take (float64, complex) step with torch's own optimizer of the same
+name, in the same group and the same state dict, so every parameter torch steps is stepped as
+torch does. ``SGD`` takes sparse gradients (as torch's: rows without a gradient do not move);
+``Adam``/``AdamW`` refuse them by name, as torch's do.
 """
 import torch
 
@@ -21,6 +27,9 @@ import gpucloud as _gc
 from ._streams import finish, stream_for
 
 __all__ = ["Adam", "AdamW", "SGD"]
+
+# The parameter dtypes the fused kernels step; the others step with torch's own optimizer.
+_FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # torch's optimizer flags that the fused kernels follow only in their default setting.
 _TORCH_FLAGS = {"maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": None}
@@ -62,6 +71,8 @@ class _FusedOptimizer(torch.optim.Optimizer):
     """What the drop-ins share: fused gpucloud optimizers over each group's cohorts."""
 
     _state_keys = ()  # the per-parameter state tensors, as torch names them
+    _torch_name = ""  # torch's optimizer of the same math: it steps the dtypes the kernels do not
+    _sparse_grads = False  # whether torch's takes sparse gradients
     _gpucloud_fused = True  # GradScaler.step lets the step skip itself on the device
 
     def __init__(self, params, defaults, master_weights, flags):
@@ -70,6 +81,7 @@ class _FusedOptimizer(torch.optim.Optimizer):
         _check_flags(f"{type(self).__name__}: ", flags)
         self._master_weights = master_weights
         self._cohorts = {}  # group index -> [_Cohort]
+        self._plain = {}  # group index -> torch's optimizer over the group's parameters of other dtypes
         super().__init__(params, dict(defaults, **flags))
 
     # -- what each optimizer says ------------------------------------------------------------
@@ -99,15 +111,26 @@ class _FusedOptimizer(torch.optim.Optimizer):
         scaler = getattr(self, "_gpucloud_scaler", None)  # set by GradScaler.step for this call
         for gi, group in enumerate(self.param_groups):
             self._check_group(gi, group)
-            grads = {}
+            grads, plain = {}, False
             for i, p in enumerate(group["params"]):
                 g = p.grad
                 if g is None:
                     continue
                 if g.is_sparse:
-                    raise _gc.InvalidArgument(f"{type(self).__name__}.step: param_groups[{gi}]['params'][{i}]: "
-                                              "sparse gradients are not supported")
+                    if not self._sparse_grads:
+                        raise _gc.InvalidArgument(f"{type(self).__name__}.step: param_groups[{gi}]['params'][{i}]: "
+                                                  f"a sparse gradient: torch's {self._torch_name} does not take them "
+                                                  "either (torch.optim.SparseAdam does)")
+                    if p.dtype in _FUSED_DTYPES:
+                        g = g.to_dense()  # the same update: rows without a gradient add zeros
+                fused = p.dtype in _FUSED_DTYPES
+                self._check_path(gi, i, p, fused)
+                if not fused:
+                    plain = True
+                    continue
                 grads[p] = g if g.is_contiguous() else g.contiguous()
+            if plain and not (scaler is not None and scaler._found_inf()):
+                self._plain_step(gi, group)
             if not grads:
                 continue
             options = self._options(group)
@@ -123,17 +146,44 @@ class _FusedOptimizer(torch.optim.Optimizer):
         return loss
 
     def add_param_group(self, param_group):
-        """torch's; a parameter of a dtype the fused kernels do not step is refused by name."""
+        """torch's; a parameter that is neither floating-point nor complex is refused by name."""
         super().add_param_group(param_group)
         gi = len(self.param_groups) - 1
         for i, p in enumerate(self.param_groups[gi]["params"]):
-            self._check_dtype(f"param_groups[{gi}]['params'][{i}]", p)
+            if not (p.is_floating_point() or p.is_complex()):
+                raise _gc.InvalidArgument(f"{type(self).__name__}: param_groups[{gi}]['params'][{i}]: {p.dtype}: "
+                                          "an optimizer steps floating-point or complex parameters")
 
-    def _check_dtype(self, where, p):
-        if p.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise _gc.Unsupported(f"{type(self).__name__}: {where}: {p.dtype}: the fused kernels step float32, float16 "
-                                  "and bfloat16 parameters (in fp32 math); keep this parameter in a torch.optim "
-                                  "optimizer")
+    def _check_path(self, gi, i, p, fused):
+        """A parameter stays with the implementation that holds its state (its ``.data`` may not move
+        between the kernels' dtypes and torch's)."""
+        if fused:
+            inner = self._plain.get(gi)
+            held = inner is not None and any(q is p for q in inner.param_groups[0]["params"])
+        else:
+            held = any(q is p for c in self._cohorts.get(gi, ()) for q in c.members)
+        if held:
+            raise _gc.Unsupported(f"{type(self).__name__}: param_groups[{gi}]['params'][{i}]: {p.dtype}: its .data "
+                                  "changed dtype; its state (kept by the fused kernels for float32, float16 and "
+                                  "bfloat16, by torch's optimizer for the others) cannot follow it")
+
+    def _plain_step(self, gi, group):
+        """Steps the group's parameters of the dtypes the kernels do not step with torch's own
+        optimizer (made over them once, their state shared with ``self.state``)."""
+        members = [p for p in group["params"] if p.dtype not in _FUSED_DTYPES]
+        settings = {k: group[k] for k in self.defaults if k not in _TORCH_FLAGS or k in _FOLLOWED_FLAGS}
+        inner = self._plain.get(gi)
+        if inner is None or len(inner.param_groups[0]["params"]) != len(members) or any(
+                a is not b for a, b in zip(inner.param_groups[0]["params"], members)):
+            inner = self._plain[gi] = getattr(torch.optim, self._torch_name)(members, **settings)
+            for p in members:
+                if p in self.state:
+                    inner.state[p] = self.state[p]
+        inner.param_groups[0].update(settings)
+        inner.step()
+        for p in members:
+            if p in inner.state:
+                self.state[p] = inner.state[p]
 
     def _stepping(self, gi, group, grads):
         """The cohorts of group ``gi`` that step now (every member has a gradient in ``grads``):
@@ -195,13 +245,15 @@ class _FusedOptimizer(torch.optim.Optimizer):
                                       "state dict with 'state' and 'param_groups'")
         self._validate(state_dict)  # before anything changes
         super().load_state_dict(state_dict)  # torch's id mapping and casts; self.state now holds copies
-        loaded, self._cohorts = self.state, {}
+        loaded, self._cohorts, self._plain = self.state, {}, {}
         self.state = type(loaded)()
         with torch.no_grad():
             for gi, group in enumerate(self.param_groups):
                 by_step = {}  # parameters at the same step form a cohort
                 for p in group["params"]:
-                    if p in loaded and loaded[p]:
+                    if p in loaded and loaded[p] and p.dtype not in _FUSED_DTYPES:
+                        self.state[p] = loaded[p]  # torch's optimizer takes it at the next step
+                    elif p in loaded and loaded[p]:
                         by_step.setdefault(_step_of(loaded[p]), []).append(p)
                 self._cohorts[gi] = [self._new_cohort(gi, group, members, loaded) for members in by_step.values()]
 
@@ -246,7 +298,6 @@ class _FusedOptimizer(torch.optim.Optimizer):
         where = f"{type(self).__name__}: param_groups[{gi}]['params']"
         index = {id(p): i for i, p in enumerate(group["params"])}
         for p in members:
-            self._check_dtype(f"param_groups[{gi}]['params'][{index[id(p)]}]", p)
             if p.device != device:
                 raise _gc.InvalidArgument(f"{where}[{index[id(p)]}] is on {p.device}, another of the group on "
                                           f"{device}: one device per group")
@@ -257,8 +308,8 @@ class _FusedOptimizer(torch.optim.Optimizer):
                         raise _gc.InvalidArgument(f"{where}[{index[id(p)]}]: {p.numel()} elements, its state "
                                                   f"'{key}' {t.numel()}: a parameter's .data may change, not its size")
         stream = stream_for(device)
-        grads = [torch.zeros_like(p, memory_format=torch.contiguous_format) if loaded is not None or p.grad is None
-                 else p.grad.contiguous() for p in members]
+        grads = [p.grad.contiguous() if loaded is None and p.grad is not None and p.grad.layout == torch.strided
+                 else torch.zeros_like(p, memory_format=torch.contiguous_format) for p in members]
         shadows = [(p, p.detach().contiguous()) for p in members if not p.is_contiguous()]
         updated = {id(p): shadow for p, shadow in shadows}
         fused = self._make(list(zip([updated.get(id(p), p.detach()) for p in members], grads)), stream, group)
@@ -322,6 +373,7 @@ class Adam(_FusedOptimizer):
 
     _decoupled = False
     _state_keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+    _torch_name = "Adam"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
                  foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
@@ -373,6 +425,7 @@ class AdamW(Adam):
     """``torch.optim.AdamW`` over gpucloud's fused Adam kernel (decoupled weight decay, default 0.01)."""
 
     _decoupled = True
+    _torch_name = "AdamW"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
                  foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
@@ -386,6 +439,8 @@ class SGD(_FusedOptimizer):
     """``torch.optim.SGD`` over gpucloud's fused SGD kernel (momentum, dampening, Nesterov, weight decay)."""
 
     _state_keys = ("momentum_buffer",)
+    _torch_name = "SGD"
+    _sparse_grads = True
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
                  foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
