@@ -251,14 +251,47 @@ std::optional<Borrowed> from_ndarray(py::handle obj, const char* arg) {
   return b;
 }
 
-// torch's Tensor type, its strided layout and the dtypes gpucloud takes, once torch is imported
-// (nothing can be a tensor before). References kept for the process's life.
+// An attribute of torch.Tensor read on a tensor: by name, or (on torch.Tensor and
+// torch.nn.Parameter themselves, which override none) through the C getter or method that
+// torch's own type holds, skipping the lookup (~20 ns a read).
+struct TensorAttr {
+  PyObject* name = nullptr;
+  PyGetSetDef* getset = nullptr;  // a property's getter
+  PyObject* method = nullptr;     // a method's descriptor (vectorcall with the tensor as self)
+
+  explicit TensorAttr(PyTypeObject* tensor, const char* n) : name(PyUnicode_InternFromString(n)) {
+    PyObject* d = PyObject_GetAttr(reinterpret_cast<PyObject*>(tensor), name);  // the descriptor itself
+    if (d == nullptr) {
+      PyErr_Clear();
+      return;
+    }
+    if (Py_IS_TYPE(d, &PyGetSetDescr_Type) && reinterpret_cast<PyGetSetDescrObject*>(d)->d_getset->get != nullptr) {
+      getset = reinterpret_cast<PyGetSetDescrObject*>(d)->d_getset;
+    } else if (Py_IS_TYPE(d, &PyMethodDescr_Type)) {
+      method = d;
+      return;  // kept for the process's life
+    }
+    Py_DECREF(d);  // a getset stays alive in the type's dict
+  }
+  // A new reference, or nullptr with the error set.
+  PyObject* get(PyObject* obj, bool direct) const {
+    return direct && getset != nullptr ? getset->get(obj, getset->closure) : PyObject_GetAttr(obj, name);
+  }
+  PyObject* call(PyObject* obj, bool direct) const {
+    return direct && method != nullptr ? PyObject_Vectorcall(method, &obj, 1, nullptr)
+                                       : PyObject_CallMethodNoArgs(obj, name);
+  }
+};
+
+// torch's Tensor and Parameter types, its strided layout and the dtypes gpucloud takes, once
+// torch is imported (nothing can be a tensor before). References kept for the process's life.
 struct TorchTypes {
   PyTypeObject* tensor = nullptr;
+  PyTypeObject* parameter = nullptr;
   PyObject* strided = nullptr;
   std::vector<std::pair<PyObject*, DType>> dtypes;
-  PyObject *dtype_name, *layout_name, *is_contiguous_name, *is_cpu_name, *is_cuda_name, *data_ptr_name, *shape_name,
-      *get_device_name;
+  PyObject* layout_name = PyUnicode_InternFromString("layout");
+  std::optional<TensorAttr> dtype, is_contiguous, is_cpu, is_cuda, data_ptr, shape, get_device;
 };
 
 const TorchTypes* torch_types() {
@@ -270,6 +303,7 @@ const TorchTypes* torch_types() {
   py::module_ mod = py::reinterpret_borrow<py::module_>(torch);
   try {
     t->tensor = reinterpret_cast<PyTypeObject*>(py::object(mod.attr("Tensor")).release().ptr());
+    t->parameter = reinterpret_cast<PyTypeObject*>(py::object(mod.attr("nn").attr("Parameter")).release().ptr());
     t->strided = py::object(mod.attr("strided")).release().ptr();
     const std::pair<const char*, DType> names[] = {{"float32", DType::float32}, {"float64", DType::float64},
                                                    {"float16", DType::float16}, {"bfloat16", DType::bfloat16},
@@ -280,31 +314,51 @@ const TorchTypes* torch_types() {
     delete t;
     return nullptr;
   }
-  t->dtype_name = PyUnicode_InternFromString("dtype");
-  t->layout_name = PyUnicode_InternFromString("layout");
-  t->is_contiguous_name = PyUnicode_InternFromString("is_contiguous");
-  t->is_cpu_name = PyUnicode_InternFromString("is_cpu");
-  t->is_cuda_name = PyUnicode_InternFromString("is_cuda");
-  t->data_ptr_name = PyUnicode_InternFromString("data_ptr");
-  t->shape_name = PyUnicode_InternFromString("shape");
-  t->get_device_name = PyUnicode_InternFromString("get_device");
+  t->dtype.emplace(t->tensor, "dtype");
+  t->is_contiguous.emplace(t->tensor, "is_contiguous");
+  t->is_cpu.emplace(t->tensor, "is_cpu");
+  t->is_cuda.emplace(t->tensor, "is_cuda");
+  t->data_ptr.emplace(t->tensor, "data_ptr");
+  t->shape.emplace(t->tensor, "shape");
+  t->get_device.emplace(t->tensor, "get_device");
   types = t;
   return types;
 }
 
+// What a tensor the fast path could not read is: a typed error naming its layout (sparse, mkldnn:
+// no storage to borrow) or, for a strided one torch cannot describe (a nested tensor), torch's reason.
+[[noreturn]] void fail_unreadable(py::handle obj, const TorchTypes* t, const char* arg) {
+  py::error_already_set reason;  // takes (and clears) the error the read raised
+  const py::object layout = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), t->layout_name));
+  if (!layout) throw py::error_already_set();
+  if (layout.ptr() != t->strided) {
+    fail_type(arg, "a tensor of layout " + py::str(layout).cast<std::string>() +
+                       ": only dense (strided) tensors can be borrowed; pass t.to_dense()");
+  }
+  fail_type(arg, std::string("a tensor torch cannot describe as strided memory: ") + reason.what());
+}
+
 // A torch.Tensor (a Parameter too) of a supported dtype, strided, contiguous, on the CPU or a
-// CUDA device, read from its attributes: ~0.3 us, where the DLPack export (and the
-// __cuda_array_interface__ probe a CPU tensor answers by raising) cost ~4 us. The tensor itself
-// is the owner. Anything else is left to the general path and its messages (nullopt).
+// CUDA device, read from its attributes: five reads (dtype, is_contiguous(), is_cpu, shape,
+// data_ptr()), ~0.3 us, where the DLPack export (and the __cuda_array_interface__ probe a CPU
+// tensor answers by raising) cost ~4 us. The layout is read only when a read fails: every layout
+// but strided has no storage, so its data_ptr() raises (and CSR's is_contiguous()). The tensor
+// itself is the owner. A non-contiguous tensor is left to the general path, which names its strides.
 std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
   const TorchTypes* t = torch_types();
   if (t == nullptr || !PyObject_TypeCheck(obj.ptr(), t->tensor)) return std::nullopt;
-  auto get = [&](PyObject* name) { return py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), name)); };
-  auto call = [&](PyObject* name) {  // a vectorcall: no bound method is made
-    return py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(obj.ptr(), name));
+  const bool direct = Py_TYPE(obj.ptr()) == t->tensor || Py_TYPE(obj.ptr()) == t->parameter;
+  auto get = [&](const std::optional<TensorAttr>& a) {
+    auto v = py::reinterpret_steal<py::object>(a->get(obj.ptr(), direct));
+    if (!v) fail_unreadable(obj, t, arg);
+    return v;
   };
-  const py::object dtype_obj = get(t->dtype_name), layout = get(t->layout_name);
-  if (!dtype_obj || !layout) throw py::error_already_set();
+  auto call = [&](const std::optional<TensorAttr>& a) {  // a vectorcall: no bound method is made
+    auto v = py::reinterpret_steal<py::object>(a->call(obj.ptr(), direct));
+    if (!v) fail_unreadable(obj, t, arg);
+    return v;
+  };
+  const py::object dtype_obj = get(t->dtype);
   std::optional<DType> dtype;
   for (const auto& [torch_dtype, ours] : t->dtypes) {
     if (dtype_obj.ptr() == torch_dtype) dtype = ours;
@@ -313,36 +367,27 @@ std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
     fail_type(arg, "a tensor of " + py::str(dtype_obj).cast<std::string>() +
                        ": not supported (float32, float64, float16, bfloat16, int32, int64, uint8)");
   }
-  if (layout.ptr() != t->strided) {
-    fail_type(arg, "a tensor of layout " + py::str(layout).cast<std::string>() +
-                       ": only dense (strided) tensors can be borrowed; pass t.to_dense()");
-  }
-  const py::object contiguous = call(t->is_contiguous_name), on_cpu = get(t->is_cpu_name);
-  if (!contiguous || !on_cpu) throw py::error_already_set();
-  if (contiguous.ptr() != Py_True) return std::nullopt;  // the general path names the strides
+  if (call(t->is_contiguous).ptr() != Py_True) return std::nullopt;
   Device device = Device::host();
   MemoryKind kind = MemoryKind::host;
-  if (on_cpu.ptr() != Py_True) {
-    const py::object on_cuda = get(t->is_cuda_name);
-    if (!on_cuda) throw py::error_already_set();
-    if (on_cuda.ptr() != Py_True) {
+  if (get(t->is_cpu).ptr() != Py_True) {
+    if (get(t->is_cuda).ptr() != Py_True) {
       fail_type(arg, "a tensor on device '" + py::str(obj.attr("device")).cast<std::string>() +
                          "': only CPU and CUDA tensors can be borrowed");
     }
-    device = Device::cuda(call(t->get_device_name).cast<int>());
+    device = Device::cuda(call(t->get_device).cast<int>());
     kind = MemoryKind::device;
   }
-  const py::object shape = get(t->shape_name);  // a torch.Size: a tuple of ints
-  if (!shape) throw py::error_already_set();
+  const py::object shape = get(t->shape);  // a torch.Size: a tuple of ints
   if (!PyTuple_Check(shape.ptr())) return std::nullopt;
+  const py::object ptr = call(t->data_ptr);  // raises for every layout without storage
   Borrowed b;
   const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
   b.shape.resize(static_cast<std::size_t>(ndim));
   for (Py_ssize_t i = 0; i < ndim; ++i)
     b.shape[static_cast<std::size_t>(i)] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
   const std::size_t n = element_count(b.shape, arg);
-  const auto ptr = call(t->data_ptr_name).cast<std::uintptr_t>();
-  b.view = BufferView(n == 0 ? nullptr : reinterpret_cast<void*>(ptr), n, *dtype, kind, device);
+  b.view = BufferView(n == 0 ? nullptr : reinterpret_cast<void*>(ptr.cast<std::uintptr_t>()), n, *dtype, kind, device);
   b.owner = py::reinterpret_borrow<py::object>(obj);
   return b;
 }
@@ -350,7 +395,10 @@ std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
 }  // namespace
 
 Borrowed borrow(py::handle obj, const char* arg) {
-  if (py::isinstance<PyBuffer>(obj)) {
+  // The tests in the order of what calls pass most, each a type check (no pybind lookup by name).
+  static auto* const buffer_type = reinterpret_cast<PyTypeObject*>(py::type::of<PyBuffer>().ptr());
+  static auto* const view_type = reinterpret_cast<PyTypeObject*>(py::type::of<PyView>().ptr());
+  if (PyObject_TypeCheck(obj.ptr(), buffer_type)) {
     auto& pb = obj.cast<PyBuffer&>();
     Borrowed b;
     b.view = pb.buffer.view();
@@ -358,12 +406,12 @@ Borrowed borrow(py::handle obj, const char* arg) {
     b.owner = py::reinterpret_borrow<py::object>(obj);
     return b;
   }
-  if (py::isinstance<PyView>(obj)) {
+  if (auto b = from_torch(obj, arg)) return std::move(*b);
+  if (PyObject_TypeCheck(obj.ptr(), view_type)) {
     auto& pv = obj.cast<PyView&>();
     return Borrowed{pv.view, pv.shape, false, py::reinterpret_borrow<py::object>(obj)};
   }
   if (auto b = from_ndarray(obj, arg)) return std::move(*b);
-  if (auto b = from_torch(obj, arg)) return std::move(*b);
   if (py::hasattr(obj, "__cuda_array_interface__")) {
     return from_array_interface(obj, obj.attr("__cuda_array_interface__").cast<py::dict>(), true, arg);
   }

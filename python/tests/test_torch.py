@@ -2,6 +2,7 @@
 optimizers and clipping against torch's own (torch.matmul, torch.optim.SGD/AdamW,
 clip_grad_norm_). Skipped where torch is not importable (CI installs Debian's python3-torch)."""
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -83,8 +84,25 @@ def test_every_kind_of_tensor_takes_the_right_path(host_stream):
         gc.fill(torch.zeros(3, dtype=torch.int8), 1.0, host_stream)
     with pytest.raises(TypeError, match="torch.bool: not supported"):
         gc.fill(torch.zeros(3, dtype=torch.bool), 1.0, host_stream)
+    param = torch.nn.Parameter(torch.zeros(2, 2))  # torch's own getters are called directly on these
+    gc.fill(param, 5.0, host_stream)
+    host_stream.synchronize()
+    assert torch.equal(param.detach(), torch.full((2, 2), 5.0))
+    # Layouts without storage: COO and mkldnn say they are contiguous, CSR raises there; all are named.
     with pytest.raises(TypeError, match="layout torch.sparse_coo: only dense"):
         gc.fill(torch.zeros(2, 2).to_sparse(), 1.0, host_stream)
+    with pytest.raises(TypeError, match="layout torch.sparse_coo: only dense"):
+        gc.fill(torch.nn.Parameter(torch.zeros(2, 2).to_sparse()), 1.0, host_stream)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # CSR and nested tensors are beta/prototype in torch
+        csr, nested = torch.eye(3).to_sparse_csr(), torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    with pytest.raises(TypeError, match="layout torch.sparse_csr: only dense"):
+        gc.fill(csr, 1.0, host_stream)
+    if torch.backends.mkldnn.is_available():
+        with pytest.raises(TypeError, match="layout torch._mkldnn: only dense"):
+            gc.fill(torch.zeros(2, 2).to_mkldnn(), 1.0, host_stream)
+    with pytest.raises(TypeError, match="a tensor torch cannot describe as strided memory: RuntimeError"):
+        gc.fill(nested, 1.0, host_stream)
     with pytest.raises(TypeError, match="device 'meta': only CPU and CUDA"):
         gc.fill(torch.empty(3, device="meta"), 1.0, host_stream)
     c = torch.zeros(4, 4)
