@@ -16,6 +16,7 @@
 #include <gpucloud/memory/memory_resource.hpp>
 #include <gpucloud/memory/plain_resource.hpp>
 #include <gpucloud/memory/pool_resource.hpp>
+#include <gpucloud/memory/quota.hpp>
 #include <gpucloud/memory/resource_adaptors.hpp>
 // movement: copies, the copy pipeline, the prefetcher
 #include <gpucloud/movement/copy.hpp>

@@ -24,7 +24,7 @@ class CheckpointError(Error):
     """A checkpoint cannot be written or read (I/O, truncation, checksum)."""
 class CheckpointMismatch(CheckpointError, ValueError):
     """A sound checkpoint that does not fit what it is loaded into; nothing was written."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'mse_loss', 'nvml_unavailable_reason', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'supports', 'telemetry_job_labels']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryQuota', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clear_memory_quota', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'memory_quota', 'memory_quotas', 'mse_loss', 'nvml_unavailable_reason', 'parse_bytes', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'set_memory_fraction', 'set_memory_quota', 'supports', 'telemetry_job_labels']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -497,6 +497,42 @@ class LimitingAdaptor(MemoryResource):
     @property
     def limit_bytes(self) -> int:
         ...
+class MemoryQuota:
+    """
+    A device's memory quota and what the process holds under it.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def device(self) -> Device:
+        """
+        The device.
+        """
+    @property
+    def held_bytes(self) -> int:
+        """
+        Bytes the library's resources hold from the device.
+        """
+    @property
+    def limit_bytes(self) -> int | None:
+        """
+        The quota in bytes; None when unset.
+        """
+    @property
+    def peak_bytes(self) -> int:
+        """
+        Highest held_bytes seen.
+        """
+    @property
+    def refused(self) -> int:
+        """
+        Allocations the quota refused.
+        """
+    @property
+    def source(self) -> str:
+        """
+        Where the limit came from ('' without one).
+        """
 class Buffer:
     """
     An owning allocation of one dtype, of any memory kind, on one device.
@@ -1900,6 +1936,10 @@ def checkpoint_read_manifest(directory: str | bytes | os.PathLike[str] | os.Path
     """
     Read and verify a checkpoint's manifest.
     """
+def clear_memory_quota(device: Device | str) -> None:
+    """
+    Remove the device's quota (GPUCLOUD_MEMORY_QUOTA's included).
+    """
 def clip_grad_norm(grads: collections.abc.Iterable, max_norm: typing.SupportsFloat | typing.SupportsIndex, stream: Stream) -> Buffer:
     """
     Scale grads so their global L2 norm is at most max_norm; returns the norm before clipping (a 1-element Buffer on the device, in stream order).
@@ -1976,9 +2016,17 @@ def launch_info_from_environment() -> LaunchInfo:
     """
     Rank, size and node from mpirun / srun / torchrun variables (GPUCLOUD_LOCAL_SIZE overrides the node size).
     """
-def memory_info(device: Device) -> MemoryInfo:
+def memory_info(device: Device | str) -> MemoryInfo:
     """
-    Free and total memory of a device now.
+    Free and total memory of a device now (the host's capped by its cgroup memory limit).
+    """
+def memory_quota(device: Device | str) -> MemoryQuota:
+    """
+    The device's quota and what the process holds under it.
+    """
+def memory_quotas() -> list[MemoryQuota]:
+    """
+    Every device the process allocated on or set a quota for, host first.
     """
 def mse_loss(pred: numpy.typing.ArrayLike, target: numpy.typing.ArrayLike, loss: numpy.typing.ArrayLike, grad: numpy.typing.ArrayLike, stream: Stream, scaler: typing.Any = None) -> None:
     """
@@ -1987,6 +2035,10 @@ def mse_loss(pred: numpy.typing.ArrayLike, target: numpy.typing.ArrayLike, loss:
 def nvml_unavailable_reason() -> str:
     """
     Why GPU readings lack NVML's figures (no driver library, no GPU), or '' when NVML works.
+    """
+def parse_bytes(text: str) -> int:
+    """
+    Bytes of a size such as '512MiB', '2GB', '4G' (K/M/G/T, KiB..TiB: 1024s; KB..TB: 1000s).
     """
 def peak_tflops(spec: GpuSpec, precision: Precision) -> float:
     """
@@ -2011,6 +2063,14 @@ def restart_info_from_environment() -> RestartInfo:
 def set_default_resource(kind: MemoryKind | str, device: Device | str, mr: MemoryResource | None) -> None:
     """
     Make `mr` the resource buffers of `kind` on `device` use by default (None restores the built-in one).
+    """
+def set_memory_fraction(device: Device | str, fraction: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    """
+    The quota as a share of the device's memory (the host's: its cgroup limit when set), as torch.cuda.set_per_process_memory_fraction.
+    """
+def set_memory_quota(device: Device | str, limit: typing.SupportsInt | typing.SupportsIndex | str) -> None:
+    """
+    Cap what the library holds from `device` (pools' caches included) at `limit`: bytes, or a size such as '8GiB'; an allocation beyond it raises OutOfMemory naming the quota, the request and what is held.
     """
 def supports(device: Device | str, precision: Precision) -> bool:
     """

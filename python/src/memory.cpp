@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <variant>
 
 namespace gpucloud::python {
 
@@ -228,6 +229,47 @@ void bind_memory(py::module_& m) {
            py::keep_alive<1, 2>())
       .def_property_readonly("allocated_bytes", &LimitingAdaptor::allocated_bytes)
       .def_property_readonly("limit_bytes", &LimitingAdaptor::limit_bytes);
+
+  py::class_<MemoryQuota>(m, "MemoryQuota", "A device's memory quota and what the process holds under it.")
+      .def_readonly("device", &MemoryQuota::device, "The device.")
+      .def_readonly("limit_bytes", &MemoryQuota::limit_bytes, "The quota in bytes; None when unset.")
+      .def_readonly("source", &MemoryQuota::source, "Where the limit came from ('' without one).")
+      .def_readonly("held_bytes", &MemoryQuota::held_bytes, "Bytes the library's resources hold from the device.")
+      .def_readonly("peak_bytes", &MemoryQuota::peak_bytes, "Highest held_bytes seen.")
+      .def_readonly("refused", &MemoryQuota::refused, "Allocations the quota refused.")
+      .def("__repr__", [](const MemoryQuota& q) {
+        return "MemoryQuota(device=" + q.device.str() +
+               ", limit_bytes=" + (q.limit_bytes ? std::to_string(*q.limit_bytes) : std::string("None")) +
+               ", held_bytes=" + std::to_string(q.held_bytes) + ", peak_bytes=" + std::to_string(q.peak_bytes) +
+               ", refused=" + std::to_string(q.refused) + ")";
+      });
+  m.def(
+      "set_memory_quota",
+      [](DeviceLike device, const std::variant<std::size_t, std::string>& limit) {
+        const Device d = to_device(device);
+        set_memory_quota(d, std::holds_alternative<std::string>(limit)
+                                ? parse_bytes(std::get<std::string>(limit), "limit")
+                                : std::get<std::size_t>(limit));
+      },
+      py::arg("device"), py::arg("limit"),
+      "Cap what the library holds from `device` (pools' caches included) at `limit`: bytes, or a size "
+      "such as '8GiB'; an allocation beyond it raises OutOfMemory naming the quota, the request and what is held.");
+  m.def(
+      "set_memory_fraction",
+      [](DeviceLike device, double fraction) { set_memory_fraction(to_device(device), fraction); }, py::arg("device"),
+      py::arg("fraction"),
+      "The quota as a share of the device's memory (the host's: its cgroup limit when set), as "
+      "torch.cuda.set_per_process_memory_fraction.");
+  m.def(
+      "clear_memory_quota", [](DeviceLike device) { clear_memory_quota(to_device(device)); }, py::arg("device"),
+      "Remove the device's quota (GPUCLOUD_MEMORY_QUOTA's included).");
+  m.def(
+      "memory_quota", [](DeviceLike device) { return memory_quota(to_device(device)); }, py::arg("device"),
+      "The device's quota and what the process holds under it.");
+  m.def("memory_quotas", &memory_quotas, "Every device the process allocated on or set a quota for, host first.");
+  m.def(
+      "parse_bytes", [](const std::string& text) { return parse_bytes(text, "text"); }, py::arg("text"),
+      "Bytes of a size such as '512MiB', '2GB', '4G' (K/M/G/T, KiB..TiB: 1024s; KB..TB: 1000s).");
 
   m.def(
       "set_default_resource",

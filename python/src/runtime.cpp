@@ -336,7 +336,8 @@ void bind_runtime(py::module_& m) {
       .def_readonly("host_conv", &BuildInfo::host_conv, "The host fp32 convolution's: 'oneDNN' or 'im2col + GEMM'.");
 
   m.def("device_properties", &device_properties, py::arg("device"), "Properties of a device.");
-  m.def("memory_info", &memory_info, py::arg("device"), "Free and total memory of a device now.");
+  m.def("memory_info", [](DeviceLike device) { return memory_info(to_device(device)); }, py::arg("device"),
+        "Free and total memory of a device now (the host's capped by its cgroup memory limit).");
   m.def("cuda_device_count", &cuda_device_count, "Visible CUDA devices (0 without a usable driver).");
   m.def("cuda_unavailable_reason", &cuda_unavailable_reason, "Why there is no CUDA device, or ''.");
   m.def("available_devices", &available_devices, "The host, then every visible CUDA device.");

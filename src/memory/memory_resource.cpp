@@ -4,6 +4,7 @@
 
 #include "memory/cuda/memory_backend.hpp"
 #include "memory/host_memory.hpp"
+#include "memory/quota_ledger.hpp"
 #include "memory/workspace.hpp"
 #include "runtime/host/host_stream.hpp"
 #include "runtime/stream_impl.hpp"
@@ -134,12 +135,19 @@ PlainResource::PlainResource(MemoryKind kind, Device device) : MemoryResource(ki
 }
 
 void* PlainResource::do_allocate(std::size_t bytes, std::optional<StreamView>) {
-  if (device().is_cuda()) return detail::cuda::allocate(kind(), bytes, device().index());
-  if (pinned_through_cuda(kind(), device())) return detail::cuda::allocate(MemoryKind::pinned, bytes, -1);
-  return detail::host_allocate(bytes, kind());
+  detail::quota_take(device(), kind(), bytes);  // what the process holds from the device, under its quota
+  try {
+    if (device().is_cuda()) return detail::cuda::allocate(kind(), bytes, device().index());
+    if (pinned_through_cuda(kind(), device())) return detail::cuda::allocate(MemoryKind::pinned, bytes, -1);
+    return detail::host_allocate(bytes, kind());
+  } catch (...) {
+    detail::quota_give(device(), bytes);
+    throw;
+  }
 }
 
-void PlainResource::do_deallocate(void* p, std::size_t, std::optional<StreamView> stream) noexcept {
+void PlainResource::do_deallocate(void* p, std::size_t bytes, std::optional<StreamView> stream) noexcept {
+  detail::quota_give(device(), bytes);  // at once, as RMM's limiting adaptor: the caller is done with it
   if (device().is_cuda()) {
     // cudaFree / cudaFreeHost wait for the device's outstanding work themselves.
     detail::cuda::deallocate(kind(), p, device().index());

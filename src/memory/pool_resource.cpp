@@ -4,6 +4,7 @@
 
 #include "memory/cuda/memory_backend.hpp"
 #include "memory/host_memory.hpp"
+#include "memory/quota_ledger.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <condition_variable>
@@ -202,10 +203,17 @@ AsyncPoolResource::AsyncPoolResource(Device device) : MemoryResource(MemoryKind:
 }
 
 void* AsyncPoolResource::do_allocate(std::size_t bytes, std::optional<StreamView> stream) {
-  return detail::cuda::allocate_async(bytes, device().index(), stream ? stream->impl() : nullptr);
+  detail::quota_take(device(), kind(), bytes);
+  try {
+    return detail::cuda::allocate_async(bytes, device().index(), stream ? stream->impl() : nullptr);
+  } catch (...) {
+    detail::quota_give(device(), bytes);
+    throw;
+  }
 }
 
-void AsyncPoolResource::do_deallocate(void* p, std::size_t, std::optional<StreamView> stream) noexcept {
+void AsyncPoolResource::do_deallocate(void* p, std::size_t bytes, std::optional<StreamView> stream) noexcept {
+  detail::quota_give(device(), bytes);
   detail::cuda::deallocate_async(p, device().index(), stream ? stream->impl() : nullptr);
 }
 

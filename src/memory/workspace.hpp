@@ -6,13 +6,14 @@
 // (set_default_resource), so statistics and limiting adaptors see library scratch too, as RMM's
 // current device resource does. Otherwise CUDA's stream-ordered pool on a GPU (a cudaFree would
 // wait for the whole device: a hidden synchronisation per call) and the built-in resource on the
-// host.
+// host. Either way it counts under the device's memory quota.
 #pragma once
 
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/runtime/stream.hpp>
 
 #include "memory/cuda/memory_backend.hpp"
+#include "memory/quota_ledger.hpp"
 
 #include <cstddef>
 #include <optional>
@@ -36,6 +37,7 @@ class Workspace {
     if (MemoryResource* user = user_default_resource(MemoryKind::device, d)) {
       buffer_ = Buffer(bytes, DType::uint8, d, MemoryKind::device, stream, *user);
     } else if (d.is_cuda()) {
+      held_.emplace(d, MemoryKind::device, bytes);  // under the device's memory quota
       gpu_.emplace(bytes, d.index(), *stream.impl());
     } else {
       buffer_ = Buffer(bytes, DType::uint8, d, MemoryKind::device, stream);
@@ -53,6 +55,7 @@ class Workspace {
   float* as_floats() const noexcept { return static_cast<float*>(get()); }
 
  private:
+  std::optional<QuotaHold> held_;  // given back after gpu_'s memory
   std::optional<cuda::AsyncScratch> gpu_;
   Buffer buffer_;
 };

@@ -2,10 +2,12 @@
 #include <gpucloud/runtime/error.hpp>
 
 #include "runtime/cuda/runtime_backend.hpp"
+#include "runtime/host/cgroup.hpp"
 
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -117,6 +119,13 @@ MemoryInfo memory_info(Device device) {
       info.free = kib * 1024;
       break;
     }
+  }
+  // A cgroup's memory limit is the process's memory: a container's, a Slurm job's, a quota's.
+  const detail::CgroupMemory cgroup = detail::cgroup_memory();
+  if (cgroup.limit && *cgroup.limit < info.total) {
+    info.total = *cgroup.limit;
+    const std::size_t used = cgroup.usage.value_or(0);
+    info.free = std::min(info.free, info.total > used ? info.total - used : 0);
   }
   return info;
 }

@@ -1,6 +1,7 @@
 // The Prometheus exporter: prometheus-cpp's registry and pull exposer, device metrics collected at
 // scrape time under DCGM's names, training metrics, straggler detection (docs/telemetry.md).
 #include <gpucloud/compute/cast.hpp>
+#include <gpucloud/memory/quota.hpp>
 #include <gpucloud/movement/copy.hpp>
 #include <gpucloud/runtime/error.hpp>
 #include <gpucloud/runtime/event.hpp>
@@ -216,6 +217,27 @@ class DeviceCollectable : public pm::Collectable {
         put("gpucloud_host_power_watts", "CPU package power (RAPL).", labels, d.power_w);
         put("gpucloud_host_clock_hertz", "Mean CPU core clock.", labels, hertz);
       }
+    }
+    // The process's memory quotas (set_memory_quota, GPUCLOUD_MEMORY_QUOTA) and what it holds.
+    for (const MemoryQuota& q : memory_quotas()) {
+      Labels labels = base_;
+      labels["device"] = q.device.str();
+      if (q.limit_bytes) {
+        put("gpucloud_memory_quota_bytes", "The process's memory quota on the device.", labels,
+            static_cast<double>(*q.limit_bytes));
+      }
+      put("gpucloud_memory_held_bytes", "Bytes the library's resources hold from the device (pool caches included).",
+          labels, static_cast<double>(q.held_bytes));
+      put("gpucloud_memory_held_peak_bytes", "Highest gpucloud_memory_held_bytes seen.", labels,
+          static_cast<double>(q.peak_bytes));
+      auto& refusals = families["gpucloud_memory_quota_refusals_total"];
+      refusals.name = "gpucloud_memory_quota_refusals_total";
+      refusals.help = "Allocations the memory quota refused.";
+      refusals.type = pm::MetricType::Counter;
+      pm::ClientMetric counted;
+      for (const auto& [k, v] : labels) counted.label.push_back({k, v});
+      counted.counter.value = static_cast<double>(q.refused);
+      refusals.metric.push_back(std::move(counted));
     }
     std::vector<pm::MetricFamily> out;
     for (auto& [name, f] : families) out.push_back(std::move(f));

@@ -68,7 +68,8 @@ struct MemoryInfo {
   std::size_t total = 0;  ///< bytes in all
 };
 
-/// @brief Current free/total memory of @p device (host: available/total RAM).
+/// @brief Current free/total memory of @p device (host: available/total RAM, capped by the
+///        process's cgroup memory limit and that cgroup's usage).
 GPUCLOUD_API MemoryInfo memory_info(Device device);
 
 /// @brief Number of visible CUDA devices; 0 without CUDA or without a usable driver, never throws.
