@@ -10,6 +10,7 @@
 #include <gpucloud/runtime/event.hpp>
 #include <gpucloud/runtime/gpu_specs.hpp>
 #include <gpucloud/runtime/stream.hpp>
+#include <gpucloud/runtime/threads.hpp>
 // memory: buffers and RMM-style resources
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/memory/managed_memory.hpp>

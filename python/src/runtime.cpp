@@ -336,8 +336,23 @@ void bind_runtime(py::module_& m) {
       .def_readonly("host_conv", &BuildInfo::host_conv, "The host fp32 convolution's: 'oneDNN' or 'im2col + GEMM'.");
 
   m.def("device_properties", &device_properties, py::arg("device"), "Properties of a device.");
-  m.def("memory_info", [](DeviceLike device) { return memory_info(to_device(device)); }, py::arg("device"),
-        "Free and total memory of a device now (the host's capped by its cgroup memory limit).");
+  py::class_<HostThreads>(m, "HostThreads", "How many host threads the library runs and why.")
+      .def_readonly("cpus", &HostThreads::cpus, "CPUs the process may use (affinity, capped by the cgroup CPU quota).")
+      .def_readonly("pool", &HostThreads::pool, "The library's compute pool, the calling thread included.")
+      .def_readonly("blas", &HostThreads::blas, "OpenBLAS's threads (0 without OpenBLAS).")
+      .def_readonly("reason", &HostThreads::reason, "Where the figures come from.")
+      .def("__repr__", [](const HostThreads& t) {
+        return "HostThreads(cpus=" + std::to_string(t.cpus) + ", pool=" + std::to_string(t.pool) +
+               ", blas=" + std::to_string(t.blas) + ", reason='" + t.reason + "')";
+      });
+  m.def("host_threads", &host_threads,
+        "The process's host thread budget: CPUs it may use (affinity, cgroup CPU quota), the library's pool "
+        "(GPUCLOUD_HOST_THREADS overrides) and OpenBLAS's threads.");
+  // OpenBLAS gets the budget at import, before a neighbour in the process (torch) starts its threads.
+  host_threads();
+  m.def(
+      "memory_info", [](DeviceLike device) { return memory_info(to_device(device)); }, py::arg("device"),
+      "Free and total memory of a device now (the host's capped by its cgroup memory limit).");
   m.def("cuda_device_count", &cuda_device_count, "Visible CUDA devices (0 without a usable driver).");
   m.def("cuda_unavailable_reason", &cuda_unavailable_reason, "Why there is no CUDA device, or ''.");
   m.def("available_devices", &available_devices, "The host, then every visible CUDA device.");

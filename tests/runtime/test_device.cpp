@@ -2,10 +2,17 @@
 #include <gpucloud/runtime/build_info.hpp>
 #include <gpucloud/runtime/device.hpp>
 #include <gpucloud/runtime/error.hpp>
+#include <gpucloud/runtime/threads.hpp>
 
 #include <gtest/gtest.h>
 
 #include "device_cases.hpp"
+
+#include <sched.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
 
 namespace gc = gpucloud;
 
@@ -51,6 +58,35 @@ TEST(Device, AbsentCudaIsAClearErrorNeverACrash) {
 TEST(Device, ParseRejectsGarbage) {
   for (const char* text : {"gpu", "cuda:", "cuda:x", "cuda:1x", ""}) {
     EXPECT_THROW((void)gc::Device::parse(text), gc::InvalidArgument) << text;
+  }
+}
+
+TEST(HostThreads, TheBudgetIsTheAffinityMaskCappedByTheCgroupQuota) {
+  // Under taskset and in real cgroup CPU quotas: python/tests/test_threads.py (fresh processes).
+  const gpucloud::HostThreads t = gpucloud::host_threads();
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
+  EXPECT_GE(t.cpus, 1);
+  EXPECT_LE(t.cpus, CPU_COUNT(&mask));
+  EXPECT_EQ(t.reason.rfind("affinity " + std::to_string(CPU_COUNT(&mask)) + " of " +
+                               std::to_string(std::thread::hardware_concurrency()) + " cores",
+                           0),
+            0u)
+      << t.reason;
+  if (t.reason.find("cgroup quota") == std::string::npos) {
+    EXPECT_EQ(t.cpus, CPU_COUNT(&mask)) << t.reason;
+  }
+  if (std::getenv(gpucloud::kHostThreadsEnv) == nullptr) {
+    EXPECT_EQ(t.pool, t.cpus);
+  }
+  const bool blas = std::string(gpucloud::build_info().host_blas) == "OpenBLAS";
+  if (!blas) {
+    EXPECT_EQ(t.blas, 0);
+  }
+  if (blas && std::getenv("OPENBLAS_NUM_THREADS") == nullptr && std::getenv("OMP_NUM_THREADS") == nullptr &&
+      std::getenv("GOTO_NUM_THREADS") == nullptr) {
+    EXPECT_EQ(t.blas, t.pool);
   }
 }
 

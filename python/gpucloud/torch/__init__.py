@@ -14,6 +14,13 @@
 - ``stream(device)``: the gpucloud stream the drop-ins use for tensors on ``device``: the stream to
   give ``gpucloud.elastic.JobControl.should_stop`` and other collectives of the same communicator.
 
+Importing it sets torch's intra-op threads beside gpucloud's host thread budget
+(``gpucloud.host_threads().pool``: the CPUs the process's affinity and cgroup CPU quota allow, or
+``GPUCLOUD_HOST_THREADS``) unless ``OMP_NUM_THREADS`` is set: at most the budget (torch counts the
+machine's cores, blind to a container's quota), and 1 where torch's matrix products run on
+OpenBLAS beside its OpenMP team (they keep the budget's cores there; two spinning teams on the same
+cores halve a step's speed). ``torch.set_num_threads`` afterwards wins.
+
 Each is a one-line change in a torch script::
 
     scaler = gpucloud.torch.GradScaler()                       # was torch.cuda.amp.GradScaler()
@@ -27,6 +34,33 @@ from .checkpoint import Checkpointer  # noqa: F401
 from .horovod import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters  # noqa: F401
 from ._streams import stream_for as _stream_for
 from .process_group import ProcessGroupTransport, init_process_group, process_group_communicator  # noqa: F401
+
+
+def _torch_blas_beside_openmp():
+    """Whether torch's matrix products run on a BLAS with its own thread pool (OpenBLAS, a generic
+    libblas) beside torch's OpenMP team, as in Debian's and conda-forge's OpenBLAS builds; MKL
+    builds share the OpenMP team."""
+    config = _torch.__config__.show()
+    return "USE_OPENMP=ON" in config and any(f"BLAS_INFO={b}" in config for b in ("generic", "open"))
+
+
+def _coordinate_threads():
+    """torch's intra-op threads beside gpucloud's budget (docs/tuning.md, "Host threads")."""
+    import os
+
+    import gpucloud as _gc
+    if "OMP_NUM_THREADS" in os.environ:
+        return  # the user's word
+    budget = _gc.host_threads().pool
+    # Two teams that spin while waiting (OpenMP's and OpenBLAS's) on the same cores take turns
+    # badly (2 cores: 58-64 ms a step instead of 30): torch's own threads go to 1 and its matrix
+    # products keep the budget's cores through OpenBLAS.
+    wanted = 1 if budget > 1 and _torch_blas_beside_openmp() else budget
+    if _torch.get_num_threads() > wanted:
+        _torch.set_num_threads(wanted)
+
+
+_coordinate_threads()
 
 
 def stream(device="cpu"):

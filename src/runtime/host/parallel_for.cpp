@@ -1,5 +1,7 @@
 #include "runtime/host/parallel_for.hpp"
 
+#include "runtime/host/thread_budget.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -16,13 +18,8 @@ namespace gpucloud::detail {
 
 namespace {
 
-int configured_threads() noexcept {
-  if (const char* env = std::getenv("GPUCLOUD_HOST_THREADS")) {
-    const long v = std::strtol(env, nullptr, 10);
-    if (v >= 1 && v <= 1024) return static_cast<int>(v);
-  }
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
+// GPUCLOUD_HOST_THREADS, else the CPUs the process may use (affinity, cgroup CPU quota).
+int configured_threads() noexcept { return thread_budget().pool; }
 
 thread_local bool inside_job = false;
 

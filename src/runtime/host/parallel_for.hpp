@@ -13,7 +13,7 @@ namespace gpucloud::detail {
 /// parallel_for, or while the pool serves another caller (it never waits for a second job).
 void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& fn);
 
-/// Threads parallel_for uses, the caller's included (GPUCLOUD_HOST_THREADS, default: the cores).
+/// Threads parallel_for uses, the caller's included (thread_budget().pool).
 int parallel_for_threads() noexcept;
 
 }  // namespace gpucloud::detail

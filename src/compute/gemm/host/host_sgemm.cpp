@@ -3,19 +3,41 @@
 // contiguous rows so the compiler vectorises them.
 #include "compute/gemm/host/host_sgemm.hpp"
 
+#include "runtime/host/thread_budget.hpp"
+
 #if GPUCLOUD_WITH_BLAS
 #include <cblas.h>
 #endif
 
 #include <cstddef>
+#include <mutex>
 #include <vector>
 
 namespace gpucloud::detail {
 
 #if GPUCLOUD_WITH_BLAS
 
+namespace {
+// OpenBLAS starts a thread per online core, blind to the cgroup's CPU quota: it gets the budget,
+// once, before the library's first product (a count changed while another thread is inside
+// OpenBLAS is not safe).
+void apply_blas_budget() noexcept {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const int n = thread_budget().blas;
+    if (n > 0) openblas_set_num_threads(n);
+  });
+}
+}  // namespace
+
+int host_blas_threads() noexcept {
+  apply_blas_budget();
+  return openblas_get_num_threads();
+}
+
 void host_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
                 int ldb, float beta, float* c, int ldc) {
+  apply_blas_budget();
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
               a, lda, b, ldb, beta, c, ldc);
 }
@@ -23,6 +45,8 @@ void host_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
 const char* host_sgemm_implementation() noexcept { return "OpenBLAS"; }
 
 #else
+
+int host_blas_threads() noexcept { return 0; }
 
 void host_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
                 int ldb, float beta, float* c, int ldc) {

@@ -12,4 +12,8 @@ void host_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
 /// "OpenBLAS" or "built-in": which implementation host_sgemm runs.
 const char* host_sgemm_implementation() noexcept;
 
+/// OpenBLAS's thread count, set once to the host thread budget (thread_budget().blas) unless its
+/// own variables are set; 0 without OpenBLAS.
+int host_blas_threads() noexcept;
+
 }  // namespace gpucloud::detail
