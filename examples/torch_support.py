@@ -3,6 +3,7 @@ the model and each rank's data, and checkpoints of a torch model + optimizer + G
 gpucloud.torch.Checkpointer (sharded across ranks, atomic, asynchronous)."""
 import contextlib
 import signal
+import time
 
 import torch
 import torch.distributed as dist
@@ -72,6 +73,9 @@ def arguments(doc):
     ap.add_argument("--dump", help="write the final weights (a flat float32 tensor) here with torch.save")
     ap.add_argument("--metrics-port", type=int, default=-1,
                     help="serve Prometheus metrics (0: a free port; P > 0: P + the local rank; -1: none)")
+    ap.add_argument("--slow-rank", type=int, default=-1, help="this rank sleeps --slow-ms in every step's work "
+                    "(a straggler, found with --metrics-port)")
+    ap.add_argument("--slow-ms", type=support.finite_float(low=0.0), default=20.0)
     args = ap.parse_args()
     if args.resume and not args.checkpoint_dir:
         ap.error("--resume: needs --checkpoint-dir DIR")
@@ -132,23 +136,32 @@ def train(args, comm, model, opt, scaler):
     if start and comm.rank == 0:
         print(f"resumed from step {start}", flush=True)
     metrics = serve_metrics(args, comm)
+    if metrics:  # the ranks' own work per step compared every 25 steps, on the hooks' stream
+        metrics.detect_stragglers(comm, stream, every=25)
+    straggler_logged = -1
     skipped, window, first, w = 0, [], None, None
     for step in range(start, args.steps):
         x, y = batch(comm.rank, step)
-        with metrics.step(samples=len(x)) if metrics else contextlib.nullcontext() as timed:
-            busy = comm.busy_seconds
+        with metrics.step(samples=len(x), comm=comm) if metrics else contextlib.nullcontext() as timed:
             opt.zero_grad(set_to_none=True)
             loss = ((model(x) - y) ** 2).mean()
+            if comm.rank == args.slow_rank:
+                time.sleep(args.slow_ms / 1e3)  # a slow rank's own work
             if step == args.overflow_at and comm.rank == 0:
                 loss = loss * float("inf")  # averaged over the ranks, every rank sees it
             before = scaler.get_scale()
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
-            if timed is not None:  # the step's collectives, its scale, whether it was skipped
-                timed.comm_seconds = comm.busy_seconds - busy
+            if timed is not None:  # the step's scale, whether it was skipped (its collectives: comm=)
                 timed.loss_scale = scaler.get_scale()
                 timed.skipped = scaler.get_scale() < before
+        if metrics:
+            found = metrics.straggler_report()
+            if found.straggler and found.slowest != straggler_logged and comm.rank == 0:
+                print(f"  straggler: rank {found.slowest} works {1e3 * found.compute_seconds[found.slowest]:.1f} ms "
+                      f"per step, the median {1e3 * found.median:.1f} ms", flush=True)
+            straggler_logged = found.slowest if found.straggler else straggler_logged
         if scaler.get_scale() < before:
             skipped += 1
             if comm.rank == 0:

@@ -442,8 +442,8 @@ class Progress {
     metrics.steps().record(r);
     const auto report = metrics.straggler_report();
     if (report.straggler && report.slowest != straggler_logged_) {
-      const double slowest = report.step_seconds[static_cast<std::size_t>(report.slowest)];
-      say(job_.rank, "  straggler: rank %d takes %.1f ms per step, %.0f %% above the median %.1f ms\n", report.slowest,
+      const double slowest = report.compute_seconds[static_cast<std::size_t>(report.slowest)];
+      say(job_.rank, "  straggler: rank %d works %.1f ms per step, %.0f %% above the median %.1f ms\n", report.slowest,
           1e3 * slowest, 100.0 * (slowest / report.median - 1.0), 1e3 * report.median);
       straggler_logged_ = report.slowest;
     }

@@ -258,8 +258,8 @@ def main():
             comm_before = comm_now
             report = metrics.straggler_report()
             if report.straggler and report.slowest != straggler_logged:
-                say(f"  straggler: rank {report.slowest} takes {1e3 * report.step_seconds[report.slowest]:.1f} ms per "
-                    f"step, the median {1e3 * report.median:.1f} ms")
+                say(f"  straggler: rank {report.slowest} works {1e3 * report.compute_seconds[report.slowest]:.1f} ms "
+                    f"per step, the median {1e3 * report.median:.1f} ms")
                 straggler_logged = report.slowest
         step_began = time.perf_counter()
         if checkpointer and (step + 1) % args.checkpoint_every == 0:

@@ -23,12 +23,14 @@ __all__ = ["Exporter", "StepMetrics", "StragglerReport", "Step", "job_labels", "
 class Step:
     """One step being timed: set data_wait_seconds, comm_seconds, loss_scale, skipped (True, or a
     count found at a log step) inside the `with`; the record is made at its end (not when the
-    block raises)."""
+    block raises). With a communicator, comm_seconds is its busy time during the step unless set."""
 
-    __slots__ = ("_metrics", "samples", "data_wait_seconds", "comm_seconds", "loss_scale", "skipped", "_start")
+    __slots__ = ("_metrics", "samples", "data_wait_seconds", "comm_seconds", "loss_scale", "skipped", "_start",
+                 "_comm", "_busy")
 
-    def __init__(self, metrics, samples):
+    def __init__(self, metrics, samples, comm=None):
         self._metrics = metrics
+        self._comm = comm
         self.samples = samples
         self.data_wait_seconds = 0.0
         self.comm_seconds = 0.0
@@ -36,19 +38,25 @@ class Step:
         self.skipped = 0
 
     def __enter__(self):
+        self._busy = self._comm.busy_seconds if self._comm is not None else 0.0
         self._start = time.perf_counter()
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            self._metrics.record(time.perf_counter() - self._start, self.samples, self.data_wait_seconds,
-                                 self.comm_seconds, self.loss_scale, int(self.skipped))
+            seconds = time.perf_counter() - self._start
+            if self._comm is not None and not self.comm_seconds:
+                self.comm_seconds = self._comm.busy_seconds - self._busy
+            self._metrics.record(seconds, self.samples, self.data_wait_seconds, self.comm_seconds, self.loss_scale,
+                                 int(self.skipped))
         return False
 
 
-def _step(self, samples=0):
-    """A context manager timing one step: `with exporter.step(samples=n) as st: ...`."""
-    return Step(self.steps, samples)
+def _step(self, samples=0, comm=None):
+    """A context manager timing one step: `with exporter.step(samples=n, comm=comm) as st: ...`
+    (``comm``: the communicator of the step's collectives, e.g. the DDP hooks' one: their time is
+    then not the rank's own work, which straggler detection compares)."""
+    return Step(self.steps, samples, comm)
 
 
 Exporter.step = _step

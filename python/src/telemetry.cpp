@@ -41,6 +41,8 @@ double arg_seconds(py::handle h, const char* arg) {
 void bind_telemetry(py::module_& m) {
   py::class_<tel::StragglerReport>(m, "StragglerReport", "What the last exchange of step times found.")
       .def_readonly("step_seconds", &tel::StragglerReport::step_seconds, "Every rank's mean step time, by rank.")
+      .def_readonly("compute_seconds", &tel::StragglerReport::compute_seconds,
+                    "Every rank's mean own work per step (less data wait and collectives), by rank: what is compared.")
       .def_readonly("median", &tel::StragglerReport::median)
       .def_readonly("slowest", &tel::StragglerReport::slowest)
       .def_readonly("straggler", &tel::StragglerReport::straggler)

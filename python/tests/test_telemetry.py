@@ -154,17 +154,22 @@ def test_a_straggler_is_found_under_mpirun():
         e = gc.telemetry.Exporter(port=-1, labels=gc.telemetry.job_labels())
         e.detect_stragglers(comm, s, every=5, threshold=0.5)
         for step in range(21):
-            with e.step(samples=8):
-                time.sleep(0.004 + (0.03 if comm.rank == 2 else 0.0))   # rank 2 is slow on purpose
+            # As in a synchronous loop: every rank's step lasts as long as the slowest's, rank 2
+            # working 30 ms and the others waiting for it in their collectives.
+            with e.step(samples=8) as st:
+                time.sleep(0.034)
+                st.comm_seconds = 0.0 if comm.rank == 2 else 0.03
         s.synchronize()
         r = e.straggler_report()
         text = e.exposition()
-        series = [l for l in text.splitlines() if l.startswith("gpucloud_rank_step_seconds{")]
+        series = [l for l in text.splitlines() if l.startswith("gpucloud_rank_compute_seconds{")]
+        work = r.compute_seconds[2] >= 0.03 and r.compute_seconds[2] > 3 * max(r.compute_seconds[:2])
         print(f"rank {comm.rank}: slowest {r.slowest} straggler {r.straggler} series {len(series)} "
-              f"flag {[l for l in text.splitlines() if l.startswith('gpucloud_straggler_rank')][0].split()[-1]}")
+              f"flag {[l for l in text.splitlines() if l.startswith('gpucloud_straggler_rank')][0].split()[-1]} "
+              f"work {work}")
     """, prefix=(mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "3"), env=env)
     for rank in range(3):
-        assert f"rank {rank}: slowest 2 straggler True series 3 flag 2" in out, out
+        assert f"rank {rank}: slowest 2 straggler True series 3 flag 2 work True" in out, out
 
 
 def test_an_exporter_dropped_while_its_straggler_exchange_is_queued():

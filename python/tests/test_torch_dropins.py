@@ -763,6 +763,20 @@ def run_example(path, *args, ranks=2, env=None):
     return r.stdout
 
 
+@pytest.mark.parametrize("example", ["torch_ddp.py", "torch_horovod_style.py"])
+def test_a_rank_slowed_in_a_synchronous_torch_loop_is_named_a_straggler(example):
+    """Every step waits for its gradients' all-reduce, so every rank's wall step is the slowest's;
+    the detection compares the ranks' own work (the step less its collectives) and names rank 1."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", example)
+    out = run_example(path, "--steps", "80", "--log-every", "1000", "--overflow-at", "-1", "--metrics-port", "0",
+                      "--slow-rank", "1", "--slow-ms", "30")
+    found = __import__("re").findall(r"straggler: rank (\d) works ([\d.]+) ms per step, the median ([\d.]+) ms", out)
+    assert found and found[0][0] == "1", out
+    assert float(found[0][1]) >= 30.0 > float(found[0][2]) - 15.0, out  # its 30 ms of sleep is its own work
+    clean = run_example(path, "--steps", "80", "--log-every", "1000", "--overflow-at", "-1", "--metrics-port", "0")
+    assert "straggler" not in clean, clean
+
+
 def test_update_with_a_new_scale_keeps_the_growth_tracker_as_torch():
     model = make_model()
     opt = gt.optim.SGD(model.parameters(), 0.01)

@@ -284,7 +284,7 @@ struct Straggler {
   Communicator* comm;
   StreamView stream;
   StragglerOptions options;
-  double sum = 0;
+  double step_sum = 0, compute_sum = 0;  // over the period so far
   int count = 0;
   Buffer send, recv, host_send, host_recv;
   std::optional<Event> done;
@@ -294,13 +294,14 @@ struct Straggler {
 struct StepMetrics::Impl {
   std::shared_ptr<pm::Registry> registry;
   pm::Histogram* step_seconds = nullptr;
-  pm::Counter *steps = nullptr, *samples = nullptr, *skipped = nullptr, *data_wait = nullptr, *comm = nullptr;
+  pm::Counter *steps = nullptr, *samples = nullptr, *skipped = nullptr, *data_wait = nullptr, *comm = nullptr,
+              *compute = nullptr;
   Lazy<pm::Gauge> samples_per_second, loss_scale, memory_in_use, memory_peak;
   Lazy<pm::Counter> memory_allocations;
   pm::Histogram* checkpoint_seconds = nullptr;
   Lazy<pm::Gauge> checkpoint_pending, checkpoint_committed_step, checkpoint_commit_time;
   Lazy<pm::Counter> checkpoint_waited, checkpoint_failures;
-  pm::Family<pm::Gauge>* rank_step = nullptr;
+  pm::Family<pm::Gauge>*rank_step = nullptr, *rank_compute = nullptr;
   Lazy<pm::Gauge> straggler, straggler_rank;
   std::mutex mutex;  // the straggler state (records themselves are lock-free or prometheus-cpp's)
   std::optional<Straggler> stragglers;
@@ -329,28 +330,37 @@ struct StepMetrics::Impl {
 
   void finish_exchange(Straggler& s) {
     s.done->synchronize();
-    const auto* all = s.host_recv.data_as<double>();
+    const auto* all = s.host_recv.data_as<double>();  // per rank: mean step, mean own compute
     StragglerReport r;
-    r.step_seconds.assign(all, all + s.comm->size());
-    std::vector<double> sorted = r.step_seconds;
+    const auto n = static_cast<std::size_t>(s.comm->size());
+    for (std::size_t i = 0; i < n; ++i) {
+      r.step_seconds.push_back(all[2 * i]);
+      r.compute_seconds.push_back(all[2 * i + 1]);
+    }
+    // The ranks' own work, not their wall steps: in a synchronous loop the collectives make every
+    // rank's step as long as the slowest's, and only the waiting moves.
+    std::vector<double> sorted = r.compute_seconds;
     std::sort(sorted.begin(), sorted.end());
-    const std::size_t n = sorted.size();
     r.median = n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-    r.slowest =
-        static_cast<int>(std::max_element(r.step_seconds.begin(), r.step_seconds.end()) - r.step_seconds.begin());
+    r.slowest = static_cast<int>(std::max_element(r.compute_seconds.begin(), r.compute_seconds.end()) -
+                                 r.compute_seconds.begin());
     r.straggler =
-        r.median > 0 && r.step_seconds[static_cast<std::size_t>(r.slowest)] > r.median * (1 + s.options.threshold);
-    for (std::size_t i = 0; i < n; ++i) rank_step->Add({{"rank", std::to_string(i)}}).Set(r.step_seconds[i]);
+        r.median > 0 && r.compute_seconds[static_cast<std::size_t>(r.slowest)] > r.median * (1 + s.options.threshold);
+    for (std::size_t i = 0; i < n; ++i) {
+      rank_step->Add({{"rank", std::to_string(i)}}).Set(r.step_seconds[i]);
+      rank_compute->Add({{"rank", std::to_string(i)}}).Set(r.compute_seconds[i]);
+    }
     straggler.get().Set(r.straggler ? 1 : 0);
     straggler_rank.get().Set(r.straggler ? r.slowest : -1);
     s.report = std::move(r);
     s.done.reset();
   }
 
-  // Enqueues the all-gather of this rank's mean step time over the period just ended.
+  // Enqueues the all-gather of this rank's mean step and compute time over the period just ended.
   void start_exchange(Straggler& s) {
-    *s.host_send.data_as<double>() = s.sum / s.count;
-    s.sum = 0;
+    s.host_send.data_as<double>()[0] = s.step_sum / s.count;
+    s.host_send.data_as<double>()[1] = s.compute_sum / s.count;
+    s.step_sum = s.compute_sum = 0;
     s.count = 0;
     copy(s.send, s.host_send, s.stream);
     s.comm->all_gather(s.send, s.recv, s.stream);
@@ -374,12 +384,15 @@ void StepMetrics::record(const StepRecord& r) {
   if (r.seconds > 0) m.samples_per_second.get().Set(static_cast<double>(r.samples) / r.seconds);
   if (r.data_wait_seconds > 0) m.data_wait->Increment(r.data_wait_seconds);
   if (r.comm_seconds > 0) m.comm->Increment(r.comm_seconds);
+  const double compute = std::max(0.0, r.seconds - r.data_wait_seconds - r.comm_seconds);
+  if (compute > 0) m.compute->Increment(compute);
   if (r.loss_scale > 0) m.loss_scale.get().Set(r.loss_scale);
   if (r.skipped > 0) m.skipped->Increment(static_cast<double>(r.skipped));
   if (m.stragglers) {
     std::lock_guard<std::mutex> lock(m.mutex);
     Straggler& s = *m.stragglers;
-    s.sum += r.seconds;
+    s.step_sum += r.seconds;
+    s.compute_sum += compute;
     if (++s.count == s.options.every) {
       if (s.done) m.finish_exchange(s);  // the previous period's, long done by now
       m.start_exchange(s);
@@ -486,6 +499,8 @@ Exporter::Exporter(ExporterOptions options) {
   m->skipped = counter("gpucloud_skipped_steps_total", "Steps the optimizer skipped (an inf/NaN gradient).");
   m->data_wait = counter("gpucloud_data_wait_seconds_total", "Time spent waiting for input batches.");
   m->comm = counter("gpucloud_comm_seconds_total", "Time the collectives took (the communicator's own events).");
+  m->compute = counter("gpucloud_compute_seconds_total",
+                       "Time of the steps not spent waiting for input or in collectives: this rank's own work.");
   m->samples_per_second = gauge("gpucloud_samples_per_second", "Samples per second of the last step (this rank).");
   m->loss_scale = gauge("gpucloud_loss_scale", "The dynamic loss scale.");
   m->memory_in_use = gauge("gpucloud_memory_pool_bytes_in_use", "Bytes allocated from the memory pool.");
@@ -512,7 +527,14 @@ Exporter::Exporter(ExporterOptions options) {
                       .Help("Every rank's mean step time over the last straggler period, by rank.")
                       .Labels(without_rank)
                       .Register(r);
-  m->straggler = gauge("gpucloud_straggler", "1 while the slowest rank is beyond the straggler threshold.");
+  m->rank_compute = &pm::BuildGauge()
+                         .Name("gpucloud_rank_compute_seconds")
+                         .Help(
+                             "Every rank's mean own work per step (not waiting for input or in collectives) over "
+                             "the last straggler period, by rank.")
+                         .Labels(without_rank)
+                         .Register(r);
+  m->straggler = gauge("gpucloud_straggler", "1 while the slowest rank's own work is beyond the straggler threshold.");
   m->straggler_rank = gauge("gpucloud_straggler_rank", "The straggling rank, or -1.");
   impl->step_impl = m;
   impl->steps = std::make_unique<StepMetrics>(m);
@@ -589,10 +611,10 @@ void Exporter::detect_stragglers(Communicator& comm, StreamView stream, Straggle
   }
   Straggler s(comm, stream, options);
   const auto n = static_cast<std::size_t>(comm.size());
-  s.send = Buffer(1, DType::float64, comm.device(), MemoryKind::device);
-  s.recv = Buffer(n, DType::float64, comm.device(), MemoryKind::device);
-  s.host_send = Buffer(1, DType::float64, Device::host(), MemoryKind::pinned);
-  s.host_recv = Buffer(n, DType::float64, Device::host(), MemoryKind::pinned);
+  s.send = Buffer(2, DType::float64, comm.device(), MemoryKind::device);
+  s.recv = Buffer(2 * n, DType::float64, comm.device(), MemoryKind::device);
+  s.host_send = Buffer(2, DType::float64, Device::host(), MemoryKind::pinned);
+  s.host_recv = Buffer(2 * n, DType::float64, Device::host(), MemoryKind::pinned);
   m.stragglers.emplace(std::move(s));
 }
 

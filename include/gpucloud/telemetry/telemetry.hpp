@@ -95,15 +95,17 @@ class GPUCLOUD_API StepMetrics {
 /// @brief Straggler detection's settings.
 struct StragglerOptions {
   int every = 50;          ///< steps between exchanges of step-time summaries
-  double threshold = 0.2;  ///< a rank is a straggler when its mean step is this much above the median
+  double threshold = 0.2;  ///< a rank is a straggler when its mean own work per step is this much above the median
 };
 
 /// @brief What the last exchange found.
 struct StragglerReport {
-  std::vector<double> step_seconds;  ///< every rank's mean step time over the last period, by rank
-  double median = 0;                 ///< their median
-  int slowest = -1;                  ///< the slowest rank
-  bool straggler = false;            ///< the slowest is beyond the threshold
+  std::vector<double> step_seconds;     ///< every rank's mean step time over the last period, by rank
+  std::vector<double> compute_seconds;  ///< every rank's mean own work per step (the step less its data
+                                        ///< wait and collectives), by rank: what the detection compares
+  double median = 0;                    ///< the median of compute_seconds
+  int slowest = -1;                     ///< the rank of the most own work per step
+  bool straggler = false;               ///< the slowest is beyond the threshold
 };
 
 /// @brief A process's metrics endpoint: a Prometheus registry served at /metrics (prometheus-cpp's
@@ -134,9 +136,11 @@ class GPUCLOUD_API Exporter {
   /// @brief The training metrics.
   StepMetrics& steps();
   /// @brief Exchanges step-time summaries over @p comm every options.every recorded steps (an
-  ///        all-gather of one double, enqueued on @p stream by the record() that completes the
-  ///        period; read back at the next period) and exports gpucloud_rank_step_seconds{rank=...}
-  ///        and gpucloud_straggler. Every rank of @p comm calls it and records the same steps.
+  ///        all-gather of two doubles, enqueued on @p stream by the record() that completes the
+  ///        period; read back at the next period), compares the ranks' own work per step (the step
+  ///        less its data wait and collectives) and exports gpucloud_rank_step_seconds{rank=...},
+  ///        gpucloud_rank_compute_seconds{rank=...} and gpucloud_straggler. Every rank of @p comm
+  ///        calls it and records the same steps.
   void detect_stragglers(Communicator& comm, StreamView stream, StragglerOptions options = {});
   /// @brief The report of the last completed exchange (empty before the first).
   StragglerReport straggler_report() const;
