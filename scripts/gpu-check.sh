@@ -8,7 +8,7 @@
 #      ldd of the library
 #   3. the GPU's own C++ cases (ctest -R on the CUDA cases) with cuBLASLt, cuDNN and NCCL logging on
 #   4. the Python package's CUDA cases and the torch drop-ins on CUDA tensors (test_torch_cuda.py)
-#   5. short training runs on the GPU
+#   5. short training runs on the GPU, restarts, device monitoring, the topology (NVML's links)
 #   6. probes under compute-sanitizer memcheck: a GEMM bias at every offset, the stream adoption
 #   7. trimmed sanitizer runs (memcheck, racecheck) over the CUDA cases
 #   8. benchmarks, last
@@ -171,6 +171,16 @@ if [ "$built" = 1 ]; then
   reading="$(grep -E 'now \(|NVML:' "$out/devices_demo.log" 2>/dev/null | tail -n 2 | tr -s ' ' | tr '\n' ' ' | cut -c1-100)"
   record "device monitoring" "$(grep -q 'now (nvml)' "$out/devices_demo.log" 2>/dev/null && echo ok || echo note)" 0 \
     "${reading:-no reading}"
+  # 5c. Topology: the GPUs' PCI placement and NUMA nodes (sysfs), NVML's link matrix (nvidia-smi
+  # topo -m beside it, to compare), the binding advice per GPU.
+  run_step "topology (C++)" "$out/topology.log" ctest --test-dir "$base/gpu" --output-on-failure --timeout 60 \
+    -R '^(Topology|BindingAdvice)[.]'
+  if [ "$python_module" = 1 ]; then
+    run_step "python -m gpucloud topo" "$out/topo.log" sh -c 'python3 -m gpucloud topo && nvidia-smi topo -m'
+    links="$(grep -E '^GPU0' "$out/topo.log" 2>/dev/null | head -n 1 | tr -s '\t ' ' ' | cut -c1-80)"
+    record "GPU links (NVML)" "$(grep -q 'NVML unavailable' "$out/topo.log" 2>/dev/null && echo note || echo ok)" 0 \
+      "${links:-no GPU row}"
+  fi
   # 6-7. Probes, then trimmed sanitizer runs over the CUDA cases.
   if command -v compute-sanitizer >/dev/null; then
     sanitize() {  # sanitize TOOL BINARY FILTER

@@ -12,7 +12,7 @@
 # host-only library builds without it.
 set -euo pipefail
 
-packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip python3-venv python3-dev libopenmpi-dev openmpi-bin libdlpack-dev libopenblas-dev doxygen
+packages=(cmake g++ make libgtest-dev libbenchmark-dev clang-format python3 python3-pip python3-venv python3-dev libopenmpi-dev openmpi-bin libdlpack-dev libopenblas-dev libhwloc-dev pkg-config doxygen
   libdnnl-dev ocl-icd-opencl-dev
   nlohmann-json3-dev libxxhash-dev prometheus-cpp-dev prometheus libssl-dev openssl
   python3-torch python3-mpi4py iproute2 iputils-ping gdb slurmctld slurmd slurm-client munge)

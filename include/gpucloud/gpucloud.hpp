@@ -38,6 +38,7 @@
 #include <gpucloud/comm/transport.hpp>
 // monitor: device metrics
 #include <gpucloud/monitor/monitor.hpp>
+#include <gpucloud/monitor/topology.hpp>
 // checkpoint: named state, asynchronous sharded checkpoints in safetensors files
 #include <gpucloud/checkpoint/checkpoint.hpp>
 #include <gpucloud/checkpoint/state_dict.hpp>

@@ -24,7 +24,7 @@ class CheckpointError(Error):
     """A checkpoint cannot be written or read (I/O, truncation, checksum)."""
 class CheckpointMismatch(CheckpointError, ValueError):
     """A sound checkpoint that does not fit what it is loaded into; nothing was written."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuSpec', 'GradBucketer', 'HostThreads', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryQuota', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clear_memory_quota', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'host_threads', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'memory_quota', 'memory_quotas', 'mse_loss', 'nvml_unavailable_reason', 'parse_bytes', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'set_memory_fraction', 'set_memory_quota', 'supports', 'telemetry_job_labels']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'BindingAdvice', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuPlacement', 'GpuSpec', 'GradBucketer', 'HostThreads', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryQuota', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'NumaNode', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Topology', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'binding_advice', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clear_memory_quota', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'host_threads', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'memory_quota', 'memory_quotas', 'mse_loss', 'nvml_unavailable_reason', 'parse_bytes', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'set_memory_fraction', 'set_memory_quota', 'supports', 'telemetry_job_labels', 'topology']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -1443,6 +1443,116 @@ class GradBucketer:
     @property
     def bucket_count(self) -> int:
         ...
+class NumaNode:
+    """
+    A NUMA node: its CPUs and its memory.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def cpus(self) -> list[int]:
+        """
+        Its logical CPUs.
+        """
+    @property
+    def index(self) -> int:
+        """
+        The OS's node number.
+        """
+    @property
+    def memory_bytes(self) -> int:
+        """
+        Its local memory.
+        """
+class GpuPlacement:
+    """
+    Where a GPU sits: its PCI address, nearest NUMA node and CPUs.
+    """
+    @property
+    def cpus(self) -> list[int]:
+        """
+        The CPUs local to it.
+        """
+    @property
+    def index(self) -> int:
+        """
+        The CUDA device index.
+        """
+    @property
+    def numa_node(self) -> int:
+        """
+        The nearest NUMA node; -1 when the platform does not say.
+        """
+    @property
+    def pci_bus_id(self) -> str:
+        """
+        Its PCI address, e.g. '0000:17:00.0'.
+        """
+class Topology:
+    """
+    How the machine's CPUs, memory and GPUs are connected.
+    """
+    @property
+    def allowed_cpus(self) -> list[int]:
+        """
+        The logical CPUs this process may run on.
+        """
+    @property
+    def cores(self) -> int:
+        """
+        Physical cores.
+        """
+    @property
+    def gpu_links(self) -> list[list[str]]:
+        """
+        GPUs x GPUs as nvidia-smi topo -m ('X', 'NV<n>', 'PIX', 'PXB', 'PHB', 'NODE', 'SYS'); empty without NVML.
+        """
+    @property
+    def gpus(self) -> list[GpuPlacement]:
+        """
+        Every visible CUDA device's placement.
+        """
+    @property
+    def hardware_threads(self) -> int:
+        """
+        Logical CPUs.
+        """
+    @property
+    def numa_nodes(self) -> list[NumaNode]:
+        """
+        Every NUMA node.
+        """
+    @property
+    def packages(self) -> int:
+        """
+        CPU sockets.
+        """
+    @property
+    def source(self) -> str:
+        """
+        'hwloc <version>' or 'sysfs'.
+        """
+class BindingAdvice:
+    """
+    Where a rank's host threads belong.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def cpus(self) -> list[int]:
+        """
+        The logical CPUs for the rank.
+        """
+    @property
+    def numa_node(self) -> int:
+        """
+        Their NUMA node (-1: several).
+        """
+    @property
+    def reason(self) -> str:
+        """
+        Why.
+        """
 class DeviceMetrics:
     """
     One reading of a device's load and health; a figure the platform cannot report is None.
@@ -1776,6 +1886,11 @@ class StragglerReport:
     def __repr__(self) -> str:
         ...
     @property
+    def compute_seconds(self) -> list[float]:
+        """
+        Every rank's mean own work per step (less data wait and collectives), by rank: what is compared.
+        """
+    @property
     def median(self) -> float:
         ...
     @property
@@ -1830,9 +1945,11 @@ class TelemetryExporter:
         """
         The text a scrape of /metrics returns now.
         """
-    def step(self, samples = 0):
+    def step(self, samples = 0, comm = None):
         """
-        A context manager timing one step: `with exporter.step(samples=n) as st: ...`.
+        A context manager timing one step: `with exporter.step(samples=n, comm=comm) as st: ...`
+            (``comm``: the communicator of the step's collectives, e.g. the DDP hooks' one: their time is
+            then not the rank's own work, which straggler detection compares).
         """
     def straggler_report(self) -> StragglerReport:
         ...
@@ -1937,6 +2054,10 @@ def available_devices() -> list[Device]:
 def bias_grad(grad: numpy.typing.ArrayLike, bias_grad: numpy.typing.ArrayLike, stream: Stream) -> None:
     """
     bias_grad[j] = sum over rows of grad[:, j] (grad is rows x len(bias_grad)).
+    """
+def binding_advice(topology: Topology, local_rank: typing.SupportsInt | typing.SupportsIndex, local_size: typing.SupportsInt | typing.SupportsIndex, gpu: typing.SupportsInt | typing.SupportsIndex = -1) -> BindingAdvice:
+    """
+    The CPUs for a local rank: near its GPU (gpu >= 0), else an even share within NUMA nodes (os.sched_setaffinity(0, advice.cpus) applies it).
     """
 def build_info() -> BuildInfo:
     """
@@ -2109,6 +2230,10 @@ def supports(device: Device | str, precision: Precision) -> bool:
 def telemetry_job_labels() -> dict[str, str]:
     """
     rank, local_rank, node and job labels of this process, from the launcher's environment.
+    """
+def topology() -> Topology:
+    """
+    The machine's topology: CPUs, NUMA nodes, GPUs and their links (hwloc, NVML).
     """
 CHECKPOINT_FORMAT_VERSION: int = 1
 PREEMPTED_EXIT_CODE: int = 75

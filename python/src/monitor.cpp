@@ -2,6 +2,7 @@
 #include "bindings.hpp"
 
 #include <gpucloud/monitor/monitor.hpp>
+#include <gpucloud/monitor/topology.hpp>
 
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
@@ -24,6 +25,44 @@ py::dict stats_dict(const MetricStats& s) {
 }  // namespace
 
 void bind_monitor(py::module_& m) {
+  py::class_<NumaNode>(m, "NumaNode", "A NUMA node: its CPUs and its memory.")
+      .def_readonly("index", &NumaNode::index, "The OS's node number.")
+      .def_readonly("cpus", &NumaNode::cpus, "Its logical CPUs.")
+      .def_readonly("memory_bytes", &NumaNode::memory_bytes, "Its local memory.")
+      .def("__repr__", [](const NumaNode& n) {
+        return "NumaNode(index=" + std::to_string(n.index) + ", cpus=" + std::to_string(n.cpus.size()) +
+               ", memory_bytes=" + std::to_string(n.memory_bytes) + ")";
+      });
+  py::class_<GpuPlacement>(m, "GpuPlacement", "Where a GPU sits: its PCI address, nearest NUMA node and CPUs.")
+      .def_readonly("index", &GpuPlacement::index, "The CUDA device index.")
+      .def_readonly("pci_bus_id", &GpuPlacement::pci_bus_id, "Its PCI address, e.g. '0000:17:00.0'.")
+      .def_readonly("numa_node", &GpuPlacement::numa_node, "The nearest NUMA node; -1 when the platform does not say.")
+      .def_readonly("cpus", &GpuPlacement::cpus, "The CPUs local to it.");
+  py::class_<Topology>(m, "Topology", "How the machine's CPUs, memory and GPUs are connected.")
+      .def_readonly("packages", &Topology::packages, "CPU sockets.")
+      .def_readonly("cores", &Topology::cores, "Physical cores.")
+      .def_readonly("hardware_threads", &Topology::hardware_threads, "Logical CPUs.")
+      .def_readonly("allowed_cpus", &Topology::allowed_cpus, "The logical CPUs this process may run on.")
+      .def_readonly("numa_nodes", &Topology::numa_nodes, "Every NUMA node.")
+      .def_readonly("gpus", &Topology::gpus, "Every visible CUDA device's placement.")
+      .def_readonly("gpu_links", &Topology::gpu_links,
+                    "GPUs x GPUs as nvidia-smi topo -m ('X', 'NV<n>', 'PIX', 'PXB', 'PHB', 'NODE', 'SYS'); "
+                    "empty without NVML.")
+      .def_readonly("source", &Topology::source, "'hwloc <version>' or 'sysfs'.");
+  py::class_<BindingAdvice>(m, "BindingAdvice", "Where a rank's host threads belong.")
+      .def_readonly("cpus", &BindingAdvice::cpus, "The logical CPUs for the rank.")
+      .def_readonly("numa_node", &BindingAdvice::numa_node, "Their NUMA node (-1: several).")
+      .def_readonly("reason", &BindingAdvice::reason, "Why.")
+      .def("__repr__", [](const BindingAdvice& a) {
+        return "BindingAdvice(cpus=" + std::to_string(a.cpus.size()) + ", numa_node=" + std::to_string(a.numa_node) +
+               ", reason='" + a.reason + "')";
+      });
+  m.def("topology", [] { return without_gil([] { return topology(); }); },
+        "The machine's topology: CPUs, NUMA nodes, GPUs and their links (hwloc, NVML).");
+  m.def("binding_advice", &binding_advice, py::arg("topology"), py::arg("local_rank"), py::arg("local_size"),
+        py::arg("gpu") = -1,
+        "The CPUs for a local rank: near its GPU (gpu >= 0), else an even share within NUMA nodes "
+        "(os.sched_setaffinity(0, advice.cpus) applies it).");
   py::class_<DeviceMetrics>(m, "DeviceMetrics",
                             "One reading of a device's load and health; a figure the platform cannot report is None.")
       .def_readonly("device", &DeviceMetrics::device, "The device read.")

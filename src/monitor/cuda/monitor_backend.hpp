@@ -5,6 +5,7 @@
 #include <gpucloud/monitor/monitor.hpp>
 
 #include <string>
+#include <vector>
 
 namespace gpucloud::detail::cuda {
 
@@ -13,5 +14,12 @@ namespace gpucloud::detail::cuda {
 void read_metrics(int device, DeviceMetrics& m);
 /// Why NVML is unusable, or empty.
 std::string nvml_unavailable_reason();
+
+/// CUDA device @p device's PCI bus id ("0000:17:00.0", lower case as sysfs names it).
+std::string pci_bus_id(int device);
+
+/// The `nvidia-smi topo -m` matrix of the devices @p bus_ids (NVML: NVLinks, else the PCIe path's
+/// common ancestor); empty without NVML.
+std::vector<std::vector<std::string>> gpu_links(const std::vector<std::string>& bus_ids);
 
 }  // namespace gpucloud::detail::cuda

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <cctype>
 #include <mutex>
 #include <string>
 
@@ -36,9 +37,16 @@ struct nvmlMemoryV2 {
   unsigned long long total, reserved, free, used;  // NOLINT(google-runtime-int): NVML's types
 };
 constexpr unsigned int kMemoryV2Version = static_cast<unsigned int>(sizeof(nvmlMemoryV2)) | (2u << 24);
+// nvmlPciInfo_t (v3): the bus id string first, then numbers this code does not read.
+struct nvmlPciInfo {
+  char bus_id_legacy[16];
+  unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
 constexpr nvmlReturn kSuccess = 0;
-constexpr int kTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
-constexpr int kClockSm = 1;         // NVML_CLOCK_SM
+constexpr unsigned int kMaxNvLinks = 18;  // NVML_NVLINK_MAX_LINKS
+constexpr int kTemperatureGpu = 0;        // NVML_TEMPERATURE_GPU
+constexpr int kClockSm = 1;               // NVML_CLOCK_SM
 
 struct Nvml {
   void* library = nullptr;
@@ -57,6 +65,9 @@ struct Nvml {
   nvmlReturn (*energy)(nvmlDevice, unsigned long long*) = nullptr;  // NOLINT(google-runtime-int): mJ
   nvmlReturn (*mig_mode)(nvmlDevice, unsigned int*, unsigned int*) = nullptr;
   nvmlReturn (*by_uuid)(const char*, nvmlDevice*) = nullptr;
+  nvmlReturn (*common_ancestor)(nvmlDevice, nvmlDevice, int*) = nullptr;  // nvmlGpuTopologyLevel_t
+  nvmlReturn (*nvlink_state)(nvmlDevice, unsigned int, int*) = nullptr;   // nvmlEnableState_t
+  nvmlReturn (*nvlink_remote_pci)(nvmlDevice, unsigned int, nvmlPciInfo*) = nullptr;
 
   template <class F>
   bool resolve(F& f, const char* name) {
@@ -85,6 +96,11 @@ struct Nvml {
     energy = reinterpret_cast<decltype(energy)>(dlsym(library, "nvmlDeviceGetTotalEnergyConsumption"));
     mig_mode = reinterpret_cast<decltype(mig_mode)>(dlsym(library, "nvmlDeviceGetMigMode"));
     by_uuid = reinterpret_cast<decltype(by_uuid)>(dlsym(library, "nvmlDeviceGetHandleByUUID"));
+    common_ancestor =
+        reinterpret_cast<decltype(common_ancestor)>(dlsym(library, "nvmlDeviceGetTopologyCommonAncestor"));
+    nvlink_state = reinterpret_cast<decltype(nvlink_state)>(dlsym(library, "nvmlDeviceGetNvLinkState"));
+    nvlink_remote_pci =
+        reinterpret_cast<decltype(nvlink_remote_pci)>(dlsym(library, "nvmlDeviceGetNvLinkRemotePciInfo_v2"));
     if (const nvmlReturn r = init(); r != kSuccess) {
       unavailable = std::string("nvmlInit failed: ") + error_string(r);
     }
@@ -99,6 +115,61 @@ Nvml& nvml() {
 }  // namespace
 
 std::string nvml_unavailable_reason() { return nvml().unavailable; }
+
+std::string pci_bus_id(int device) {
+  char id[32] = {};
+  GPUCLOUD_CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, device));
+  std::string s(id);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::vector<std::string>> gpu_links(const std::vector<std::string>& bus_ids) {
+  Nvml& n = nvml();
+  if (!n.unavailable.empty() || n.common_ancestor == nullptr) return {};
+  std::vector<nvmlDevice> handles(bus_ids.size());
+  for (std::size_t i = 0; i < bus_ids.size(); ++i) {
+    if (n.by_pci_bus_id(bus_ids[i].c_str(), &handles[i]) != kSuccess) return {};
+  }
+  // NVLinks between each pair: a link of i whose remote end is j's PCI address.
+  auto same_bus = [](std::string a, std::string b) {
+    for (auto* s : {&a, &b}) {
+      for (char& c : *s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (s->size() > 12) s->erase(0, s->size() - 12);  // "00000000:17:00.0" vs "0000:17:00.0"
+    }
+    return a == b;
+  };
+  std::vector<std::vector<std::string>> out(bus_ids.size(), std::vector<std::string>(bus_ids.size()));
+  for (std::size_t i = 0; i < bus_ids.size(); ++i) {
+    std::vector<int> links(bus_ids.size(), 0);
+    for (unsigned int l = 0; n.nvlink_state != nullptr && n.nvlink_remote_pci != nullptr && l < kMaxNvLinks; ++l) {
+      int active = 0;
+      nvmlPciInfo remote{};
+      if (n.nvlink_state(handles[i], l, &active) != kSuccess || active == 0) continue;
+      if (n.nvlink_remote_pci(handles[i], l, &remote) != kSuccess) continue;
+      for (std::size_t j = 0; j < bus_ids.size(); ++j) {
+        if (j != i && same_bus(remote.bus_id, bus_ids[j])) ++links[j];
+      }
+    }
+    for (std::size_t j = 0; j < bus_ids.size(); ++j) {
+      if (i == j) {
+        out[i][j] = "X";
+      } else if (links[j] > 0) {
+        out[i][j] = "NV" + std::to_string(links[j]);
+      } else {
+        int level = 0;  // NVML_TOPOLOGY_INTERNAL 0, SINGLE 10, MULTIPLE 20, HOSTBRIDGE 30, NODE 40, SYSTEM 50
+        const bool known = n.common_ancestor(handles[i], handles[j], &level) == kSuccess;
+        out[i][j] = !known        ? "?"
+                    : level <= 10 ? "PIX"
+                    : level <= 20 ? "PXB"
+                    : level <= 30 ? "PHB"
+                    : level <= 40 ? "NODE"
+                                  : "SYS";
+      }
+    }
+  }
+  return out;
+}
 
 void read_metrics(int device, DeviceMetrics& m) {
   Nvml& n = nvml();
