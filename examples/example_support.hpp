@@ -35,9 +35,10 @@ inline std::string brief(const gc::DeviceMetrics& m) {
   return text;
 }
 
-/// The run's device figures for the final summary (what nvidia-smi would have shown meanwhile).
-inline std::string describe(const gc::MetricsSummary& s) {
-  char text[256];
+/// The run's device figures for the final summary (what nvidia-smi would have shown meanwhile),
+/// with the energy per sample when the device reports energy and @p samples (this process's) > 0.
+inline std::string describe(const gc::MetricsSummary& s, double samples = 0) {
+  char text[384];
   int n = std::snprintf(text, sizeof text, "device %s: %zu readings over %.1f s", s.device.str().c_str(), s.samples,
                         s.seconds);
   auto more = [&](const char* fmt, auto... args) {
@@ -49,6 +50,8 @@ inline std::string describe(const gc::MetricsSummary& s) {
   if (s.temperature_c.count > 0) more(", temperature max %.0f C", s.temperature_c.max);
   if (s.power_w.count > 0) more(", power mean %.0f W", s.power_w.mean);
   if (s.energy_j) more(", energy %.0f J", *s.energy_j);
+  if (s.energy_j && samples > 0) more(" (%.3g J/sample)", *s.energy_j / samples);
+  if (!s.energy_j) more(", energy not measured (no power sensor or energy counter)");
   return text;
 }
 

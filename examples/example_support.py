@@ -79,8 +79,9 @@ def brief(metrics):
     return f"util {util}  mem {metrics.memory_used / 2**30:5.2f} GiB"
 
 
-def describe(summary):
-    """The run's device figures for the final summary (what nvidia-smi would have shown meanwhile)."""
+def describe(summary, samples=0):
+    """The run's device figures for the final summary (what nvidia-smi would have shown meanwhile),
+    with the energy per sample when the device reports energy and ``samples`` (this process's) > 0."""
     parts = [f"device {summary.device}: {summary.samples} readings over {summary.seconds:.1f} s"]
     if summary.utilization.count:
         parts.append(f"util mean {summary.utilization.mean:.0f}% max {summary.utilization.max:.0f}%")
@@ -90,5 +91,8 @@ def describe(summary):
     if summary.power_w.count:
         parts.append(f"power mean {summary.power_w.mean:.0f} W")
     if summary.energy_j is not None:
-        parts.append(f"energy {summary.energy_j:.0f} J")
+        per_sample = f" ({summary.energy_j / samples:.3g} J/sample)" if samples > 0 else ""
+        parts.append(f"energy {summary.energy_j:.0f} J{per_sample}")
+    else:
+        parts.append("energy not measured (no power sensor or energy counter)")
     return ", ".join(parts)

@@ -338,7 +338,7 @@ int main(int argc, char** argv) try {
       "final: loss %.5f (first %.5f), held-out accuracy %.4f on %d images (target %.2f: %s), skipped steps %d\n",
       last_loss, first_loss, accuracy, seen, o.target, accuracy >= o.target ? "reached" : "NOT reached",
       o.steps - static_cast<int>(adam.step_count(s)));
-  std::printf("%s\n", examples::describe(monitor.summary()).c_str());
+  std::printf("%s\n", examples::describe(monitor.summary(), static_cast<double>(adam.step_count(s)) * o.batch).c_str());
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "train_cnn: %s\n", e.what());

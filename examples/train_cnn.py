@@ -188,7 +188,7 @@ def main():
     print(f"final: {trained}, held-out accuracy {accuracy:.4f} on {seen} images "
           f"(target {args.target:.2f}: {'reached' if accuracy >= args.target else 'NOT reached'}), "
           f"skipped steps {args.steps - opt.step_count(s)}")
-    print(support.describe(monitor.summary()))
+    print(support.describe(monitor.summary(), (args.steps - start) * args.batch))
     return 0
 
 

@@ -418,7 +418,10 @@ class Progress {
         "final: loss %.5f (first logged %.5f, ratio %.4f, target < %.2f: %s), skipped steps %d, steps done %zu\n",
         last_loss_, first_loss_, ratio, o_.target, ratio < o_.target ? "reached" : "NOT reached", skipped_,
         adam.step_count(s));
-    if (monitor) say(job_.rank, "%s\n", examples::describe(monitor->summary()).c_str());
+    if (monitor) {
+      const double samples = static_cast<double>(steps_run_) * o_.batch / job_.size;  // this rank's
+      say(job_.rank, "%s\n", examples::describe(monitor->summary(), samples).c_str());
+    }
   }
 
  private:

@@ -285,7 +285,7 @@ def main():
     say(f"final: loss {last:.5f} (first logged {first:.5f}, ratio {ratio:.4f}, target < 0.05: "
         f"{'reached' if ratio < 0.05 else 'NOT reached'}), skipped steps {skipped}")
     if monitor:
-        say(support.describe(monitor.summary()))
+        say(support.describe(monitor.summary(), (args.steps - start) * local))  # this rank's samples
     return 0
 
 

@@ -32,6 +32,7 @@ from ._core import (  # noqa: E402, F401
     CopyPipeline,
     Device,
     DeviceError,
+    DeviceHealth,
     DeviceKind,
     DeviceMetrics,
     DeviceProperties,

@@ -39,6 +39,11 @@ def main() -> int:
             ("util", m.utilization, "%"), ("temperature", m.temperature_c, " C"), ("power", m.power_w, " W"),
             ("power limit", m.power_limit_w, " W"), ("clock", m.clock_mhz, " MHz")) if value is not None]
         print(f"    now ({m.source}): {', '.join(figures) or 'no load figures'}")
+        if device.is_cuda:
+            health = {k: v for k, v in m.as_dict().items() if k in (
+                "xid", "ecc_dbe_volatile", "ecc_sbe_volatile", "remapped_rows_uncorrectable", "row_remap_failure",
+                "pcie_replay_counter", "throttle_reasons")}
+            print(f"    health: {', '.join(f'{k} {v:g}' for k, v in health.items()) or 'not reported'}")
     if gpucloud.cuda_device_count() > 0 and gpucloud.nvml_unavailable_reason():
         print(f"  NVML: {gpucloud.nvml_unavailable_reason()}")
     return 0

@@ -57,12 +57,37 @@ void bind_monitor(py::module_& m) {
         return "BindingAdvice(cpus=" + std::to_string(a.cpus.size()) + ", numa_node=" + std::to_string(a.numa_node) +
                ", reason='" + a.reason + "')";
       });
-  m.def("topology", [] { return without_gil([] { return topology(); }); },
-        "The machine's topology: CPUs, NUMA nodes, GPUs and their links (hwloc, NVML).");
+  m.def(
+      "topology", [] { return without_gil([] { return topology(); }); },
+      "The machine's topology: CPUs, NUMA nodes, GPUs and their links (hwloc, NVML).");
   m.def("binding_advice", &binding_advice, py::arg("topology"), py::arg("local_rank"), py::arg("local_size"),
         py::arg("gpu") = -1,
         "The CPUs for a local rank: near its GPU (gpu >= 0), else an even share within NUMA nodes "
         "(os.sched_setaffinity(0, advice.cpus) applies it).");
+  py::class_<DeviceMetrics::Health>(m, "DeviceHealth",
+                                    "A GPU's health counters (NVML); a figure the GPU does not report is None.")
+      .def_readonly("xid", &DeviceMetrics::Health::xid, "The last XID error seen since monitoring began (0: none).")
+      .def_readonly("ecc_sbe_volatile", &DeviceMetrics::Health::ecc_sbe_volatile,
+                    "Corrected ECC errors since the driver loaded.")
+      .def_readonly("ecc_dbe_volatile", &DeviceMetrics::Health::ecc_dbe_volatile,
+                    "Uncorrected (double-bit) ECC errors since the driver loaded.")
+      .def_readonly("ecc_sbe_aggregate", &DeviceMetrics::Health::ecc_sbe_aggregate,
+                    "Corrected ECC errors over the GPU's life.")
+      .def_readonly("ecc_dbe_aggregate", &DeviceMetrics::Health::ecc_dbe_aggregate,
+                    "Uncorrected ECC errors over the GPU's life.")
+      .def_readonly("retired_pages_sbe", &DeviceMetrics::Health::retired_pages_sbe,
+                    "Pages retired for corrected errors.")
+      .def_readonly("retired_pages_dbe", &DeviceMetrics::Health::retired_pages_dbe,
+                    "Pages retired for uncorrected errors.")
+      .def_readonly("remapped_rows_correctable", &DeviceMetrics::Health::remapped_rows_correctable,
+                    "Rows remapped for corrected errors.")
+      .def_readonly("remapped_rows_uncorrectable", &DeviceMetrics::Health::remapped_rows_uncorrectable,
+                    "Rows remapped for uncorrected errors.")
+      .def_readonly("row_remap_failure", &DeviceMetrics::Health::row_remap_failure, "1 when a row remapping failed.")
+      .def_readonly("pcie_replay_counter", &DeviceMetrics::Health::pcie_replay_counter, "PCIe replays.")
+      .def_readonly("throttle_reasons", &DeviceMetrics::Health::throttle_reasons,
+                    "NVML's clock throttle reason bits (0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, "
+                    "0x80 HW power brake).");
   py::class_<DeviceMetrics>(m, "DeviceMetrics",
                             "One reading of a device's load and health; a figure the platform cannot report is None.")
       .def_readonly("device", &DeviceMetrics::device, "The device read.")
@@ -76,6 +101,7 @@ void bind_monitor(py::module_& m) {
       .def_readonly("power_w", &DeviceMetrics::power_w, "Watts drawn.")
       .def_readonly("power_limit_w", &DeviceMetrics::power_limit_w, "The enforced power limit, watts.")
       .def_readonly("clock_mhz", &DeviceMetrics::clock_mhz, "SM clock (host: mean CPU core clock), MHz.")
+      .def_readonly("health", &DeviceMetrics::health, "The GPU's health counters (all None on the host).")
       .def_readonly("energy_j", &DeviceMetrics::energy_j,
                     "GPU: joules used since the driver loaded (NVML's counter), or None.")
       .def(
@@ -93,6 +119,21 @@ void bind_monitor(py::module_& m) {
             out["power_limit_w"] = d.power_limit_w;
             out["clock_mhz"] = d.clock_mhz;
             out["energy_j"] = d.energy_j;
+            const DeviceMetrics::Health& h = d.health;
+            for (const auto& [name, value] : {std::pair<const char*, std::optional<double>>{"xid", h.xid},
+                                              {"ecc_sbe_volatile", h.ecc_sbe_volatile},
+                                              {"ecc_dbe_volatile", h.ecc_dbe_volatile},
+                                              {"ecc_sbe_aggregate", h.ecc_sbe_aggregate},
+                                              {"ecc_dbe_aggregate", h.ecc_dbe_aggregate},
+                                              {"retired_pages_sbe", h.retired_pages_sbe},
+                                              {"retired_pages_dbe", h.retired_pages_dbe},
+                                              {"remapped_rows_correctable", h.remapped_rows_correctable},
+                                              {"remapped_rows_uncorrectable", h.remapped_rows_uncorrectable},
+                                              {"row_remap_failure", h.row_remap_failure},
+                                              {"pcie_replay_counter", h.pcie_replay_counter},
+                                              {"throttle_reasons", h.throttle_reasons}}) {
+              if (value) out[name] = *value;  // a GPU's health counters, where it reports them
+            }
             return out;
           },
           "The figures as a dict, for logging.")

@@ -52,3 +52,20 @@ def test_gpu_reading():
 def test_nvml_reason_without_a_gpu():
     if gc.cuda_device_count() == 0:
         assert gc.nvml_unavailable_reason() != ""
+
+
+HEALTH = ("xid", "ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_sbe_aggregate", "ecc_dbe_aggregate", "retired_pages_sbe",
+          "retired_pages_dbe", "remapped_rows_correctable", "remapped_rows_uncorrectable", "row_remap_failure",
+          "pcie_replay_counter", "throttle_reasons")
+
+
+def test_health_counters_are_a_gpus_and_empty_on_the_host(device):
+    reading = gc.read_metrics(device)
+    figures = {name: getattr(reading.health, name) for name in HEALTH}
+    if device.is_cuda:  # what the GPU reports is a number (scripts/gpu-check.sh shows which)
+        assert all(v is None or v >= 0 for v in figures.values()), figures
+        assert set(reading.as_dict()) >= {name for name, v in figures.items() if v is not None}
+    else:
+        assert figures == {name: None for name in HEALTH}
+        assert not set(HEALTH) & set(reading.as_dict())
+

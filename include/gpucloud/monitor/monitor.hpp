@@ -18,17 +18,34 @@ namespace gpucloud {
 
 /// @brief One reading of a device's health and load. A figure the platform cannot report is empty.
 struct DeviceMetrics {
-  Device device = Device::host();              ///< the device read
-  std::string source;                          ///< where the figures came from: "nvml", "cuda" or "procfs"
-  std::optional<double> utilization;           ///< % of the last sample period the device was busy
-  std::optional<double> memory_utilization;    ///< GPU: % of the last sample period memory was read or written
-  std::uint64_t memory_used = 0;               ///< bytes in use on the device (host: total minus available)
-  std::uint64_t memory_total = 0;              ///< bytes in all
-  std::optional<double> temperature_c;         ///< degrees Celsius (host: the hottest thermal zone)
-  std::optional<double> power_w;               ///< watts drawn (host: the CPU packages' RAPL counters)
-  std::optional<double> power_limit_w;         ///< the enforced power limit, watts
-  std::optional<double> clock_mhz;             ///< SM clock (host: mean CPU core clock), MHz
-  std::optional<double> energy_j;              ///< GPU: joules used since the driver loaded (NVML's counter)
+  Device device = Device::host();            ///< the device read
+  std::string source;                        ///< where the figures came from: "nvml", "cuda" or "procfs"
+  std::optional<double> utilization;         ///< % of the last sample period the device was busy
+  std::optional<double> memory_utilization;  ///< GPU: % of the last sample period memory was read or written
+  std::uint64_t memory_used = 0;             ///< bytes in use on the device (host: total minus available)
+  std::uint64_t memory_total = 0;            ///< bytes in all
+  std::optional<double> temperature_c;       ///< degrees Celsius (host: the hottest thermal zone)
+  std::optional<double> power_w;             ///< watts drawn (host: the CPU packages' RAPL counters)
+  std::optional<double> power_limit_w;       ///< the enforced power limit, watts
+  std::optional<double> clock_mhz;           ///< SM clock (host: mean CPU core clock), MHz
+  std::optional<double> energy_j;            ///< GPU: joules used since the driver loaded (NVML's counter)
+  /// @brief A GPU's health counters (NVML; empty where the GPU or platform does not report them,
+  ///        and on the host): what precedes most GPU failures, exported under DCGM's names.
+  struct Health {
+    std::optional<double> xid;                          ///< the last XID error seen since monitoring began (0: none)
+    std::optional<double> ecc_sbe_volatile;             ///< corrected (single-bit) ECC errors since the driver loaded
+    std::optional<double> ecc_dbe_volatile;             ///< uncorrected (double-bit) ECC errors since the driver loaded
+    std::optional<double> ecc_sbe_aggregate;            ///< corrected ECC errors over the GPU's life
+    std::optional<double> ecc_dbe_aggregate;            ///< uncorrected ECC errors over the GPU's life
+    std::optional<double> retired_pages_sbe;            ///< pages retired for corrected errors (pre-Ampere)
+    std::optional<double> retired_pages_dbe;            ///< pages retired for uncorrected errors (pre-Ampere)
+    std::optional<double> remapped_rows_correctable;    ///< rows remapped for corrected errors (Ampere+)
+    std::optional<double> remapped_rows_uncorrectable;  ///< rows remapped for uncorrected errors (Ampere+)
+    std::optional<double> row_remap_failure;            ///< 1 when a row remapping failed (the GPU needs service)
+    std::optional<double> pcie_replay_counter;          ///< PCIe replays (link errors the bus retried)
+    std::optional<double> throttle_reasons;             ///< NVML's clock throttle reason bits (0x8 HW slowdown, 0x20
+                                             ///< SW thermal, 0x40 HW thermal, 0x80 HW power brake, 0x4 SW power cap)
+  } health;                                    ///< the GPU's health counters
   std::chrono::steady_clock::time_point when;  ///< when the reading was taken
 };
 

@@ -13,8 +13,10 @@
 #include <dlfcn.h>
 
 #include <cctype>
+#include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace gpucloud::detail::cuda {
 
@@ -37,6 +39,14 @@ struct nvmlMemoryV2 {
   unsigned long long total, reserved, free, used;  // NOLINT(google-runtime-int): NVML's types
 };
 constexpr unsigned int kMemoryV2Version = static_cast<unsigned int>(sizeof(nvmlMemoryV2)) | (2u << 24);
+using nvmlEventSet = struct nvmlEventSet_st*;
+// nvmlEventData_t: the device, the event type and its data (an XID's number).
+struct nvmlEventData {
+  nvmlDevice device;
+  unsigned long long type, data;  // NOLINT(google-runtime-int): NVML's types
+  unsigned int gpu_instance, compute_instance;
+};
+constexpr unsigned long long kEventXid = 0x8;  // nvmlEventTypeXidCriticalError  NOLINT(google-runtime-int)
 // nvmlPciInfo_t (v3): the bus id string first, then numbers this code does not read.
 struct nvmlPciInfo {
   char bus_id_legacy[16];
@@ -44,9 +54,10 @@ struct nvmlPciInfo {
   char bus_id[32];
 };
 constexpr nvmlReturn kSuccess = 0;
-constexpr unsigned int kMaxNvLinks = 18;  // NVML_NVLINK_MAX_LINKS
-constexpr int kTemperatureGpu = 0;        // NVML_TEMPERATURE_GPU
-constexpr int kClockSm = 1;               // NVML_CLOCK_SM
+constexpr nvmlReturn kInsufficientSize = 7;  // NVML_ERROR_INSUFFICIENT_SIZE
+constexpr unsigned int kMaxNvLinks = 18;     // NVML_NVLINK_MAX_LINKS
+constexpr int kTemperatureGpu = 0;           // NVML_TEMPERATURE_GPU
+constexpr int kClockSm = 1;                  // NVML_CLOCK_SM
 
 struct Nvml {
   void* library = nullptr;
@@ -65,6 +76,17 @@ struct Nvml {
   nvmlReturn (*energy)(nvmlDevice, unsigned long long*) = nullptr;  // NOLINT(google-runtime-int): mJ
   nvmlReturn (*mig_mode)(nvmlDevice, unsigned int*, unsigned int*) = nullptr;
   nvmlReturn (*by_uuid)(const char*, nvmlDevice*) = nullptr;
+  // Health (optional each).
+  nvmlReturn (*ecc_total)(nvmlDevice, int, int, unsigned long long*) = nullptr;  // NOLINT(google-runtime-int)
+  nvmlReturn (*retired_pages)(nvmlDevice, int, unsigned int*, unsigned long long*) = nullptr;  // NOLINT
+  nvmlReturn (*remapped_rows)(nvmlDevice, unsigned int*, unsigned int*, unsigned int*, unsigned int*) = nullptr;
+  nvmlReturn (*pcie_replay)(nvmlDevice, unsigned int*) = nullptr;
+  nvmlReturn (*throttle)(nvmlDevice, unsigned long long*) = nullptr;  // NOLINT(google-runtime-int)
+  nvmlReturn (*event_set_create)(nvmlEventSet*) = nullptr;
+  nvmlReturn (*register_events)(nvmlDevice, unsigned long long, nvmlEventSet) = nullptr;  // NOLINT
+  nvmlReturn (*event_wait)(nvmlEventSet, nvmlEventData*, unsigned int) = nullptr;
+  std::mutex xid_mutex;
+  std::map<std::string, std::pair<nvmlEventSet, double>> xid;             // by bus id: its event set, the last XID
   nvmlReturn (*common_ancestor)(nvmlDevice, nvmlDevice, int*) = nullptr;  // nvmlGpuTopologyLevel_t
   nvmlReturn (*nvlink_state)(nvmlDevice, unsigned int, int*) = nullptr;   // nvmlEnableState_t
   nvmlReturn (*nvlink_remote_pci)(nvmlDevice, unsigned int, nvmlPciInfo*) = nullptr;
@@ -98,6 +120,14 @@ struct Nvml {
     by_uuid = reinterpret_cast<decltype(by_uuid)>(dlsym(library, "nvmlDeviceGetHandleByUUID"));
     common_ancestor =
         reinterpret_cast<decltype(common_ancestor)>(dlsym(library, "nvmlDeviceGetTopologyCommonAncestor"));
+    ecc_total = reinterpret_cast<decltype(ecc_total)>(dlsym(library, "nvmlDeviceGetTotalEccErrors"));
+    retired_pages = reinterpret_cast<decltype(retired_pages)>(dlsym(library, "nvmlDeviceGetRetiredPages"));
+    remapped_rows = reinterpret_cast<decltype(remapped_rows)>(dlsym(library, "nvmlDeviceGetRemappedRows"));
+    pcie_replay = reinterpret_cast<decltype(pcie_replay)>(dlsym(library, "nvmlDeviceGetPcieReplayCounter"));
+    throttle = reinterpret_cast<decltype(throttle)>(dlsym(library, "nvmlDeviceGetCurrentClocksThrottleReasons"));
+    event_set_create = reinterpret_cast<decltype(event_set_create)>(dlsym(library, "nvmlEventSetCreate"));
+    register_events = reinterpret_cast<decltype(register_events)>(dlsym(library, "nvmlDeviceRegisterEvents"));
+    event_wait = reinterpret_cast<decltype(event_wait)>(dlsym(library, "nvmlEventSetWait_v2"));
     nvlink_state = reinterpret_cast<decltype(nvlink_state)>(dlsym(library, "nvmlDeviceGetNvLinkState"));
     nvlink_remote_pci =
         reinterpret_cast<decltype(nvlink_remote_pci)>(dlsym(library, "nvmlDeviceGetNvLinkRemotePciInfo_v2"));
@@ -171,6 +201,55 @@ std::vector<std::vector<std::string>> gpu_links(const std::vector<std::string>& 
   return out;
 }
 
+namespace {
+
+// The health counters DCGM watches; each one the GPU does not report stays empty.
+void read_health(Nvml& n, nvmlDevice handle, const std::string& bus_id, DeviceMetrics::Health& h) {
+  unsigned long long count = 0;  // NOLINT(google-runtime-int): NVML's type
+  if (n.ecc_total != nullptr) {  // error type 0 corrected / 1 uncorrected; counter 0 volatile / 1 aggregate
+    if (n.ecc_total(handle, 0, 0, &count) == kSuccess) h.ecc_sbe_volatile = static_cast<double>(count);
+    if (n.ecc_total(handle, 1, 0, &count) == kSuccess) h.ecc_dbe_volatile = static_cast<double>(count);
+    if (n.ecc_total(handle, 0, 1, &count) == kSuccess) h.ecc_sbe_aggregate = static_cast<double>(count);
+    if (n.ecc_total(handle, 1, 1, &count) == kSuccess) h.ecc_dbe_aggregate = static_cast<double>(count);
+  }
+  if (n.retired_pages != nullptr) {  // cause 0: multiple single-bit errors, 1: a double-bit error
+    for (int cause = 0; cause < 2; ++cause) {
+      unsigned int pages = 0;
+      const nvmlReturn r = n.retired_pages(handle, cause, &pages, nullptr);
+      if (r == kSuccess || r == kInsufficientSize) (cause == 0 ? h.retired_pages_sbe : h.retired_pages_dbe) = pages;
+    }
+  }
+  unsigned int corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+  if (n.remapped_rows != nullptr && n.remapped_rows(handle, &corrected, &uncorrected, &pending, &failed) == kSuccess) {
+    h.remapped_rows_correctable = corrected;
+    h.remapped_rows_uncorrectable = uncorrected;
+    h.row_remap_failure = failed;
+  }
+  unsigned int replays = 0;
+  if (n.pcie_replay != nullptr && n.pcie_replay(handle, &replays) == kSuccess) h.pcie_replay_counter = replays;
+  unsigned long long reasons = 0;  // NOLINT(google-runtime-int): NVML's type
+  if (n.throttle != nullptr && n.throttle(handle, &reasons) == kSuccess)
+    h.throttle_reasons = static_cast<double>(reasons);
+  // XIDs arrive as events: a set per GPU, registered at its first reading and drained (never
+  // waiting) at each one after; the last XID seen stays (DCGM's XID_ERRORS is the last one too).
+  if (n.event_set_create == nullptr || n.register_events == nullptr || n.event_wait == nullptr) return;
+  std::lock_guard<std::mutex> lock(n.xid_mutex);
+  auto it = n.xid.find(bus_id);
+  if (it == n.xid.end()) {
+    nvmlEventSet set = nullptr;
+    if (n.event_set_create(&set) != kSuccess) return;
+    if (n.register_events(handle, kEventXid, set) != kSuccess) return;  // not supported (a vGPU): empty
+    it = n.xid.emplace(bus_id, std::make_pair(set, 0.0)).first;
+  }
+  nvmlEventData event{};
+  while (n.event_wait(it->second.first, &event, 0) == kSuccess) {
+    if (event.type == kEventXid) it->second.second = static_cast<double>(event.data);
+  }
+  h.xid = it->second.second;
+}
+
+}  // namespace
+
 void read_metrics(int device, DeviceMetrics& m) {
   Nvml& n = nvml();
   if (!n.unavailable.empty()) {  // the runtime's memory figures only
@@ -230,6 +309,7 @@ void read_metrics(int device, DeviceMetrics& m) {
   if (n.power(handle, &v) == kSuccess) m.power_w = v / 1000.0;  // milliwatts
   if (n.power_limit(handle, &v) == kSuccess) m.power_limit_w = v / 1000.0;
   if (n.clock(handle, kClockSm, &v) == kSuccess) m.clock_mhz = v;
+  read_health(n, handle, bus_id, m.health);
 }
 
 }  // namespace gpucloud::detail::cuda
