@@ -115,9 +115,11 @@ scrape_configs:
         with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/rules", timeout=5) as r:
             rules = [rule["name"] for g in json.load(r)["data"]["groups"] for rule in g["rules"]]
         print("rules loaded:", rules)
-        # Every alert the shipped file defines (its "- alert: NAME" lines), loaded by the real server.
+        # Every alert and recording rule the shipped file defines ("- alert: NAME", "- record: NAME"),
+        # loaded by the real server.
         with open(f"{ROOT}/deploy/prometheus/alerts.yml", encoding="utf-8") as f:
-            shipped = [line.split(":", 1)[1].strip() for line in f if line.strip().startswith("- alert:")]
+            shipped = [line.split(":", 1)[1].strip() for line in f
+                       if line.strip().startswith(("- alert:", "- record:"))]
         assert sorted(rules) == sorted(shipped) and "GpuTooHot" in rules, (rules, shipped)
         print("PROMETHEUS E2E PASSED")
     finally:
