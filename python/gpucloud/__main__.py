@@ -81,6 +81,9 @@ def topo(argv) -> int:
             print("\t".join([names[i]] + links + [_cpus(g.cpus), numa, g.pci_bus_id]))
         if not t.gpu_links:
             print(f"(links: NVML unavailable: {gpucloud.nvml_unavailable_reason()})")
+    for m in gpucloud.mig_instances():
+        print(f"  MIG {m.uuid} on GPU {m.gpu}: GPU instance {m.gpu_instance_id}, compute instance "
+              f"{m.compute_instance_id}, {m.multiprocessors} SMs, {m.memory_bytes / 2**30:.1f} GiB")
     size = args.local_size or (launch.local_size if launch.launcher != "none" else 0) or len(t.gpus) or 1
     print(f"\nbinding advice for {size} local rank(s)" + (" (GPU r % GPUs for rank r)" if t.gpus else "") + ":")
     for r in range(size):

@@ -24,7 +24,7 @@ class CheckpointError(Error):
     """A checkpoint cannot be written or read (I/O, truncation, checksum)."""
 class CheckpointMismatch(CheckpointError, ValueError):
     """A sound checkpoint that does not fit what it is loaded into; nothing was written."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'BindingAdvice', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceHealth', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuPlacement', 'GpuSpec', 'GradBucketer', 'HostThreads', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryQuota', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'NumaNode', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Topology', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'binding_advice', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clear_memory_quota', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'host_threads', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'memory_quota', 'memory_quotas', 'mse_loss', 'nvml_unavailable_reason', 'parse_bytes', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'set_memory_fraction', 'set_memory_quota', 'supports', 'telemetry_job_labels', 'topology']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'BindingAdvice', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceHealth', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuPlacement', 'GpuSpec', 'GradBucketer', 'HostThreads', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryQuota', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'MigInstance', 'NumaNode', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Topology', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'binding_advice', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clear_memory_quota', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'host_threads', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'memory_quota', 'memory_quotas', 'mig_instances', 'mse_loss', 'nvml_unavailable_reason', 'parse_bytes', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'set_memory_fraction', 'set_memory_quota', 'supports', 'telemetry_job_labels', 'topology']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -178,7 +178,7 @@ class Device:
         ...
     def __init__(self, spec: str = 'host') -> None:
         """
-        A device from 'host', 'cpu', 'cuda' or 'cuda:N'.
+        A device from 'host', 'cpu', 'cuda', 'cuda:N' or a visible GPU's or MIG instance's UUID ('GPU-…', 'MIG-…').
         """
     def __repr__(self) -> str:
         ...
@@ -1532,6 +1532,47 @@ class Topology:
         """
         'hwloc <version>' or 'sysfs'.
         """
+class MigInstance:
+    """
+    A MIG instance of a GPU in MIG mode, as nvidia-smi -L lists it.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def compute_instance_id(self) -> int:
+        """
+        Its compute instance id.
+        """
+    @property
+    def gpu(self) -> int:
+        """
+        The parent GPU's NVML index.
+        """
+    @property
+    def gpu_instance_id(self) -> int:
+        """
+        Its GPU instance id.
+        """
+    @property
+    def gpu_uuid(self) -> str:
+        """
+        The parent GPU's UUID.
+        """
+    @property
+    def memory_bytes(self) -> int:
+        """
+        Its memory.
+        """
+    @property
+    def multiprocessors(self) -> int:
+        """
+        Its SMs.
+        """
+    @property
+    def uuid(self) -> str:
+        """
+        The instance's UUID: Device(uuid) and CUDA_VISIBLE_DEVICES take it.
+        """
 class BindingAdvice:
     """
     Where a rank's host threads belong.
@@ -2247,6 +2288,10 @@ def memory_quota(device: Device | str) -> MemoryQuota:
 def memory_quotas() -> list[MemoryQuota]:
     """
     Every device the process allocated on or set a quota for, host first.
+    """
+def mig_instances() -> list[MigInstance]:
+    """
+    Every MIG instance on the machine's GPUs (NVML); empty without NVML or MIG mode.
     """
 def mse_loss(pred: numpy.typing.ArrayLike, target: numpy.typing.ArrayLike, loss: numpy.typing.ArrayLike, grad: numpy.typing.ArrayLike, stream: Stream, scaler: typing.Any = None) -> None:
     """

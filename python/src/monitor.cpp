@@ -49,6 +49,22 @@ void bind_monitor(py::module_& m) {
                     "GPUs x GPUs as nvidia-smi topo -m ('X', 'NV<n>', 'PIX', 'PXB', 'PHB', 'NODE', 'SYS'); "
                     "empty without NVML.")
       .def_readonly("source", &Topology::source, "'hwloc <version>' or 'sysfs'.");
+  py::class_<MigInstance>(m, "MigInstance", "A MIG instance of a GPU in MIG mode, as nvidia-smi -L lists it.")
+      .def_readonly("gpu", &MigInstance::gpu, "The parent GPU's NVML index.")
+      .def_readonly("gpu_uuid", &MigInstance::gpu_uuid, "The parent GPU's UUID.")
+      .def_readonly("uuid", &MigInstance::uuid, "The instance's UUID: Device(uuid) and CUDA_VISIBLE_DEVICES take it.")
+      .def_readonly("gpu_instance_id", &MigInstance::gpu_instance_id, "Its GPU instance id.")
+      .def_readonly("compute_instance_id", &MigInstance::compute_instance_id, "Its compute instance id.")
+      .def_readonly("multiprocessors", &MigInstance::multiprocessors, "Its SMs.")
+      .def_readonly("memory_bytes", &MigInstance::memory_bytes, "Its memory.")
+      .def("__repr__", [](const MigInstance& i) {
+        return "MigInstance(uuid=" + i.uuid + ", gpu=" + std::to_string(i.gpu) +
+               ", multiprocessors=" + std::to_string(i.multiprocessors) +
+               ", memory_bytes=" + std::to_string(i.memory_bytes) + ")";
+      });
+  m.def(
+      "mig_instances", [] { return without_gil([] { return mig_instances(); }); },
+      "Every MIG instance on the machine's GPUs (NVML); empty without NVML or MIG mode.");
   py::class_<BindingAdvice>(m, "BindingAdvice", "Where a rank's host threads belong.")
       .def_readonly("cpus", &BindingAdvice::cpus, "The logical CPUs for the rank.")
       .def_readonly("numa_node", &BindingAdvice::numa_node, "Their NUMA node (-1: several).")

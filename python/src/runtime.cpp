@@ -291,8 +291,9 @@ void bind_runtime(py::module_& m) {
   py::enum_<DeviceKind>(m, "DeviceKind").value("host", DeviceKind::host).value("cuda", DeviceKind::cuda);
 
   py::class_<Device>(m, "Device", "The host, or CUDA GPU i.")
-      .def(py::init([](const std::string& text) { return Device::parse(text); }), py::arg("spec") = "host",
-           "A device from 'host', 'cpu', 'cuda' or 'cuda:N'.")
+      .def(
+          py::init([](const std::string& text) { return Device::parse(text); }), py::arg("spec") = "host",
+          "A device from 'host', 'cpu', 'cuda', 'cuda:N' or a visible GPU's or MIG instance's UUID ('GPU-…', 'MIG-…').")
       .def_static("host", &Device::host, "The host device; always available.")
       .def_static("cuda", &Device::cuda, py::arg("index") = 0, "CUDA device `index`; raises if it is not there.")
       .def_property_readonly("kind", &Device::kind)

@@ -64,3 +64,17 @@ def test_python_m_gpucloud_topo_reports_the_machine_and_the_advice():
     assert f"{t.cores} cores, {t.hardware_threads} hardware threads" in out, out
     assert "NUMA node 0: CPUs" in out and "binding advice for 2 local rank(s)" in out, out
     assert "local rank 0: CPUs" in out and "local rank 1: CPUs" in out, out
+
+
+def test_mig_instances_and_devices_by_uuid():
+    instances = gc.mig_instances()  # NVML's; none without it (this machine) or without MIG mode
+    if gc.cuda_device_count() == 0:
+        assert instances == []
+    for m in instances:
+        assert m.uuid.startswith("MIG-") and m.gpu_uuid.startswith("GPU-") and m.multiprocessors > 0, m
+    for i in range(gc.cuda_device_count()):  # every visible device by its UUID
+        uuid = gc.device_properties(gc.Device(f"cuda:{i}")).uuid
+        assert gc.Device(uuid) == gc.Device(f"cuda:{i}")
+    with pytest.raises(gc.InvalidArgument, match="'MIG-0badc0de' is not the UUID of any of the"):
+        gc.Device("MIG-0badc0de")
+

@@ -28,6 +28,8 @@ Topology topology() {
   return t;
 }
 
+std::vector<MigInstance> mig_instances() { return detail::cuda::mig_instances(); }
+
 namespace {
 
 std::string describe(const std::vector<int>& cpus) {  // "0-3,8"

@@ -75,7 +75,21 @@ Device Device::parse(const std::string& text) {
     }
     if (used == text.size() - 5) return cuda(index);
   }
-  GPUCLOUD_FAIL(InvalidArgument, "Device::parse", "text: '" + text + "' is not 'host', 'cpu', 'cuda' or 'cuda:N'");
+  // A GPU's or MIG instance's UUID, as nvidia-smi -L and CUDA_VISIBLE_DEVICES write them: the visible
+  // device whose UUID it is (CUDA reports a MIG instance's own UUID for the instance).
+  if ((text.rfind("GPU-", 0) == 0 || text.rfind("MIG-", 0) == 0) && text.size() > 4) {
+    for (int i = 0; i < cuda_device_count(); ++i) {
+      const std::string uuid = detail::cuda::properties(i).uuid;  // "GPU-<hex>"
+      if (uuid.size() > 4 && uuid.compare(4, std::string::npos, text, 4, std::string::npos) == 0) return cuda(i);
+    }
+    GPUCLOUD_FAIL(InvalidArgument, "Device::parse",
+                  "text: '" + text + "' is not the UUID of any of the " + std::to_string(cuda_device_count()) +
+                      " visible CUDA device(s)" +
+                      (cuda_device_count() == 0 ? " (" + cuda_unavailable_reason() + ")" : "") +
+                      "; nvidia-smi -L lists them, CUDA_VISIBLE_DEVICES selects them");
+  }
+  GPUCLOUD_FAIL(InvalidArgument, "Device::parse",
+                "text: '" + text + "' is not 'host', 'cpu', 'cuda', 'cuda:N' or a GPU-/MIG- UUID");
 }
 
 std::string Device::str() const { return is_host() ? "host" : "cuda:" + std::to_string(index_); }

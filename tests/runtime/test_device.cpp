@@ -56,8 +56,25 @@ TEST(Device, AbsentCudaIsAClearErrorNeverACrash) {
 }
 
 TEST(Device, ParseRejectsGarbage) {
-  for (const char* text : {"gpu", "cuda:", "cuda:x", "cuda:1x", ""}) {
+  for (const char* text : {"gpu", "cuda:", "cuda:x", "cuda:1x", "", "GPU-", "MIG"}) {
     EXPECT_THROW((void)gc::Device::parse(text), gc::InvalidArgument) << text;
+  }
+}
+
+TEST(Device, ParseFindsAVisibleDeviceByItsUuid) {
+  // Every visible GPU by its own UUID; an unknown one (a MIG instance not made visible) is named.
+  for (int i = 0; i < gc::cuda_device_count(); ++i) {
+    const std::string uuid = gc::device_properties(gc::Device::cuda(i)).uuid;
+    EXPECT_EQ(gc::Device::parse(uuid), gc::Device::cuda(i)) << uuid;
+  }
+  try {
+    (void)gc::Device::parse("MIG-0badc0de-0000-0000-0000-000000000000");
+    FAIL() << "an unknown UUID was accepted";
+  } catch (const gc::InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'MIG-0badc0de-0000-0000-0000-000000000000' is not the UUID of any of the"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("nvidia-smi -L lists them"), std::string::npos) << what;
   }
 }
 

@@ -45,6 +45,21 @@ struct Topology {
 /// @throws DeviceError when the OS's description cannot be read.
 GPUCLOUD_API Topology topology();
 
+/// @brief A MIG instance of a GPU in MIG mode: what `nvidia-smi -L` lists under it.
+struct MigInstance {
+  int gpu = 0;                   ///< the parent GPU's NVML index (all GPUs, as nvidia-smi counts them)
+  std::string gpu_uuid;          ///< the parent GPU's UUID ("GPU-…")
+  std::string uuid;              ///< the instance's UUID ("MIG-…"): Device::parse and CUDA_VISIBLE_DEVICES take it
+  int gpu_instance_id = -1;      ///< its GPU instance id
+  int compute_instance_id = -1;  ///< its compute instance id
+  int multiprocessors = 0;       ///< its SMs
+  std::size_t memory_bytes = 0;  ///< its memory
+};
+
+/// @brief Every MIG instance on the machine's GPUs (NVML; visible to this process or not), empty
+///        without NVML (nvml_unavailable_reason() says why) or without a GPU in MIG mode.
+GPUCLOUD_API std::vector<MigInstance> mig_instances();
+
 /// @brief Where a rank's host threads belong.
 struct BindingAdvice {
   std::vector<int> cpus;  ///< the logical CPUs for this rank (a share of the allowed ones, never empty)

@@ -22,7 +22,8 @@ class GPUCLOUD_API Device {
   /// @throws Unsupported when built without CUDA, DeviceError when no GPU is visible,
   ///         InvalidArgument when @p index is out of range.
   static Device cuda(int index = 0);
-  /// @brief Parses "host", "cpu", "cuda" or "cuda:N" (same checks as cuda()).
+  /// @brief Parses "host", "cpu", "cuda", "cuda:N" (same checks as cuda()), or a visible GPU's or MIG
+  ///        instance's UUID ("GPU-…", "MIG-…", as nvidia-smi -L prints them).
   static Device parse(const std::string& text);
 
   /// @brief The backend.

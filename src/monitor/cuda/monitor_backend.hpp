@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gpucloud/monitor/monitor.hpp>
+#include <gpucloud/monitor/topology.hpp>
 
 #include <string>
 #include <vector>
@@ -14,6 +15,9 @@ namespace gpucloud::detail::cuda {
 void read_metrics(int device, DeviceMetrics& m);
 /// Why NVML is unusable, or empty.
 std::string nvml_unavailable_reason();
+
+/// Every MIG instance on the machine's GPUs (NVML), empty without NVML.
+std::vector<MigInstance> mig_instances();
 
 /// CUDA device @p device's PCI bus id ("0000:17:00.0", lower case as sysfs names it).
 std::string pci_bus_id(int device);

@@ -7,6 +7,7 @@ namespace gpucloud::detail::cuda {
 void read_metrics(int, DeviceMetrics&) { unavailable("read_metrics"); }
 std::string nvml_unavailable_reason() { return kBuiltWithoutCuda; }
 std::string pci_bus_id(int) { unavailable("pci_bus_id"); }
+std::vector<MigInstance> mig_instances() { return {}; }
 std::vector<std::vector<std::string>> gpu_links(const std::vector<std::string>&) { return {}; }
 
 }  // namespace gpucloud::detail::cuda

@@ -40,6 +40,11 @@ struct nvmlMemoryV2 {
 };
 constexpr unsigned int kMemoryV2Version = static_cast<unsigned int>(sizeof(nvmlMemoryV2)) | (2u << 24);
 using nvmlEventSet = struct nvmlEventSet_st*;
+// nvmlDeviceAttributes_t: a MIG instance's share of its GPU.
+struct nvmlDeviceAttributes {
+  unsigned int multiprocessors, copy_engines, decoders, encoders, jpegs, ofas, gpu_slices, compute_slices;
+  unsigned long long memory_mib;  // NOLINT(google-runtime-int): NVML's type
+};
 // nvmlEventData_t: the device, the event type and its data (an XID's number).
 struct nvmlEventData {
   nvmlDevice device;
@@ -86,7 +91,16 @@ struct Nvml {
   nvmlReturn (*register_events)(nvmlDevice, unsigned long long, nvmlEventSet) = nullptr;  // NOLINT
   nvmlReturn (*event_wait)(nvmlEventSet, nvmlEventData*, unsigned int) = nullptr;
   std::mutex xid_mutex;
-  std::map<std::string, std::pair<nvmlEventSet, double>> xid;             // by bus id: its event set, the last XID
+  std::map<std::string, std::pair<nvmlEventSet, double>> xid;  // by bus id: its event set, the last XID
+  // MIG (optional each).
+  nvmlReturn (*count)(unsigned int*) = nullptr;
+  nvmlReturn (*by_index)(unsigned int, nvmlDevice*) = nullptr;
+  nvmlReturn (*uuid)(nvmlDevice, char*, unsigned int) = nullptr;
+  nvmlReturn (*max_mig)(nvmlDevice, unsigned int*) = nullptr;
+  nvmlReturn (*mig_by_index)(nvmlDevice, unsigned int, nvmlDevice*) = nullptr;
+  nvmlReturn (*gpu_instance_id)(nvmlDevice, unsigned int*) = nullptr;
+  nvmlReturn (*compute_instance_id)(nvmlDevice, unsigned int*) = nullptr;
+  nvmlReturn (*attributes)(nvmlDevice, nvmlDeviceAttributes*) = nullptr;
   nvmlReturn (*common_ancestor)(nvmlDevice, nvmlDevice, int*) = nullptr;  // nvmlGpuTopologyLevel_t
   nvmlReturn (*nvlink_state)(nvmlDevice, unsigned int, int*) = nullptr;   // nvmlEnableState_t
   nvmlReturn (*nvlink_remote_pci)(nvmlDevice, unsigned int, nvmlPciInfo*) = nullptr;
@@ -128,6 +142,15 @@ struct Nvml {
     event_set_create = reinterpret_cast<decltype(event_set_create)>(dlsym(library, "nvmlEventSetCreate"));
     register_events = reinterpret_cast<decltype(register_events)>(dlsym(library, "nvmlDeviceRegisterEvents"));
     event_wait = reinterpret_cast<decltype(event_wait)>(dlsym(library, "nvmlEventSetWait_v2"));
+    count = reinterpret_cast<decltype(count)>(dlsym(library, "nvmlDeviceGetCount_v2"));
+    by_index = reinterpret_cast<decltype(by_index)>(dlsym(library, "nvmlDeviceGetHandleByIndex_v2"));
+    uuid = reinterpret_cast<decltype(uuid)>(dlsym(library, "nvmlDeviceGetUUID"));
+    max_mig = reinterpret_cast<decltype(max_mig)>(dlsym(library, "nvmlDeviceGetMaxMigDeviceCount"));
+    mig_by_index = reinterpret_cast<decltype(mig_by_index)>(dlsym(library, "nvmlDeviceGetMigDeviceHandleByIndex"));
+    gpu_instance_id = reinterpret_cast<decltype(gpu_instance_id)>(dlsym(library, "nvmlDeviceGetGpuInstanceId"));
+    compute_instance_id =
+        reinterpret_cast<decltype(compute_instance_id)>(dlsym(library, "nvmlDeviceGetComputeInstanceId"));
+    attributes = reinterpret_cast<decltype(attributes)>(dlsym(library, "nvmlDeviceGetAttributes_v2"));
     nvlink_state = reinterpret_cast<decltype(nvlink_state)>(dlsym(library, "nvmlDeviceGetNvLinkState"));
     nvlink_remote_pci =
         reinterpret_cast<decltype(nvlink_remote_pci)>(dlsym(library, "nvmlDeviceGetNvLinkRemotePciInfo_v2"));
@@ -145,6 +168,48 @@ Nvml& nvml() {
 }  // namespace
 
 std::string nvml_unavailable_reason() { return nvml().unavailable; }
+
+std::vector<MigInstance> mig_instances() {
+  Nvml& n = nvml();
+  std::vector<MigInstance> out;
+  if (!n.unavailable.empty() || n.count == nullptr || n.by_index == nullptr || n.uuid == nullptr ||
+      n.mig_mode == nullptr || n.max_mig == nullptr || n.mig_by_index == nullptr) {
+    return out;
+  }
+  unsigned int gpus = 0;
+  if (n.count(&gpus) != kSuccess) return out;
+  auto uuid_of = [&](nvmlDevice d) {
+    char text[96] = {};
+    return n.uuid(d, text, sizeof text) == kSuccess ? std::string(text) : std::string();
+  };
+  for (unsigned int g = 0; g < gpus; ++g) {
+    nvmlDevice gpu = nullptr;
+    unsigned int current = 0, pending = 0, slots = 0;
+    if (n.by_index(g, &gpu) != kSuccess || n.mig_mode(gpu, &current, &pending) != kSuccess || current != 1) continue;
+    if (n.max_mig(gpu, &slots) != kSuccess) continue;
+    for (unsigned int i = 0; i < slots; ++i) {
+      nvmlDevice mig = nullptr;
+      if (n.mig_by_index(gpu, i, &mig) != kSuccess) continue;  // an empty slot
+      MigInstance m;
+      m.gpu = static_cast<int>(g);
+      m.gpu_uuid = uuid_of(gpu);
+      m.uuid = uuid_of(mig);
+      unsigned int id = 0;
+      if (n.gpu_instance_id != nullptr && n.gpu_instance_id(mig, &id) == kSuccess)
+        m.gpu_instance_id = static_cast<int>(id);
+      if (n.compute_instance_id != nullptr && n.compute_instance_id(mig, &id) == kSuccess) {
+        m.compute_instance_id = static_cast<int>(id);
+      }
+      nvmlDeviceAttributes a{};
+      if (n.attributes != nullptr && n.attributes(mig, &a) == kSuccess) {
+        m.multiprocessors = static_cast<int>(a.multiprocessors);
+        m.memory_bytes = static_cast<std::size_t>(a.memory_mib) << 20;
+      }
+      out.push_back(std::move(m));
+    }
+  }
+  return out;
+}
 
 std::string pci_bus_id(int device) {
   char id[32] = {};
