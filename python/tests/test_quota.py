@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 import gpucloud as gc
+from cgroups import cgroup  # noqa: E402
 
 KIB, MIB = 1024, 1024 * 1024
 
@@ -100,58 +101,24 @@ def test_a_malformed_environment_variable_is_an_error_naming_the_entry(value, me
     assert r.returncode != 0 and "InvalidArgument" in r.stderr and message in r.stderr, r.stderr
 
 
-def _memory_cgroup_parent():
-    """Where this test can make a memory cgroup (v1's memory hierarchy or v2 with the memory
-    controller), or None."""
-    if os.geteuid() != 0:
-        return None
-    with open("/proc/self/mountinfo") as f:
-        mounts = [line.split(" - ") for line in f.read().splitlines()]
-    for left, right in mounts:
-        fstype, _, options = right.split()[:3]
-        point = left.split()[4]
-        if fstype == "cgroup" and "memory" in options.split(","):
-            return point
-    for left, right in mounts:
-        point = left.split()[4]
-        if right.split()[0] == "cgroup2" and os.path.exists(os.path.join(point, "cgroup.subtree_control")):
-            with open(os.path.join(point, "cgroup.subtree_control")) as f:
-                if "memory" in f.read().split():
-                    return point
-    return None
-
-
-def test_a_cgroup_memory_limit_is_the_hosts_memory_and_a_fraction_is_of_it(tmp_path):
-    parent = _memory_cgroup_parent()
-    if parent is None or not os.access(parent, os.W_OK):
-        pytest.skip("no writable memory cgroup hierarchy (needs root and cgroup v1 memory or v2 +memory)")
-    group = os.path.join(parent, f"gpucloud-test-{os.getpid()}")
-    os.mkdir(group)
-    try:
-        v2 = os.path.exists(os.path.join(group, "memory.max"))
-        with open(os.path.join(group, "memory.max" if v2 else "memory.limit_in_bytes"), "w") as f:
-            f.write(str(512 * MIB))
-        body = f"""
-            import os
-            with open({os.path.join(group, 'cgroup.procs')!r}, "w") as f:
-                f.write(str(os.getpid()))
-            import gpucloud as gc
-            info = gc.memory_info("host")
-            print("total", info.total, "free", info.free)
-            gc.set_memory_fraction("host", 0.5)
-            print("limit", gc.memory_quota("host").limit_bytes)
-            try:
-                gc.Buffer((300 * 1024 * 1024,), gc.DType.uint8)
-            except gc.OutOfMemory as e:
-                print("refused", e)
-        """
-        r = run(body)
-        assert r.returncode == 0, r.stderr
-        words = r.stdout.split()
-        assert int(words[1]) == 512 * MIB and int(words[3]) <= 512 * MIB, r.stdout
-        assert f"limit {256 * MIB}" in r.stdout and "refused" in r.stdout, r.stdout
-    finally:
-        os.rmdir(group)
+def test_a_cgroup_memory_limit_is_the_hosts_memory_and_a_fraction_is_of_it():
+    body = """
+        import gpucloud as gc
+        info = gc.memory_info("host")
+        print("total", info.total, "free", info.free)
+        gc.set_memory_fraction("host", 0.5)
+        print("limit", gc.memory_quota("host").limit_bytes)
+        try:
+            gc.Buffer((300 * 1024 * 1024,), gc.DType.uint8)
+        except gc.OutOfMemory as e:
+            print("refused", e)
+    """
+    with cgroup("memory", {"memory.max": 512 * MIB, "memory.limit_in_bytes": 512 * MIB}) as enter:
+        r = run(enter + textwrap.dedent(body))
+    assert r.returncode == 0, r.stderr
+    words = r.stdout.split()
+    assert int(words[1]) == 512 * MIB and int(words[3]) <= 512 * MIB, r.stdout
+    assert f"limit {256 * MIB}" in r.stdout and "refused" in r.stdout, r.stdout
 
 
 def test_the_quota_and_what_is_held_are_metrics(host_quota):

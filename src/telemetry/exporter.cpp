@@ -27,6 +27,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
+#include <utility>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -210,27 +212,32 @@ class DeviceCollectable : public pm::Collectable {
         put("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", labels,
             millijoules);
         const DeviceMetrics::Health& h = d.health;
-        put("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", labels, h.xid);
-        put("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.", labels,
-            h.ecc_sbe_volatile);
-        put("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.", labels,
-            h.ecc_dbe_volatile);
-        put("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "Total number of single-bit persistent ECC errors.", labels,
-            h.ecc_sbe_aggregate);
-        put("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "Total number of double-bit persistent ECC errors.", labels,
-            h.ecc_dbe_aggregate);
-        put("DCGM_FI_DEV_RETIRED_SBE", "Total number of retired pages due to single-bit errors.", labels,
-            h.retired_pages_sbe);
-        put("DCGM_FI_DEV_RETIRED_DBE", "Total number of retired pages due to double-bit errors.", labels,
-            h.retired_pages_dbe);
-        put("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors.", labels,
-            h.remapped_rows_correctable);
-        put("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors.", labels,
-            h.remapped_rows_uncorrectable);
-        put("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed.", labels, h.row_remap_failure);
-        put("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", labels, h.pcie_replay_counter);
-        put("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons (NVML's bit mask).", labels,
-            h.throttle_reasons);
+        const std::pair<const char*, const char*> names[] = {
+            {"DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered."},
+            {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors."},
+            {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors."},
+            {"DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "Total number of single-bit persistent ECC errors."},
+            {"DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "Total number of double-bit persistent ECC errors."},
+            {"DCGM_FI_DEV_RETIRED_SBE", "Total number of retired pages due to single-bit errors."},
+            {"DCGM_FI_DEV_RETIRED_DBE", "Total number of retired pages due to double-bit errors."},
+            {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors."},
+            {"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors."},
+            {"DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed."},
+            {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries."},
+            {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons (NVML's bit mask)."}};
+        const std::optional<double> values[] = {h.xid,
+                                                h.ecc_sbe_volatile,
+                                                h.ecc_dbe_volatile,
+                                                h.ecc_sbe_aggregate,
+                                                h.ecc_dbe_aggregate,
+                                                h.retired_pages_sbe,
+                                                h.retired_pages_dbe,
+                                                h.remapped_rows_correctable,
+                                                h.remapped_rows_uncorrectable,
+                                                h.row_remap_failure,
+                                                h.pcie_replay_counter,
+                                                h.throttle_reasons};
+        for (std::size_t i = 0; i < std::size(names); ++i) put(names[i].first, names[i].second, labels, values[i]);
       } else {
         labels["device"] = "host";
         // Base units, as Prometheus' naming guide asks of a project's own metrics: a ratio, hertz.
