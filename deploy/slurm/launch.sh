@@ -28,7 +28,8 @@
 # Preemption (docs/fault-tolerance.md): SIGUSR1 or SIGTERM to this script (the job scripts'
 # --signal=B:USR1@120, scancel --signal=USR1 --batch, a requeue by Slurm) is passed on to the
 # ranks, which save at their current step and exit 75; the job is then requeued
-# (scontrol requeue: the job scripts say --requeue) and resumes at that step.
+# (scontrol requeue: the job scripts say --requeue) and resumes at that step. A job scancel ends
+# (Slurm already marks it COMPLETING when the SIGTERM arrives) saves the same way and is not requeued.
 set -euo pipefail
 program=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do
@@ -119,9 +120,16 @@ fi
 "${supervisor[@]}" srun --mpi=pmix --kill-on-bad-exit=1 "${wrap[@]}" "${program[@]}" --device "$device" \
   --checkpoint-dir "$checkpoints" --resume "${metrics[@]}" "$@" &
 job=$!
+cancelled=""
 notice() {
   echo "launch.sh: preemption notice ($1): passing it on, the ranks save at their current step"
   kill -USR1 "$job" 2>/dev/null || true
+  # scancel sends SIGTERM too, to a job Slurm already marks as ending: that one is not requeued.
+  if [ -n "${SLURM_JOB_ID:-}" ]; then
+    local state
+    state=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2) || true
+    case "$state" in COMPLETING | CANCELLED) cancelled=$state ;; esac
+  fi
 }
 trap 'notice USR1' USR1
 trap 'notice TERM' TERM
@@ -131,7 +139,9 @@ while kill -0 "$job" 2>/dev/null; do # a trap ended the wait: wait for the job i
   rc=0
   wait "$job" || rc=$?
 done
-if [ "$rc" -eq 75 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+if [ "$rc" -eq 75 ] && [ -n "$cancelled" ]; then
+  echo "launch.sh: the job was cancelled (scancel; Slurm says $cancelled): its checkpoint is saved, it is not requeued (resubmit it to resume)"
+elif [ "$rc" -eq 75 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
   echo "launch.sh: the job stopped for a preemption with its checkpoint saved: requeueing job $SLURM_JOB_ID"
   if ! out=$(scontrol requeue "$SLURM_JOB_ID" 2>&1); then
     case "$out" in
