@@ -27,17 +27,17 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iterator>
-#include <utility>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 namespace gpucloud::telemetry {
 

@@ -112,6 +112,12 @@ struct Nvml {
     return f != nullptr;
   }
 
+  // An entry point older drivers may lack: found or left null.
+  template <class F>
+  void optional(F& f, const char* name) {
+    f = reinterpret_cast<F>(dlsym(library, name));
+  }
+
   // Loaded once, never unloaded (other threads may still be reading).
   Nvml() {
     library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -128,32 +134,29 @@ struct Nvml {
           resolve(power_limit, "nvmlDeviceGetEnforcedPowerLimit") && resolve(clock, "nvmlDeviceGetClockInfo"))) {
       return;
     }
-    memory_v2 = reinterpret_cast<decltype(memory_v2)>(dlsym(library, "nvmlDeviceGetMemoryInfo_v2"));
-    energy = reinterpret_cast<decltype(energy)>(dlsym(library, "nvmlDeviceGetTotalEnergyConsumption"));
-    mig_mode = reinterpret_cast<decltype(mig_mode)>(dlsym(library, "nvmlDeviceGetMigMode"));
-    by_uuid = reinterpret_cast<decltype(by_uuid)>(dlsym(library, "nvmlDeviceGetHandleByUUID"));
-    common_ancestor =
-        reinterpret_cast<decltype(common_ancestor)>(dlsym(library, "nvmlDeviceGetTopologyCommonAncestor"));
-    ecc_total = reinterpret_cast<decltype(ecc_total)>(dlsym(library, "nvmlDeviceGetTotalEccErrors"));
-    retired_pages = reinterpret_cast<decltype(retired_pages)>(dlsym(library, "nvmlDeviceGetRetiredPages"));
-    remapped_rows = reinterpret_cast<decltype(remapped_rows)>(dlsym(library, "nvmlDeviceGetRemappedRows"));
-    pcie_replay = reinterpret_cast<decltype(pcie_replay)>(dlsym(library, "nvmlDeviceGetPcieReplayCounter"));
-    throttle = reinterpret_cast<decltype(throttle)>(dlsym(library, "nvmlDeviceGetCurrentClocksThrottleReasons"));
-    event_set_create = reinterpret_cast<decltype(event_set_create)>(dlsym(library, "nvmlEventSetCreate"));
-    register_events = reinterpret_cast<decltype(register_events)>(dlsym(library, "nvmlDeviceRegisterEvents"));
-    event_wait = reinterpret_cast<decltype(event_wait)>(dlsym(library, "nvmlEventSetWait_v2"));
-    count = reinterpret_cast<decltype(count)>(dlsym(library, "nvmlDeviceGetCount_v2"));
-    by_index = reinterpret_cast<decltype(by_index)>(dlsym(library, "nvmlDeviceGetHandleByIndex_v2"));
-    uuid = reinterpret_cast<decltype(uuid)>(dlsym(library, "nvmlDeviceGetUUID"));
-    max_mig = reinterpret_cast<decltype(max_mig)>(dlsym(library, "nvmlDeviceGetMaxMigDeviceCount"));
-    mig_by_index = reinterpret_cast<decltype(mig_by_index)>(dlsym(library, "nvmlDeviceGetMigDeviceHandleByIndex"));
-    gpu_instance_id = reinterpret_cast<decltype(gpu_instance_id)>(dlsym(library, "nvmlDeviceGetGpuInstanceId"));
-    compute_instance_id =
-        reinterpret_cast<decltype(compute_instance_id)>(dlsym(library, "nvmlDeviceGetComputeInstanceId"));
-    attributes = reinterpret_cast<decltype(attributes)>(dlsym(library, "nvmlDeviceGetAttributes_v2"));
-    nvlink_state = reinterpret_cast<decltype(nvlink_state)>(dlsym(library, "nvmlDeviceGetNvLinkState"));
-    nvlink_remote_pci =
-        reinterpret_cast<decltype(nvlink_remote_pci)>(dlsym(library, "nvmlDeviceGetNvLinkRemotePciInfo_v2"));
+    optional(memory_v2, "nvmlDeviceGetMemoryInfo_v2");
+    optional(energy, "nvmlDeviceGetTotalEnergyConsumption");
+    optional(mig_mode, "nvmlDeviceGetMigMode");
+    optional(by_uuid, "nvmlDeviceGetHandleByUUID");
+    optional(common_ancestor, "nvmlDeviceGetTopologyCommonAncestor");
+    optional(ecc_total, "nvmlDeviceGetTotalEccErrors");
+    optional(retired_pages, "nvmlDeviceGetRetiredPages");
+    optional(remapped_rows, "nvmlDeviceGetRemappedRows");
+    optional(pcie_replay, "nvmlDeviceGetPcieReplayCounter");
+    optional(throttle, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    optional(event_set_create, "nvmlEventSetCreate");
+    optional(register_events, "nvmlDeviceRegisterEvents");
+    optional(event_wait, "nvmlEventSetWait_v2");
+    optional(count, "nvmlDeviceGetCount_v2");
+    optional(by_index, "nvmlDeviceGetHandleByIndex_v2");
+    optional(uuid, "nvmlDeviceGetUUID");
+    optional(max_mig, "nvmlDeviceGetMaxMigDeviceCount");
+    optional(mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
+    optional(gpu_instance_id, "nvmlDeviceGetGpuInstanceId");
+    optional(compute_instance_id, "nvmlDeviceGetComputeInstanceId");
+    optional(attributes, "nvmlDeviceGetAttributes_v2");
+    optional(nvlink_state, "nvmlDeviceGetNvLinkState");
+    optional(nvlink_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
     if (const nvmlReturn r = init(); r != kSuccess) {
       unavailable = std::string("nvmlInit failed: ") + error_string(r);
     }
@@ -211,12 +214,17 @@ std::vector<MigInstance> mig_instances() {
   return out;
 }
 
+namespace {
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+}  // namespace
+
 std::string pci_bus_id(int device) {
   char id[32] = {};
   GPUCLOUD_CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, device));
-  std::string s(id);
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+  return lower(id);
 }
 
 std::vector<std::vector<std::string>> gpu_links(const std::vector<std::string>& bus_ids) {
@@ -227,12 +235,9 @@ std::vector<std::vector<std::string>> gpu_links(const std::vector<std::string>& 
     if (n.by_pci_bus_id(bus_ids[i].c_str(), &handles[i]) != kSuccess) return {};
   }
   // NVLinks between each pair: a link of i whose remote end is j's PCI address.
-  auto same_bus = [](std::string a, std::string b) {
-    for (auto* s : {&a, &b}) {
-      for (char& c : *s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (s->size() > 12) s->erase(0, s->size() - 12);  // "00000000:17:00.0" vs "0000:17:00.0"
-    }
-    return a == b;
+  auto same_bus = [](const std::string& a, const std::string& b) {  // "00000000:17:00.0" vs "0000:17:00.0"
+    auto tail = [](std::string s) { return lower(s.size() > 12 ? s.substr(s.size() - 12) : s); };
+    return tail(a) == tail(b);
   };
   std::vector<std::vector<std::string>> out(bus_ids.size(), std::vector<std::string>(bus_ids.size()));
   for (std::size_t i = 0; i < bus_ids.size(); ++i) {
