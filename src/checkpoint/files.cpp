@@ -3,6 +3,7 @@
 #include <gpucloud/runtime/error.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,6 +89,58 @@ void File::read_at(void* data, std::size_t n, std::uint64_t offset) const {
     n -= static_cast<std::size_t>(r);
     offset += static_cast<std::uint64_t>(r);
   }
+}
+
+Mapping::Mapping(const File& file, std::uint64_t size) : size_(static_cast<std::size_t>(size)), path_(file.path()) {
+  if (size_ == 0) return;
+  data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd_, 0);
+  if (data_ == MAP_FAILED) {
+    data_ = nullptr;
+    fail_errno("mmap", path_, errno);
+  }
+}
+
+Mapping::Mapping(Mapping&& other) noexcept : data_(other.data_), size_(other.size_), path_(std::move(other.path_)) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+}
+
+Mapping::~Mapping() {
+  if (data_ != nullptr) ::munmap(data_, size_);
+}
+
+namespace {
+// [offset, offset + n) of a mapping widened to whole pages, for madvise.
+std::pair<char*, std::size_t> page_range(void* base, std::uint64_t offset, std::uint64_t n) {
+  static const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t begin = offset / page * page;
+  return {static_cast<char*>(base) + begin, static_cast<std::size_t>(offset + n - begin)};
+}
+}  // namespace
+
+void Mapping::will_need(std::uint64_t offset, std::uint64_t n) const noexcept {
+  if (data_ == nullptr || n == 0) return;
+  const auto [p, len] = page_range(data_, offset, n);
+  ::madvise(p, len, MADV_WILLNEED);
+}
+
+void Mapping::populate(std::uint64_t offset, std::uint64_t n) const {
+#ifdef MADV_POPULATE_READ
+  if (data_ == nullptr || n == 0) return;
+  const auto [p, len] = page_range(data_, offset, n);
+  while (::madvise(p, len, MADV_POPULATE_READ) != 0) {
+    if (errno == EINTR || errno == EAGAIN) continue;
+    if (errno == EINVAL) return;  // a kernel without it: pages fault in on first touch
+    if (errno != EFAULT) fail_errno("read (madvise MADV_POPULATE_READ)", path_, errno);
+    throw CheckpointError("read",
+                          path_ + ": bytes " + std::to_string(offset) + ".." + std::to_string(offset + n) +
+                              " cannot be read (an I/O error, or the file shrank while it was loaded)",
+                          __FILE__, __LINE__);
+  }
+#else
+  (void)offset;
+  (void)n;
+#endif
 }
 
 std::uint64_t File::size() const {

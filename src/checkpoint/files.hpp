@@ -32,8 +32,34 @@ class File {
   const std::string& path() const { return path_; }
 
  private:
+  friend class Mapping;
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   int fd_ = -1;
+  std::string path_;
+};
+
+/// A read-only mapping of a whole file (what a load reads its tensors through: no staging copy),
+/// unmapped on destruction. Pages are read in by populate(), which reports an I/O error as a
+/// CheckpointError instead of the SIGBUS a first touch would raise.
+class Mapping {
+ public:
+  /// Maps the first @p size bytes of @p file (its size, checked by the caller).
+  Mapping(const File& file, std::uint64_t size);
+  Mapping(Mapping&& other) noexcept;
+  Mapping& operator=(Mapping&&) = delete;
+  Mapping(const Mapping&) = delete;
+  ~Mapping();
+  /// The file's bytes.
+  const char* data() const noexcept { return static_cast<const char*>(data_); }
+  /// Starts reading [offset, offset + n) from disk in the background (best effort).
+  void will_need(std::uint64_t offset, std::uint64_t n) const noexcept;
+  /// Reads [offset, offset + n) in and maps it (MADV_POPULATE_READ; a no-op on kernels before
+  /// 5.14). @throws CheckpointError naming the file on an I/O error.
+  void populate(std::uint64_t offset, std::uint64_t n) const;
+
+ private:
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
   std::string path_;
 };
 

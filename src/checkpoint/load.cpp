@@ -6,8 +6,11 @@
 
 #include "checkpoint/files.hpp"
 #include "checkpoint/format.hpp"
+#include "runtime/host/parallel_for.hpp"
+#include "runtime/host/streaming_copy.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -85,6 +88,100 @@ std::optional<std::string> invalid_reason(const std::string& directory, std::int
     return std::string(e.what());
   }
 }
+
+// One tensor to load: where its bytes are in a mapped file, and where they go.
+struct Piece {
+  const std::string* name;
+  const TensorInfo* info;
+  const d::Mapping* map;
+  BufferView dst;
+};
+
+// Runs fn(i) for every i in [0, n) on the host thread budget's cores, items handed out one at a
+// time in order (callers sort the big ones first); the first exception is rethrown.
+void for_each_item(std::size_t n, const std::function<void(std::size_t)>& fn) {
+  std::atomic<std::size_t> next{0};
+  const auto workers = static_cast<std::int64_t>(std::min<std::size_t>(n, gpucloud::detail::parallel_for_threads()));
+  gpucloud::detail::parallel_for(std::max<std::int64_t>(workers, 1), 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t w = b; w < e; ++w) {
+      for (std::size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+    }
+  });
+}
+
+// Reads every tensor of @p into through a mapping of its file, checks each one's XXH3-64 (in
+// parallel, tensor by tensor, largest first), and only when all match copies them into @p into:
+// host memory on the budget's cores, GPU memory in @p stream's order. No staging copy of the
+// checkpoint is made: the page cache is the only one.
+void verify_and_copy(const std::string& directory, const Manifest& m, const StateDict& into,
+                     std::map<std::string, CheckedFile>& files, StreamView stream) {
+  std::map<std::string, d::Mapping> maps;
+  for (auto& [name, f] : files) maps.emplace(name, d::Mapping(f.file, f.file.size()));
+  std::vector<Piece> pieces;
+  for (const auto& [name, ref] : into) {
+    const TensorInfo& t = m.tensors.at(name);
+    const d::Mapping& map = maps.at(t.file);
+    map.will_need(t.begin, t.end - t.begin);
+    pieces.push_back({&name, &t, &map, ref.view});
+  }
+  std::vector<std::size_t> order(pieces.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return pieces[a].info->end - pieces[a].info->begin > pieces[b].info->end - pieces[b].info->begin;
+  });
+  // Every byte verified before any is written. A failure is reported for the first tensor by name.
+  std::vector<std::string> failure(pieces.size());
+  for_each_item(order.size(), [&](std::size_t k) {
+    const Piece& p = pieces[order[k]];
+    const std::uint64_t n = p.info->end - p.info->begin;
+    try {
+      p.map->populate(p.info->begin, n);
+      if (d::xxh3(p.map->data() + p.info->begin, static_cast<std::size_t>(n)) != p.info->xxh3) {
+        failure[order[k]] = directory + "/" + p.info->file + ": tensor '" + *p.name +
+                            "' fails its checksum (the bytes were changed or damaged)";
+      }
+    } catch (const std::exception& e) {
+      failure[order[k]] = e.what();
+    }
+  });
+  for (const auto& why : failure) {
+    if (!why.empty()) corrupt(why);
+  }
+  // The copies: the stream's earlier work on the tensors first.
+  stream.synchronize();
+  constexpr std::uint64_t kChunk = std::uint64_t{4} << 20;
+  struct Span {
+    char* dst;
+    const char* src;
+    std::size_t n;
+  };
+  std::vector<Span> spans;
+  try {
+    for (const Piece& p : pieces) {
+      const std::uint64_t n = p.info->end - p.info->begin;
+      if (n == 0) continue;
+      const char* src = p.map->data() + p.info->begin;
+      if (p.dst.host_accessible()) {
+        for (std::uint64_t o = 0; o < n; o += kChunk) {
+          spans.push_back(
+              {static_cast<char*>(p.dst.data()) + o, src + o, static_cast<std::size_t>(std::min(kChunk, n - o))});
+        }
+      } else {  // from the page cache's pages, staged by the copy engine's driver
+        const BufferView from(const_cast<char*>(src), static_cast<std::size_t>(n), DType::uint8, MemoryKind::host,
+                              Device::host());
+        const BufferView to(p.dst.data(), p.dst.size_bytes(), DType::uint8, p.dst.kind(), p.dst.device());
+        copy(to, from, stream);
+      }
+    }
+    gpucloud::detail::parallel_for(static_cast<std::int64_t>(spans.size()), 1, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) gpucloud::detail::streaming_copy(spans[i].dst, spans[i].src, spans[i].n);
+    });
+  } catch (...) {
+    stream.synchronize();  // nothing may still read the mappings when they go
+    throw;
+  }
+  stream.synchronize();
+}
 }  // namespace
 
 LatestScan find_latest(const std::string& root) {
@@ -157,7 +254,6 @@ Manifest load(const std::string& directory, const StateDict& into, StreamView st
   }
   // Every file needed: its header must describe the manifest's tensors exactly, its size the header.
   std::map<std::string, CheckedFile> files;
-  std::uint64_t total = 0;
   for (const auto& [name, ref] : into) {
     const TensorInfo& t = m.tensors.at(name);
     auto f = files.find(t.file);
@@ -167,32 +263,8 @@ Manifest load(const std::string& directory, const StateDict& into, StreamView st
         e->second.begin != t.begin || e->second.end != t.end) {
       corrupt(directory + "/" + t.file + ": its header does not describe tensor '" + name + "' as the manifest does");
     }
-    total += t.end - t.begin;  // bounded by the sizes of the files, checked above
   }
-  // Read and verify every byte before writing any.
-  Buffer staging(static_cast<std::size_t>(total), DType::uint8, Device::host(), MemoryKind::pinned);
-  std::map<std::string, std::uint64_t> offset_of;
-  std::uint64_t offset = 0;
-  for (const auto& [name, ref] : into) {
-    const TensorInfo& t = m.tensors.at(name);
-    char* dst = static_cast<char*>(staging.data()) + offset;
-    const std::size_t n = static_cast<std::size_t>(t.end - t.begin);
-    files.at(t.file).file.read_at(dst, n, t.begin);
-    if (d::xxh3(dst, n) != t.xxh3) {
-      corrupt(directory + "/" + t.file + ": tensor '" + name +
-              "' fails its checksum (the bytes were changed or damaged)");
-    }
-    offset_of[name] = offset;
-    offset += n;
-  }
-  for (const auto& [name, ref] : into) {
-    if (ref.view.empty()) continue;
-    const BufferView src(static_cast<char*>(staging.data()) + offset_of[name], ref.view.size_bytes(), DType::uint8,
-                         MemoryKind::pinned, Device::host());
-    const BufferView dst(ref.view.data(), ref.view.size_bytes(), DType::uint8, ref.view.kind(), ref.view.device());
-    copy(dst, src, stream);
-  }
-  stream.synchronize();
+  verify_and_copy(directory, m, into, files, stream);
   return m;
 }
 
