@@ -155,6 +155,19 @@ def torch_table(runs):
     return rows
 
 
+def peer_table(runs):
+    """Python benchmarks against a named peer on the same inputs (bench/bench_checkpoint_torch.py
+    --json): the peer's time / gpucloud's, median and range over interleaved rounds."""
+    rows = ["| comparison | gpucloud GB/s | peer GB/s | peer / gpucloud (median) | range | rounds |",
+            "|---|---|---|---|---|---|"]
+    for r in runs:
+        if "ratio_vs_peer" not in r:
+            continue
+        rows.append(f"| {r['name']} | {r['gpucloud_GBps']:.2f} | {r['peer_GBps']:.2f} | {r['ratio_vs_peer']:.2f} | "
+                    f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f} | {r['rounds']} |")
+    return rows
+
+
 def train_step_table(runs):
     rows = ["| trainer | run | samples/s | gpucloud / torch |", "|---|---|---|---|"]
     for r in runs:
@@ -226,7 +239,8 @@ def main():
                          ("Mixed-precision steps", bandwidth_table(runs, spec)), ("Collectives", collectives_table(runs)),
                          ("Flat vs hierarchical: the cost model against what was measured", cost_model_table(runs)),
                          ("Training step vs PyTorch", train_step_table(runs)),
-                         ("Against PyTorch in the same process", torch_table(runs))):
+                         ("Against PyTorch in the same process", torch_table(runs)),
+                         ("Against a peer library on the same inputs", peer_table(runs))):
         if len(table) > 2:
             lines += [f"## {title}", "", *table, ""]
     lines += ["## GPU spec table (dense)", "", *spec_table(), ""]

@@ -19,6 +19,9 @@ def test_report_places_figures_next_to_the_spec_sheet(tmp_path):
          "algbw_GBs": 1.5, "busbw_GBs": 2.25, "label": "all_reduce flat, 4 ranks, 2 node(s)"},
         {"name": "BM_GemmVsTorch/qkv/m:2048/n:3072/k:1024/batch:1", "run_type": "iteration", "label": "host bf16",
          "TFLOPs": 0.411, "torch_TFLOPs": 0.412, "ratio_vs_torch": 1.0},
+        {"name": "checkpoint/load (cached)/vs safetensors", "run_type": "iteration", "gpucloud_GBps": 10.79,
+         "peer": "safetensors", "peer_GBps": 10.85, "ratio_vs_peer": 0.99, "ratio_min": 0.92, "ratio_max": 1.15,
+         "rounds": 5},
     ]}
     (tmp_path / "run.json").write_text(json.dumps(runs))
     out = subprocess.run([sys.executable, str(REPORT), str(tmp_path), "--gpu", "NVIDIA H200"], capture_output=True,
@@ -30,4 +33,5 @@ def test_report_places_figures_next_to_the_spec_sheet(tmp_path):
     assert "| all_reduce flat, 4 ranks, 2 node(s) | 4096 | 1.500 | 2.250 |" in out
     assert "| GemmVsTorch/qkv/m:2048/n:3072/k:1024/batch:1 | host bf16 | 0.411 | 0.412 | 1.00 |" in out
     assert "2048×3072×1024" not in out  # not in the GEMM table as well
+    assert "| checkpoint/load (cached)/vs safetensors | 10.79 | 10.85 | 0.99 | 0.92-1.15 | 5 |" in out
     assert "V100 SXM2 32GB (needs CUDA 12)" in out

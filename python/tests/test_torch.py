@@ -432,3 +432,27 @@ def test_the_per_call_benchmark_runs_and_checks_its_results():
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "gemm 64^3: gpucloud on torch tensors" in r.stdout and "fill 64x64" in r.stdout, r.stdout
+
+
+def test_checkpoint_comparison_checks_every_side_loads_what_was_saved(tmp_path):
+    """bench/bench_checkpoint_torch.py: saves and loads (cached and cold) on both sides, each result
+    compared with the state saved (a side that loaded wrong bytes ends the run)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("safetensors")
+    script = Path(__file__).resolve().parents[2] / "bench" / "bench_checkpoint_torch.py"
+    out = tmp_path / "checkpoint.json"
+    r = subprocess.run([sys.executable, str(script), "--mib", "4", "--tensors", "3", "--rounds", "2",
+                        "--dir", str(tmp_path / "work"), "--json", str(out)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = json.loads(out.read_text())["benchmarks"]
+    assert [b["name"] for b in runs] == ["checkpoint/save/vs torch.save", "checkpoint/load (cached)/vs safetensors",
+                                         "checkpoint/load (cached)/vs torch.load",
+                                         "checkpoint/load (cold)/vs safetensors", "checkpoint/load (cold)/vs torch.load"]
+    for b in runs:
+        assert b["ratio_min"] <= b["ratio_vs_peer"] <= b["ratio_max"] and b["rounds"] == 2
+    assert not (tmp_path / "work").exists()
