@@ -260,9 +260,8 @@ int main(int argc, char** argv) try {
   int skipped_recorded = 0;
   auto step_began = std::chrono::steady_clock::now();
   for (int step = start; step < o.steps; ++step) {
-    const auto wait_began = std::chrono::steady_clock::now();
     auto batch = prefetcher.next(s);
-    const double data_wait = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_began).count();
+    const double data_wait = prefetcher.last_wait().stream_idle_seconds;  // the stream's stall, not the host's wait
     if (!batch) break;
     const gc::BufferView x = batch->arrays()[0], y = batch->arrays()[1];
     forward(x);

@@ -197,9 +197,8 @@ def main():
     pending = None
     step_began, recorded_skips, straggler_logged, scale = time.perf_counter(), 0, -1, 0.0
     for step in range(start, args.steps):
-        wait_began = time.perf_counter()
         batch = prefetcher.next(s)
-        data_wait = time.perf_counter() - wait_began
+        data_wait = prefetcher.last_wait.stream_idle_seconds  # the stream's stall, not the host's wait
         x_raw, y = batch.arrays
         x = x_raw.reshape(local, IN)
         if args.dtype == "bf16":  # NumPy has no bfloat16: the batch arrives in fp32

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 // Inlined into each instruction-set version of the loops that call it (host_loops.cpp).
 #if defined(__GNUC__)
@@ -98,6 +99,21 @@ inline constexpr bool has_array_cast = (std::is_same_v<Src, float> &&
                                         (std::is_same_v<Dst, Half> || std::is_same_v<Dst, BFloat16>)) ||
                                        (std::is_same_v<Dst, float> &&
                                         (std::is_same_v<Src, Half> || std::is_same_v<Src, BFloat16>));
+
+/// dst[i] = the half bits of src[i], to_half_bits's results, in the CPU's conversion instructions
+/// (AVX-512F or F16C) where it has them (src/compute/host/half_convert.cpp).
+void floats_to_halves(std::uint16_t* dst, const float* src, std::size_t n);
+/// dst[i] = the float of half bits src[i], from_half_bits's results, likewise.
+void halves_to_floats(float* dst, const std::uint16_t* src, std::size_t n);
+
+/// One implementation of the two above (its instruction set's name); the tests compare each.
+struct HalfConversion {
+  const char* name;
+  void (*narrow)(std::uint16_t* dst, const float* src, std::size_t n);
+  void (*widen)(float* dst, const std::uint16_t* src, std::size_t n);
+};
+/// Every implementation this CPU runs, the one in use first.
+std::vector<HalfConversion> half_conversions();
 
 /// dst[i] = src[i] converted, for i in [0, n): the pairs of has_array_cast (host_loops.cpp).
 void cast_array(Half* dst, const float* src, std::size_t n);

@@ -67,6 +67,7 @@ from ._core import (  # noqa: E402, F401
     PlainResource,
     PoolResource,
     Precision,
+    PrefetchWait,
     Prefetcher,
     StatisticsAdaptor,
     Stream,

@@ -24,7 +24,7 @@ class CheckpointError(Error):
     """A checkpoint cannot be written or read (I/O, truncation, checksum)."""
 class CheckpointMismatch(CheckpointError, ValueError):
     """A sound checkpoint that does not fit what it is loaded into; nothing was written."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'BindingAdvice', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceHealth', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuPlacement', 'GpuSpec', 'GradBucketer', 'HostThreads', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryQuota', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'MigInstance', 'NumaNode', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Topology', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'binding_advice', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clear_memory_quota', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'host_threads', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'memory_quota', 'memory_quotas', 'mig_instances', 'mse_loss', 'nvml_unavailable_reason', 'parse_bytes', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'set_memory_fraction', 'set_memory_quota', 'supports', 'telemetry_job_labels', 'topology']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'BindingAdvice', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceHealth', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuPlacement', 'GpuSpec', 'GradBucketer', 'HostThreads', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryQuota', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'MigInstance', 'NumaNode', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'PrefetchWait', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Topology', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'binding_advice', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clear_memory_quota', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'host_threads', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'memory_quota', 'memory_quotas', 'mig_instances', 'mse_loss', 'nvml_unavailable_reason', 'parse_bytes', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'set_memory_fraction', 'set_memory_quota', 'supports', 'telemetry_job_labels', 'topology']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -808,6 +808,22 @@ class Batch:
         """
         The event recorded after the batch's copies.
         """
+class PrefetchWait:
+    """
+    What Prefetcher.next() waited: seconds it blocked, and of those the seconds its stream sat idle (the stall a prefetcher exists to hide).
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def blocked_seconds(self) -> float:
+        """
+        next() blocked for a batch (0: one was ready)
+        """
+    @property
+    def stream_idle_seconds(self) -> float:
+        """
+        of those, the stream had no work left
+        """
 class Prefetcher:
     """
     Keeps the next `depth` batches of a source on the device, copied on its own stream.
@@ -831,6 +847,11 @@ class Prefetcher:
     @property
     def device(self) -> Device:
         ...
+    @property
+    def last_wait(self) -> PrefetchWait:
+        """
+        What the last next() waited (a PrefetchWait; zeros before the first).
+        """
 class LossScalerOptions:
     """
     The scaler's settings; defaults are PyTorch GradScaler's.

@@ -164,6 +164,16 @@ void bind_movement(py::module_& m) {
           "ready", [](PyBatch& b) { return &b.batch.ready(); }, py::return_value_policy::reference_internal,
           "The event recorded after the batch's copies.");
 
+  py::class_<PrefetchWait>(m, "PrefetchWait",
+                           "What Prefetcher.next() waited: seconds it blocked, and of those the seconds its "
+                           "stream sat idle (the stall a prefetcher exists to hide).")
+      .def_readonly("blocked_seconds", &PrefetchWait::blocked_seconds, "next() blocked for a batch (0: one was ready)")
+      .def_readonly("stream_idle_seconds", &PrefetchWait::stream_idle_seconds, "of those, the stream had no work left")
+      .def("__repr__", [](const PrefetchWait& w) {
+        return "PrefetchWait(blocked_seconds=" + std::to_string(w.blocked_seconds) +
+               ", stream_idle_seconds=" + std::to_string(w.stream_idle_seconds) + ")";
+      });
+
   py::class_<PyPrefetcher>(m, "Prefetcher",
                            "Keeps the next `depth` batches of a source on the device, copied on its own stream.")
       .def(py::init([](py::object source, DeviceLike device, int depth, KindLike kind) {
@@ -191,7 +201,10 @@ void bind_movement(py::module_& m) {
       .def(
           "stop", [](PyPrefetcher& p) { without_gil([&] { p.prefetcher->stop(); }); },
           "End early: drop the batches not handed out and join the producer thread.")
-      .def_property_readonly("device", [](PyPrefetcher& p) { return p.prefetcher->device(); });
+      .def_property_readonly("device", [](PyPrefetcher& p) { return p.prefetcher->device(); })
+      .def_property_readonly(
+          "last_wait", [](PyPrefetcher& p) { return p.prefetcher->last_wait(); },
+          "What the last next() waited (a PrefetchWait; zeros before the first).");
 }
 
 }  // namespace gpucloud::python

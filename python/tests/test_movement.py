@@ -100,6 +100,34 @@ def test_prefetcher_delivers_every_batch_in_order(device, stream):
     assert prefetcher.next(stream) is None
 
 
+def test_prefetcher_last_wait_is_the_streams_stall_not_the_hosts(device, stream):
+    gate = threading.Semaphore(0)
+
+    def gated():  # the first batch at once, each other one when the test opens the gate
+        for i in range(3):
+            if i > 0:
+                gate.acquire(timeout=30)
+            yield np.zeros(8, np.float32)
+
+    prefetcher = gc.Prefetcher(gated(), device, depth=1)
+    assert prefetcher.last_wait.blocked_seconds == 0.0 and prefetcher.last_wait.stream_idle_seconds == 0.0
+    prefetcher.next(stream)
+    stream.synchronize()
+    threading.Timer(0.05, gate.release).start()
+    prefetcher.next(stream)  # the stream has nothing to do meanwhile: all of the wait is a stall
+    w = prefetcher.last_wait
+    assert w.blocked_seconds >= 0.03 and 0.03 <= w.stream_idle_seconds <= w.blocked_seconds, w
+    # The stream still busy (a host function waiting for the batch to have arrived): no stall.
+    arrived = threading.Event()
+    gc.launch_host_func(stream, lambda: arrived.wait(30))
+    threading.Timer(0.05, gate.release).start()
+    prefetcher.next(stream)
+    arrived.set()
+    w = prefetcher.last_wait
+    assert w.blocked_seconds >= 0.03 and w.stream_idle_seconds == 0.0, w
+    stream.synchronize()
+
+
 def test_prefetcher_reraises_the_source_exception_after_earlier_batches(device, stream):
     def source():
         yield np.zeros(8, np.float32)

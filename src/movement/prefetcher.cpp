@@ -7,10 +7,14 @@
 #include "memory/access.hpp"
 #include "runtime/nvtx.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -193,13 +197,31 @@ void Prefetcher::stop() noexcept {
 
 Device Prefetcher::device() const noexcept { return shared_->device; }
 
+PrefetchWait Prefetcher::last_wait() const noexcept { return last_wait_; }
+
 std::optional<Batch> Prefetcher::next(StreamView stream) {
   GPUCLOUD_EXPECTS(stream.device() == shared_->device, "Prefetcher::next",
                    "stream: batches are on " + shared_->device.str() + ", the stream on " + stream.device().str());
   std::optional<Batch> b;
+  last_wait_ = {};
   {
     std::unique_lock<std::mutex> lock(shared_->mutex);
-    shared_->changed.wait(lock, [&] { return !shared_->ready.empty() || shared_->finished || shared_->stopping; });
+    auto available = [&] { return !shared_->ready.empty() || shared_->finished || shared_->stopping; };
+    if (!available()) {
+      // About to block: a callback behind the stream's queued work marks when the stream ran
+      // out of it; the part of the wait after that mark is the stall.
+      using Clock = std::chrono::steady_clock;
+      const auto began = Clock::now();
+      auto idle_at = std::make_shared<std::atomic<Clock::rep>>(std::numeric_limits<Clock::rep>::max());
+      lock.unlock();
+      add_callback(stream, [idle_at](std::exception_ptr) { idle_at->store(Clock::now().time_since_epoch().count()); });
+      lock.lock();
+      shared_->changed.wait(lock, available);
+      const auto ended = Clock::now();
+      const Clock::time_point idle(Clock::duration(std::min(idle_at->load(), ended.time_since_epoch().count())));
+      last_wait_.blocked_seconds = std::chrono::duration<double>(ended - began).count();
+      last_wait_.stream_idle_seconds = std::chrono::duration<double>(ended - std::max(began, idle)).count();
+    }
     if (shared_->ready.empty()) {
       if (shared_->error) std::rethrow_exception(std::exchange(shared_->error, nullptr));
       return std::nullopt;

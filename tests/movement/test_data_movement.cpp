@@ -325,6 +325,51 @@ TEST_P(PrefetcherTest, SourceExceptionReachesTheConsumerAfterEarlierBatches) {
   compute.synchronize();
 }
 
+// last_wait(): next() blocking while the stream still computes is not a stall; blocking while
+// the stream has nothing left to do is, for as long as it lasts.
+TEST_P(PrefetcherTest, LastWaitCountsOnlyTheTimeTheStreamSatIdle) {
+  std::atomic<bool> open{false}, done{false};
+  std::atomic<int> produced{0};
+  gc::Prefetcher prefetcher(device(), [&]() -> std::optional<gc::HostBatch> {
+    if (produced.load() >= 1) {  // the first batch at once, the others when the test opens the gate
+      while (!open.load() && !done.load()) std::this_thread::sleep_for(1ms);
+      open = false;
+    }
+    auto b = std::make_shared<gc::Buffer>(host_buffer(random_bytes(64, 1), gc::MemoryKind::host));
+    ++produced;
+    return gc::HostBatch{{b->view()}, b};
+  });
+  gc::Stream compute(device());
+  ASSERT_TRUE(prefetcher.next(compute).has_value());
+  // The stream busy until the batch has arrived: next() blocks, the stream never idles.
+  std::atomic<bool> busy{true};
+  gc::add_callback(compute, [&busy](std::exception_ptr) {
+    while (busy.load()) std::this_thread::sleep_for(1ms);
+  });
+  std::thread opener([&] {
+    std::this_thread::sleep_for(50ms);
+    open = true;
+  });
+  ASSERT_TRUE(prefetcher.next(compute).has_value());
+  opener.join();
+  busy = false;
+  EXPECT_GE(prefetcher.last_wait().blocked_seconds, 0.04);
+  EXPECT_EQ(prefetcher.last_wait().stream_idle_seconds, 0.0);
+  compute.synchronize();
+  // The stream idle: all of the wait is a stall.
+  std::thread opener2([&] {
+    std::this_thread::sleep_for(50ms);
+    open = true;
+  });
+  ASSERT_TRUE(prefetcher.next(compute).has_value());
+  opener2.join();
+  const gc::PrefetchWait w = prefetcher.last_wait();
+  EXPECT_GE(w.stream_idle_seconds, 0.04);
+  EXPECT_LE(w.stream_idle_seconds, w.blocked_seconds);
+  compute.synchronize();
+  done = true;  // the producer, a batch ahead, stops waiting for the gate
+}
+
 TEST_P(PrefetcherTest, StopsEarlyWithoutLeaksOrDeadlocks) {
   std::atomic<int> released{0};
   auto endless = [&released]() -> std::optional<gc::HostBatch> {

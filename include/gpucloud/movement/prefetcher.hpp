@@ -67,6 +67,15 @@ class GPUCLOUD_API Batch {
   std::optional<StreamView> release_on_;
 };
 
+/// @brief How long Prefetcher::next() waited for its batch, and how much of that the consumer's
+///        stream sat idle (everything queued on it done): the stall a prefetcher exists to hide.
+///        A host thread that runs ahead of its stream blocks in next() while the stream still
+///        computes; only stream_idle_seconds delayed the training.
+struct PrefetchWait {
+  double blocked_seconds = 0;      ///< next() blocked for a batch (0: one was ready)
+  double stream_idle_seconds = 0;  ///< of those, the stream had no work left
+};
+
 /// @brief Keeps the next `depth` batches of a source on the device, copied on its own stream by
 /// a producer thread, like PyTorch's pin_memory + non_blocking copies on a side stream.
 ///
@@ -91,9 +100,13 @@ class GPUCLOUD_API Prefetcher {
   void stop() noexcept;
   /// @brief The device batches are copied to.
   Device device() const noexcept;
+  /// @brief What the last next() waited (zeros before the first). Measured only when next() has
+  ///        to block: a host callback on the stream then marks when its queued work ran out.
+  PrefetchWait last_wait() const noexcept;
 
  private:
   std::shared_ptr<detail::PrefetchShared> shared_;
+  PrefetchWait last_wait_;
 };
 
 }  // namespace gpucloud

@@ -103,9 +103,26 @@ std::int64_t epilogue_panel_rows(const GemmArgs& g) {
   return std::clamp<std::int64_t>((std::int64_t{64} << 10) / std::max<std::int64_t>(g.n, 1), 16, g.m);
 }
 
+// @p n fp32 values into C's dtype from element @p c0 on (16-bit: the vectorised host casts).
+void store_row(BufferView c, std::int64_t c0, const float* row, std::size_t n) {
+  if (c.dtype() == DType::float32) {
+    std::memcpy(static_cast<float*>(c.data()) + c0, row, n * sizeof(float));
+  } else if (c.dtype() == DType::float16) {
+    kernels::host::cast_array(static_cast<Half*>(c.data()) + c0, row, n);
+  } else if (c.dtype() == DType::bfloat16) {
+    kernels::host::cast_array(static_cast<BFloat16*>(c.data()) + c0, row, n);
+  } else {
+    for (std::size_t j = 0; j < n; ++j)
+      store_from_float(c.data(), c0 + static_cast<std::int64_t>(j), c.dtype(), row[j]);
+  }
+}
+
 // One product's C from alpha op(A) op(B) in fp32 (`ab`, m x n, dense): add beta C, the epilogue,
 // and store into C's dtype, rounding once (the vectorised narrowing of the host casts for 16-bit C).
 void finish_rows(BufferView c, std::int64_t c_offset, const GemmArgs& g, float* ab, const Epiloguer& epilogue) {
+  // 16-bit C without gaps between rows (ldc == n) is narrowed in one call after the epilogue: a
+  // row at a time would leave a scalar tail per row (n = 1: every element).
+  const bool narrow_whole = g.ldc == g.n && (c.dtype() == DType::float16 || c.dtype() == DType::bfloat16);
   for (std::int64_t i = 0; i < g.m; ++i) {
     float* row = ab + i * g.n;
     const std::int64_t c0 = c_offset + i * g.ldc;
@@ -113,17 +130,10 @@ void finish_rows(BufferView c, std::int64_t c_offset, const GemmArgs& g, float* 
       for (std::int64_t j = 0; j < g.n; ++j) row[j] += g.beta * load_as_float(c.data(), c0 + j, c.dtype());
     }
     epilogue.row(row, g.n);
-    const auto cols = static_cast<std::size_t>(g.n);
-    if (c.dtype() == DType::float32) {
-      std::memcpy(static_cast<float*>(c.data()) + c0, row, cols * sizeof(float));
-    } else if (c.dtype() == DType::float16) {
-      kernels::host::cast_array(static_cast<Half*>(c.data()) + c0, row, cols);
-    } else if (c.dtype() == DType::bfloat16) {
-      kernels::host::cast_array(static_cast<BFloat16*>(c.data()) + c0, row, cols);
-    } else {
-      for (std::int64_t j = 0; j < g.n; ++j) store_from_float(c.data(), c0 + j, c.dtype(), row[j]);
-    }
+    if (narrow_whole) continue;
+    store_row(c, c0, row, static_cast<std::size_t>(g.n));
   }
+  if (narrow_whole) store_row(c, c_offset, ab, static_cast<std::size_t>(g.m * g.n));
 }
 
 }  // namespace

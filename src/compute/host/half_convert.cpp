@@ -1,0 +1,119 @@
+// fp32 <-> fp16 arrays in the CPU's conversion instructions (AVX-512F's 16-lane vcvtps2ph /
+// vcvtph2ps, or F16C's 8-lane ones with AVX2), chosen once at run time; the branch-free scalar
+// conversions of kernels/compute/host_convert.hpp elsewhere. Bit for bit the same results: the
+// instructions round to nearest even as the reference does; the two places they differ are fixed
+// up (a NaN narrows to 0x7fff as CUDA's __float2half_rn gives, where the instruction keeps the
+// payload; a signalling NaN widens still signalling, where the instruction quiets it).
+#include "kernels/compute/host_convert.hpp"
+
+#include <cstdint>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define GPUCLOUD_F16_X86 1
+#endif
+
+namespace gpucloud::kernels::host {
+
+namespace {
+
+void narrow_scalar(std::uint16_t* dst, const float* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t b;
+    std::memcpy(&b, &src[i], sizeof b);
+    dst[i] = to_half_bits(b);
+  }
+}
+
+void widen_scalar(float* dst, const std::uint16_t* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t b = from_half_bits(src[i]);
+    std::memcpy(&dst[i], &b, sizeof b);
+  }
+}
+
+#if defined(GPUCLOUD_F16_X86)
+constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+constexpr std::int32_t kNanAsHalf7fff = 0x7fffe000;  // a float NaN whose top mantissa bits make 0x7fff
+
+__attribute__((target("avx512f"))) void narrow_avx512(std::uint16_t* dst, const float* src, std::size_t n) {
+  const __m512 nan = _mm512_castsi512_ps(_mm512_set1_epi32(kNanAsHalf7fff));
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_loadu_ps(src + i);
+    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtps_ph(v, kRound));
+  }
+  narrow_scalar(dst + i, src + i, n - i);
+}
+
+// Lanes whose half is a signalling NaN (exponent all ones, quiet bit clear, payload not zero)
+// get the float's quiet bit (bit 22) cleared again.
+__attribute__((target("avx512f"))) void widen_avx512(float* dst, const std::uint16_t* src, std::size_t n) {
+  const __m256i exp_quiet = _mm256_set1_epi16(0x7e00), signalling = _mm256_set1_epi16(0x7c00);
+  const __m256i payload = _mm256_set1_epi16(0x01ff), zero = _mm256_setzero_si256();
+  const __m512i quiet_bit = _mm512_set1_epi32(0x00400000);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    __m512i f = _mm512_castps_si512(_mm512_cvtph_ps(h));
+    const __m256i snan = _mm256_andnot_si256(_mm256_cmpeq_epi16(_mm256_and_si256(h, payload), zero),
+                                             _mm256_cmpeq_epi16(_mm256_and_si256(h, exp_quiet), signalling));
+    f = _mm512_andnot_si512(_mm512_and_si512(_mm512_cvtepi16_epi32(snan), quiet_bit), f);
+    _mm512_storeu_si512(dst + i, f);
+  }
+  widen_scalar(dst + i, src + i, n - i);
+}
+
+__attribute__((target("avx2,f16c"))) void narrow_f16c(std::uint16_t* dst, const float* src, std::size_t n) {
+  const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(kNanAsHalf7fff));
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(src + i);
+    v = _mm256_blendv_ps(v, nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(v, kRound));
+  }
+  narrow_scalar(dst + i, src + i, n - i);
+}
+
+__attribute__((target("avx2,f16c"))) void widen_f16c(float* dst, const std::uint16_t* src, std::size_t n) {
+  const __m128i exp_quiet = _mm_set1_epi16(0x7e00), signalling = _mm_set1_epi16(0x7c00);
+  const __m128i payload = _mm_set1_epi16(0x01ff), zero = _mm_setzero_si128();
+  const __m256i quiet_bit = _mm256_set1_epi32(0x00400000);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    __m256i f = _mm256_castps_si256(_mm256_cvtph_ps(h));
+    const __m128i snan = _mm_andnot_si128(_mm_cmpeq_epi16(_mm_and_si128(h, payload), zero),
+                                          _mm_cmpeq_epi16(_mm_and_si128(h, exp_quiet), signalling));
+    f = _mm256_andnot_si256(_mm256_and_si256(_mm256_cvtepi16_epi32(snan), quiet_bit), f);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), f);
+  }
+  widen_scalar(dst + i, src + i, n - i);
+}
+#endif
+
+// Every version this CPU runs, the widest first.
+std::vector<HalfConversion> supported() {
+  std::vector<HalfConversion> v;
+#if defined(GPUCLOUD_F16_X86)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) v.push_back({"avx512f", narrow_avx512, widen_avx512});
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) v.push_back({"f16c", narrow_f16c, widen_f16c});
+#endif
+  v.push_back({"scalar", narrow_scalar, widen_scalar});
+  return v;
+}
+
+const HalfConversion& in_use() {
+  static const HalfConversion c = supported().front();
+  return c;
+}
+
+}  // namespace
+
+void floats_to_halves(std::uint16_t* dst, const float* src, std::size_t n) { in_use().narrow(dst, src, n); }
+void halves_to_floats(float* dst, const std::uint16_t* src, std::size_t n) { in_use().widen(dst, src, n); }
+std::vector<HalfConversion> half_conversions() { return supported(); }
+
+}  // namespace gpucloud::kernels::host
