@@ -106,11 +106,19 @@ void floats_to_halves(std::uint16_t* dst, const float* src, std::size_t n);
 /// dst[i] = the float of half bits src[i], from_half_bits's results, likewise.
 void halves_to_floats(float* dst, const std::uint16_t* src, std::size_t n);
 
-/// One implementation of the two above (its instruction set's name); the tests compare each.
+/// x[i] = x[i] * factor for fp16 bits x, through fp32 and rounded once (scale_array's fp16 case),
+/// in registers; true when an x[i] was inf or NaN.
+bool scale_halves(std::uint16_t* x, std::size_t n, float factor);
+/// The same for bfloat16 bits.
+bool scale_bfloat16s(std::uint16_t* x, std::size_t n, float factor);
+
+/// One implementation of the four above (its instruction set's name); the tests compare each.
 struct HalfConversion {
   const char* name;
   void (*narrow)(std::uint16_t* dst, const float* src, std::size_t n);
   void (*widen)(float* dst, const std::uint16_t* src, std::size_t n);
+  bool (*scale_half)(std::uint16_t* x, std::size_t n, float factor);
+  bool (*scale_bf16)(std::uint16_t* x, std::size_t n, float factor);
 };
 /// Every implementation this CPU runs, the one in use first.
 std::vector<HalfConversion> half_conversions();

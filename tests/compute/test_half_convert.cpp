@@ -71,3 +71,41 @@ TEST(HalfConversions, EveryVersionMatchesTheReferenceBitForBit) {
     }
   }
 }
+
+// Scaling in place (the loss scaler's unscale, the clipping coefficient): every fp16 and bf16
+// value times factors that round, overflow and underflow, against widen / multiply / narrow of
+// the reference conversions, and the inf-or-NaN flag for arrays with and without one.
+TEST(HalfConversions, EveryVersionScalesAsTheReferenceAndFlagsInfAndNan) {
+  for (const auto& v : h::half_conversions()) {
+    SCOPED_TRACE(v.name);
+    for (const bool bf16 : {false, true}) {
+      for (const float factor : {1.0f / 65536.0f, 0.5f, 3.0f, 1.0f / 3.0f, 70000.0f}) {
+        std::vector<std::uint16_t> x(65536);
+        for (std::uint32_t i = 0; i < 65536; ++i) x[i] = static_cast<std::uint16_t>(i);
+        const bool bad = bf16 ? v.scale_bf16(x.data(), x.size(), factor) : v.scale_half(x.data(), x.size(), factor);
+        EXPECT_TRUE(bad) << "every 16-bit value includes infinities and NaNs";
+        int wrong = 0;
+        for (std::uint32_t i = 0; i < 65536 && wrong < 10; ++i) {
+          const auto in = static_cast<std::uint16_t>(i);
+          const std::uint16_t want = bf16 ? d::float_to_bfloat16_bits(d::bfloat16_bits_to_float(in) * factor)
+                                          : d::float_to_half_bits(d::half_bits_to_float(in) * factor);
+          if (x[i] != want) {
+            ADD_FAILURE() << (bf16 ? "bf16" : "fp16") << " 0x" << std::hex << i << " * " << factor << " = 0x" << x[i]
+                          << ", not 0x" << want;
+            ++wrong;
+          }
+        }
+      }
+      // Finite values only (every length's tail too): no flag; one inf or NaN anywhere: the flag.
+      for (std::size_t n : {std::size_t{0}, std::size_t{7}, std::size_t{16}, std::size_t{37}}) {
+        std::vector<std::uint16_t> x(n, bf16 ? 0x3f80 : 0x3c00);  // 1.0
+        EXPECT_FALSE(bf16 ? v.scale_bf16(x.data(), n, 2.0f) : v.scale_half(x.data(), n, 2.0f)) << n;
+        for (std::size_t at = 0; at < n; at += 5) {
+          std::vector<std::uint16_t> y(n, bf16 ? 0x3f80 : 0x3c00);
+          y[at] = bf16 ? 0x7f80 : 0x7c00;  // inf
+          EXPECT_TRUE(bf16 ? v.scale_bf16(y.data(), n, 2.0f) : v.scale_half(y.data(), n, 2.0f)) << n << " " << at;
+        }
+      }
+    }
+  }
+}

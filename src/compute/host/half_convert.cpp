@@ -32,6 +32,37 @@ void widen_scalar(float* dst, const std::uint16_t* src, std::size_t n) {
   }
 }
 
+// x[i] = x[i] * factor through fp32, rounded once; true when an x[i] was inf or NaN.
+bool scale_half_scalar(std::uint16_t* x, std::size_t n, float factor) {
+  bool bad = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t b = from_half_bits(x[i]);
+    bad |= (b & 0x7f800000u) == 0x7f800000u;
+    float v;
+    std::memcpy(&v, &b, sizeof v);
+    v *= factor;
+    std::uint32_t r;
+    std::memcpy(&r, &v, sizeof r);
+    x[i] = to_half_bits(r);
+  }
+  return bad;
+}
+
+bool scale_bf16_scalar(std::uint16_t* x, std::size_t n, float factor) {
+  bool bad = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t b = static_cast<std::uint32_t>(x[i]) << 16;
+    bad |= (b & 0x7f800000u) == 0x7f800000u;
+    float v;
+    std::memcpy(&v, &b, sizeof v);
+    v *= factor;
+    std::uint32_t r;
+    std::memcpy(&r, &v, sizeof r);
+    x[i] = to_bfloat16_bits(r);
+  }
+  return bad;
+}
+
 #if defined(GPUCLOUD_F16_X86)
 constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 constexpr std::int32_t kNanAsHalf7fff = 0x7fffe000;  // a float NaN whose top mantissa bits make 0x7fff
@@ -91,6 +122,60 @@ __attribute__((target("avx2,f16c"))) void widen_f16c(float* dst, const std::uint
   }
   widen_scalar(dst + i, src + i, n - i);
 }
+
+// Scaling in one pass: 16 elements widened, tested (v - v is NaN exactly for inf and NaN),
+// multiplied and narrowed in registers. A NaN product narrows to 0x7fff as the reference does
+// (a signalling input NaN is quiet after the multiply on both sides, so no other fix-up).
+__attribute__((target("avx512f"))) bool scale_half_avx512(std::uint16_t* x, std::size_t n, float factor) {
+  const __m512 f = _mm512_set1_ps(factor), zero = _mm512_setzero_ps();
+  const __m512 nan = _mm512_castsi512_ps(_mm512_set1_epi32(kNanAsHalf7fff));
+  __mmask16 bad = 0;
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+    bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), zero, _CMP_NEQ_UQ);
+    __m512 r = _mm512_mul_ps(v, f);
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), nan);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + i), _mm512_cvtps_ph(r, kRound));
+  }
+  return scale_half_scalar(x + i, n - i, factor) || bad != 0;
+}
+
+__attribute__((target("avx2,f16c"))) bool scale_half_f16c(std::uint16_t* x, std::size_t n, float factor) {
+  const __m256 f = _mm256_set1_ps(factor), zero = _mm256_setzero_ps();
+  const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(kNanAsHalf7fff));
+  __m256 bad = zero;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(v, v), zero, _CMP_NEQ_UQ));
+    __m256 r = _mm256_mul_ps(v, f);
+    r = _mm256_blendv_ps(r, nan, _mm256_cmp_ps(r, r, _CMP_UNORD_Q));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(x + i), _mm256_cvtps_ph(r, kRound));
+  }
+  return scale_half_scalar(x + i, n - i, factor) || _mm256_movemask_ps(bad) != 0;
+}
+
+// bfloat16: widened by a shift, narrowed with round to nearest even in integers (NaN -> 0x7fff),
+// packed back with vpmovdw.
+__attribute__((target("avx512f"))) bool scale_bf16_avx512(std::uint16_t* x, std::size_t n, float factor) {
+  const __m512 f = _mm512_set1_ps(factor), zero = _mm512_setzero_ps();
+  const __m512i one = _mm512_set1_epi32(1), round = _mm512_set1_epi32(0x7fff), nan = _mm512_set1_epi32(0x7fff);
+  __mmask16 bad = 0;
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+    const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), zero, _CMP_NEQ_UQ);
+    const __m512 r = _mm512_mul_ps(v, f);
+    const __m512i b = _mm512_castps_si512(r);
+    __m512i o = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(b, round), _mm512_and_si512(_mm512_srli_epi32(b, 16), one)), 16);
+    o = _mm512_mask_mov_epi32(o, _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), nan);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + i), _mm512_cvtepi32_epi16(o));
+  }
+  return scale_bf16_scalar(x + i, n - i, factor) || bad != 0;
+}
 #endif
 
 // Every version this CPU runs, the widest first.
@@ -98,10 +183,14 @@ std::vector<HalfConversion> supported() {
   std::vector<HalfConversion> v;
 #if defined(GPUCLOUD_F16_X86)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) v.push_back({"avx512f", narrow_avx512, widen_avx512});
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) v.push_back({"f16c", narrow_f16c, widen_f16c});
+  if (__builtin_cpu_supports("avx512f")) {
+    v.push_back({"avx512f", narrow_avx512, widen_avx512, scale_half_avx512, scale_bf16_avx512});
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+    v.push_back({"f16c", narrow_f16c, widen_f16c, scale_half_f16c, scale_bf16_scalar});
+  }
 #endif
-  v.push_back({"scalar", narrow_scalar, widen_scalar});
+  v.push_back({"scalar", narrow_scalar, widen_scalar, scale_half_scalar, scale_bf16_scalar});
   return v;
 }
 
@@ -113,6 +202,8 @@ const HalfConversion& in_use() {
 }  // namespace
 
 void floats_to_halves(std::uint16_t* dst, const float* src, std::size_t n) { in_use().narrow(dst, src, n); }
+bool scale_halves(std::uint16_t* x, std::size_t n, float factor) { return in_use().scale_half(x, n, factor); }
+bool scale_bfloat16s(std::uint16_t* x, std::size_t n, float factor) { return in_use().scale_bf16(x, n, factor); }
 void halves_to_floats(float* dst, const std::uint16_t* src, std::size_t n) { in_use().widen(dst, src, n); }
 std::vector<HalfConversion> half_conversions() { return supported(); }
 

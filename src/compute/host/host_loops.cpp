@@ -64,22 +64,6 @@ GPUCLOUD_ALWAYS_INLINE bool scale_loop(void* data, std::int64_t n, float factor)
   return bad != 0;
 }
 
-// fp16 in blocks that stay in L1: widened with the CPU's conversion instructions
-// (halves_to_floats), scaled by the fp32 loop, narrowed back the same way.
-GPUCLOUD_ALWAYS_INLINE bool scale_halves(void* data, std::int64_t n, float factor) {
-  constexpr std::int64_t kBlock = 2048;
-  alignas(64) float block[kBlock];
-  auto* x = static_cast<std::uint16_t*>(data);
-  bool bad = false;
-  for (std::int64_t b = 0; b < n; b += kBlock) {
-    const auto k = static_cast<std::size_t>(n - b < kBlock ? n - b : kBlock);
-    halves_to_floats(block, x + b, k);
-    bad |= scale_loop<float>(block, static_cast<std::int64_t>(k), factor);
-    floats_to_halves(x + b, block, k);
-  }
-  return bad;
-}
-
 // (grad or output type, input type) codes as one switch value.
 constexpr int pair(std::uint8_t a, std::uint8_t b) { return a * 3 + b; }
 
@@ -143,8 +127,9 @@ GPUCLOUD_HOST_CLONES void bias_grad(const void* grad, void* out, std::uint8_t gr
 }
 
 GPUCLOUD_HOST_CLONES bool scale_array(void* x, std::uint8_t type, std::int64_t n, float factor) {
-  if (type == kF16) return scale_halves(x, n, factor);
-  if (type == kBF16) return scale_loop<BFloat16>(x, n, factor);
+  // 16-bit: in registers, in the CPU's conversion instructions (half_convert.cpp).
+  if (type == kF16) return scale_halves(static_cast<std::uint16_t*>(x), static_cast<std::size_t>(n), factor);
+  if (type == kBF16) return scale_bfloat16s(static_cast<std::uint16_t*>(x), static_cast<std::size_t>(n), factor);
   return scale_loop<float>(x, n, factor);
 }
 
