@@ -2,10 +2,13 @@
 """gpucloud's fused AdamW step and unscale against the same math written as a NumPy loop, on the
 same parameter set (a transformer's shapes), in one process, on the host backend.
 
-    python bench/bench_amp_numpy.py [--layers 2] [--repeats 3]
+    python bench/bench_amp_numpy.py [--layers 2] [--repeats 3] [--cast-rounds 9]
 
 Prints one line per operation with both times (best of --repeats, the two sides alternating run
-by run) and the ratio (NumPy time / gpucloud time: above 1 means gpucloud is faster).
+by run) and the ratio (NumPy time / gpucloud time: above 1 means gpucloud is faster). Then the
+fp32 <-> fp16 casts against NumPy's (np.copyto into a preallocated array, its fastest form) at
+1, 4 and 16 Mi elements: the two alternating call by call, the median ratio with its range over
+--cast-rounds, every result compared bit for bit.
 """
 import argparse
 import time
@@ -39,6 +42,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cast-rounds", type=int, default=9)
     args = ap.parse_args()
     sizes = transformer_parameter_sizes(args.layers)
     rng = np.random.default_rng(0)
@@ -94,6 +98,35 @@ def main():
             f"({params * bytes_per / t_ours / 1e9:5.2f} GB/s), numpy {t_np * 1e3:8.1f} ms, "
             f"ratio numpy/gpucloud {t_np / t_ours:.2f}"
         )
+    casts(s, args.cast_rounds)
+
+
+def casts(s, rounds):
+    for n in (1 << 20, 4 << 20, 16 << 20):
+        x32 = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+        x16 = x32.astype(np.float16)
+        o16, p16 = np.empty(n, np.float16), np.empty(n, np.float16)
+        o32, p32 = np.empty(n, np.float32), np.empty(n, np.float32)
+        line = []
+        for name, ours, theirs, out, peer in (
+            ("fp32->fp16", lambda: gc.cast(o16, x32, s), lambda: np.copyto(p16, x32, casting="unsafe"), o16, p16),
+            ("fp16->fp32", lambda: gc.cast(o32, x16, s), lambda: np.copyto(p32, x16), o32, p32),
+        ):
+            ratios = []
+            for r in range(rounds + 1):
+                t0 = time.perf_counter()
+                ours()
+                s.synchronize()
+                t1 = time.perf_counter()
+                theirs()
+                t2 = time.perf_counter()
+                if r:  # the first round warms both
+                    ratios.append((t2 - t1) / (t1 - t0))
+            if out.view(np.uint8).tobytes() != peer.view(np.uint8).tobytes():
+                raise SystemExit(f"{name}: gpucloud's result differs from NumPy's")
+            ratios.sort()
+            line.append(f"{name} {ratios[len(ratios) // 2]:.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})")
+        print(f"cast {n >> 20:2d} Mi elements, numpy/gpucloud median (range): " + ", ".join(line))
 
 
 if __name__ == "__main__":
