@@ -127,30 +127,31 @@ inline void require_one_of(const std::string& value, std::initializer_list<const
   require(false, program, option, "'" + value + "' is not one of " + list);
 }
 
+/// splitmix64's finaliser: a well-mixed 64-bit value from @p z.
+inline std::uint64_t mix64(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/// 64 random bits that are a pure function of (seed, a, b, c).
+inline std::uint64_t hash4(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  return mix64(seed ^ mix64(a ^ mix64(b ^ mix64(c))));
+}
+
 /// A standard normal number that is a pure function of (seed, a, b, c).
 inline double normal(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-  auto mix = [](std::uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  const std::uint64_t h = mix(seed ^ mix(a ^ mix(b ^ mix(c))));
+  const std::uint64_t h = hash4(seed, a, b, c);
   const double u1 = (static_cast<double>(h >> 11) + 0.5) / 9007199254740992.0;
-  const double u2 = (static_cast<double>(mix(h) >> 11) + 0.5) / 9007199254740992.0;
+  const double u2 = (static_cast<double>(mix64(h) >> 11) + 0.5) / 9007199254740992.0;
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
 /// Two independent standard normals from one hash of (@p seed, @p a, @p b, @p c): Box-Muller's
 /// both outputs, in float (a data loader's rate: half the hashing and logarithms of two normal()s).
 inline void normal_pair(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c, float& x0, float& x1) {
-  auto mix = [](std::uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  const std::uint64_t h = mix(seed ^ mix(a ^ mix(b ^ mix(c))));
+  const std::uint64_t h = hash4(seed, a, b, c);
   const float u1 = (static_cast<float>(h >> 40) + 0.5f) / 16777216.0f;  // (0, 1): 24 bits
   const float u2 = static_cast<float>((h >> 16) & 0xffffffu) / 16777216.0f;
   const float r = std::sqrt(-2.0f * std::log(u1)), theta = 6.2831853f * u2;
