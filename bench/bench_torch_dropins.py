@@ -6,8 +6,10 @@
     mpirun -np 2 bench_torch_dropins.py hook [--mib 16] [--steps 20] [--rounds 7]
 
 optimizer: the time of opt.step() for gpucloud.torch.optim.AdamW (one fused multi-tensor pass)
-and torch.optim.AdamW(foreach=True) (torch's multi-tensor path) over the same parameters and
-gradients, or SGD with momentum; --threads N gives both sides N threads (torch.set_num_threads,
+and torch.optim.AdamW with foreach=True and with its for-loop path (the ratio is to the faster of
+the two in each round), or SGD with momentum, over the same parameters and gradients, the three
+in rotating order, their parameters compared at the end; --threads N gives both sides N threads
+(torch.set_num_threads,
 GPUCLOUD_HOST_THREADS; default: each library's own default). hook: a DDP step (backward with its bucket all-reduces) with gpucloud's
 allreduce_hook and with DDP's default all-reduce over gloo. Prints each round and the median of
 torch_time / gpucloud_time (above 1: gpucloud is faster). Needs torch (the interop configuration).
@@ -34,36 +36,54 @@ def report(name, ratios, extra=""):
 def bench_optimizer(args):
     numel = args.mib * (1 << 20) // 4
     sizes = [max(1, numel * (i + 1) * 2 // (args.params * (args.params + 1))) for i in range(args.params)]
-    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    values = [(torch.randn(n, generator=g) * 0.01, torch.randn(n, generator=g) * 0.01) for n in sizes]
 
-    def make():
-        params = [torch.nn.Parameter(torch.randn(n) * 0.01) for n in sizes]
-        for p in params:
-            p.grad = torch.randn_like(p) * 0.01
+    def make():  # every side the same parameters and gradients
+        params = [torch.nn.Parameter(w.clone()) for w, _ in values]
+        for p, (_, grad) in zip(params, values):
+            p.grad = grad.clone()
         return params
 
+    # torch's two CPU paths: foreach=True (multi-tensor) and the for-loop one, often the faster
+    # on CPUs; the comparison is with whichever is faster in each round.
     if args.kind == "adamw":
-        sides = {"torch": torch.optim.AdamW(make(), 1e-3, foreach=True), "gpucloud": gt.optim.AdamW(make(), 1e-3)}
+        sides = {"torch foreach": torch.optim.AdamW(make(), 1e-3, foreach=True),
+                 "torch for-loop": torch.optim.AdamW(make(), 1e-3, foreach=False),
+                 "gpucloud": gt.optim.AdamW(make(), 1e-3)}
     else:
-        sides = {"torch": torch.optim.SGD(make(), 1e-3, momentum=0.9, foreach=True),
+        sides = {"torch foreach": torch.optim.SGD(make(), 1e-3, momentum=0.9, foreach=True),
+                 "torch for-loop": torch.optim.SGD(make(), 1e-3, momentum=0.9, foreach=False),
                  "gpucloud": gt.optim.SGD(make(), 1e-3, momentum=0.9)}
     for opt in sides.values():  # warm-up: state allocated, fused optimizer built
         opt.step()
-    print(f"{'AdamW' if args.kind == 'adamw' else 'SGD (momentum)'} step over {args.params} tensors, {sum(sizes) * 4 / (1 << 20):.1f} MiB of fp32 parameters, "
-          f"torch {torch.__version__} (foreach=True), {torch.get_num_threads()} torch threads, "
-          f"GPUCLOUD_HOST_THREADS={os.environ.get('GPUCLOUD_HOST_THREADS', 'unset (the cores)')}")
-    ratios = []
+    print(f"{'AdamW' if args.kind == 'adamw' else 'SGD (momentum)'} step over {args.params} tensors, "
+          f"{sum(sizes) * 4 / (1 << 20):.1f} MiB of fp32 parameters, torch {torch.__version__} (foreach=True and "
+          f"for-loop), {torch.get_num_threads()} torch threads, "
+          f"GPUCLOUD_HOST_THREADS={os.environ.get('GPUCLOUD_HOST_THREADS', 'unset (the cores)')}, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    names = list(sides)
+    ratios, fastest = [], []
     for r in range(args.rounds):
         t = {}
-        for name in (["torch", "gpucloud"] if r % 2 == 0 else ["gpucloud", "torch"]):
+        for name in names[r % 3:] + names[:r % 3]:
             start = time.perf_counter()
             for _ in range(args.steps):
                 sides[name].step()
             t[name] = (time.perf_counter() - start) / args.steps
-        ratios.append(t["torch"] / t["gpucloud"])
-        print(f"round {r}: torch {t['torch'] * 1e3:.2f} ms, gpucloud {t['gpucloud'] * 1e3:.2f} ms per step, "
-              f"ratio {ratios[-1]:.2f}", flush=True)
-    report("optimizer step", ratios)
+        peer = min(("torch foreach", "torch for-loop"), key=t.get)
+        fastest.append(peer)
+        ratios.append(t[peer] / t["gpucloud"])
+        print(f"round {r}: " + ", ".join(f"{n} {t[n] * 1e3:.2f} ms" for n in names) +
+              f" per step; ratio to {peer} {ratios[-1]:.2f}", flush=True)
+    # Every side took the same steps on the same values: the same parameters (fp32 arithmetic in
+    # another order: to rounding).
+    reference = sides["torch for-loop"].param_groups[0]["params"]
+    for name in ("torch foreach", "gpucloud"):
+        for a, b in zip(sides[name].param_groups[0]["params"], reference):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    report("optimizer step", ratios, f"; torch's faster path: {max(set(fastest), key=fastest.count)} "
+           f"in {max(fastest.count(f) for f in set(fastest))} of {len(fastest)} rounds; results equal")
 
 
 def bench_hook(args):
