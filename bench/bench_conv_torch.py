@@ -7,8 +7,10 @@ means gpucloud is faster).
 
 On the CPU both run fp32 NCHW with every core (torch: oneDNN or its native kernels; gpucloud:
 im2col + OpenBLAS). On a GPU (--device cuda, torch with CUDA) both call cuDNN, fp16 in NHWC
-(channels_last). Timings are the best of --repeats, the two sides alternating run by run after a warm-up each,
-synchronised.
+(channels_last). torch's backward passes are aten's own kernels (torch.ops.aten.convolution_backward
+with one output each), not the Python helpers in torch.nn.grad. Each side is timed --repeats times,
+the two alternating and the side that goes first alternating too, synchronised; the ratio is the
+median of the per-round ratios, with its range; every pass's output is compared with torch's.
 """
 import argparse
 import json
@@ -33,20 +35,24 @@ LAYERS = [("conv1", 3, 224, 64, 7, 2, 3), ("res2_1x1_reduce", 256, 56, 64, 1, 1,
           ("res5_1x1_expand", 512, 7, 2048, 1, 1, 0)]
 
 
-def best_interleaved(repeats, ours, theirs, sync):
-    """Best time of each side, the two alternating run by run (after one warm-up each), so a
-    change in the machine's load reaches both."""
-    times = [float("inf"), float("inf")]
+def interleaved_ratios(repeats, ours, theirs, sync):
+    """Per-round torch / gpucloud time ratios and each side's median time: the two alternate
+    round by round, and which goes first alternates too (after one warm-up each), so a change in
+    the machine's load reaches both."""
     for fn in (ours, theirs):
         fn()
         sync()
-    for _ in range(repeats):
-        for i, fn in enumerate((ours, theirs)):
+    ratios, times = [], ([], [])
+    for r in range(repeats):
+        t = [0.0, 0.0]
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
             t0 = time.perf_counter()
-            fn()
+            (ours, theirs)[i]()
             sync()
-            times[i] = min(times[i], time.perf_counter() - t0)
-    return times
+            t[i] = time.perf_counter() - t0
+            times[i].append(t[i])
+        ratios.append(t[1] / t[0])
+    return ratios, float(np.median(times[0])), float(np.median(times[1]))
 
 
 def main():
@@ -74,7 +80,8 @@ def main():
     wanted = set(filter(None, args.layers.split(",")))
     runs = []
     print(f"convolution, {args.device}, {dtype}, {layout}, batch {args.batch}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; ms (best of {args.repeats}), torch / gpucloud")
+          f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}; median ms of {args.repeats}, "
+          f"gpucloud / torch = median ratio torch / gpucloud (range); outputs compared")
     for name, c, hw, k, rs, stride, pad in LAYERS:
         if wanted and name not in wanted:
             continue
@@ -92,23 +99,35 @@ def main():
         dx, dw = torch.empty_like(x), torch.empty_like(w)
         kw = dict(stride=stride, padding=pad, layout=layout)
         flops = 2.0 * y.numel() * c * rs * rs
+        conv_args = ([stride, stride], [pad, pad], [1, 1], False, [0, 0], 1)
+
+        def aten_backward(mask):  # aten's convolution backward, only the output asked for
+            return lambda: torch.ops.aten.convolution_backward(dy, x, w, None, *conv_args, mask)
+
         passes = {
             "forward": (lambda: gc.conv2d_forward(ours_view(y), ours_view(x), ours_view(w), s, **kw),
-                        lambda: F.conv2d(x, w, stride=stride, padding=pad)),
+                        lambda: F.conv2d(x, w, stride=stride, padding=pad), y, lambda out: out),
             "backward_data": (lambda: gc.conv2d_backward_data(ours_view(dx), ours_view(dy), ours_view(w), s, **kw),
-                              lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, stride=stride, padding=pad)),
+                              aten_backward([True, False, False]), dx, lambda out: out[0]),
             "backward_filter": (lambda: gc.conv2d_backward_filter(ours_view(dw), ours_view(x), ours_view(dy), s, **kw),
-                                lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, stride=stride, padding=pad)),
+                                aten_backward([False, True, False]), dw, lambda out: out[1]),
         }
         cells = []
-        for pname, (ours, theirs) in passes.items():
-            t_ours, t_theirs = best_interleaved(args.repeats, ours, theirs, sync)
-            ratio = t_theirs / t_ours
-            cells.append(f"{pname} {1e3 * t_ours:7.2f} / {1e3 * t_theirs:7.2f} = {ratio:4.2f}")
+        for pname, (ours, theirs, ours_out, pick) in passes.items():
+            ratios, t_ours, t_theirs = interleaved_ratios(args.repeats, ours, theirs, sync)
+            ours()
+            expected = pick(theirs())
+            sync()
+            tol = 2e-2 if on_gpu else 1e-3
+            torch.testing.assert_close(ours_out.float(), expected.float(), rtol=tol, atol=tol * float(expected.abs().max()),
+                                       msg=lambda m: f"{name} {pname}: {m}")
+            ratio = float(np.median(ratios))
+            cells.append(f"{pname} {1e3 * t_ours:7.2f} / {1e3 * t_theirs:7.2f} = {ratio:4.2f} "
+                         f"({min(ratios):.2f}-{max(ratios):.2f})")
             runs.append({"name": f"BM_ConvVsTorch/{name}/{pname}/batch:{args.batch}", "label": f"{args.device} {dtype}",
                          "real_time": t_ours, "time_unit": "s", "run_type": "iteration", "iterations": args.repeats,
                          "TFLOPs": flops / t_ours / 1e12, "torch_TFLOPs": flops / t_theirs / 1e12,
-                         "ratio_vs_torch": ratio})
+                         "ratio_vs_torch": ratio, "ratio_min": min(ratios), "ratio_max": max(ratios)})
         print(f"  {name:16s} " + "   ".join(cells))
     ratios = [r["ratio_vs_torch"] for r in runs]
     if ratios:

@@ -456,3 +456,22 @@ def test_checkpoint_comparison_checks_every_side_loads_what_was_saved(tmp_path):
     for b in runs:
         assert b["ratio_min"] <= b["ratio_vs_peer"] <= b["ratio_max"] and b["rounds"] == 2
     assert not (tmp_path / "work").exists()
+
+
+def test_convolution_comparison_checks_every_pass_against_aten(tmp_path):
+    """bench/bench_conv_torch.py: forward and both backward passes on both sides, each of
+    gpucloud's outputs compared with aten's (a wrong one ends the run)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "bench_conv_torch.py"
+    out = tmp_path / "conv.json"
+    r = subprocess.run([sys.executable, str(script), "--batch", "1", "--repeats", "2", "--layers", "res5_3x3",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = json.loads(out.read_text())["benchmarks"]
+    assert [b["name"].split("/")[2] for b in runs] == ["forward", "backward_data", "backward_filter"]
+    for b in runs:
+        assert b["ratio_min"] <= b["ratio_vs_torch"] <= b["ratio_max"]

@@ -13,6 +13,7 @@
 
 #include "buffer_values.hpp"
 #include "compute/gemm/alignment.hpp"
+#include "compute/gemm/host/host_sgemm.hpp"
 #include "device_cases.hpp"
 
 #include <algorithm>
@@ -487,4 +488,21 @@ TEST(GpuSpecs, TableAndLookup) {
   EXPECT_EQ(gc::peak_tflops(*gc::find_gpu_spec("Tesla T4"), gc::Precision::bf16), 0);
   EXPECT_FALSE(gc::find_gpu_spec("AMD EPYC").has_value());
   EXPECT_TRUE(gc::supports(gc::Device::host(), gc::Precision::fp8));
+}
+
+// OpenBLAS falling back to pre-AVX kernels on a CPU it does not recognise is named, with the
+// core type to set; a recognised core, a CPU without AVX2, or OPENBLAS_CORETYPE set say nothing.
+TEST(BlasCoreAdvice, NamesTheFallbackAndTheCoreTypeToSet) {
+  namespace d = gpucloud::detail;
+  const std::string skx = d::blas_core_advice("Prescott", true, true, false);
+  EXPECT_NE(skx.find("Prescott kernels on this AVX-512 CPU"), std::string::npos) << skx;
+  EXPECT_NE(skx.find("OPENBLAS_CORETYPE=SkylakeX"), std::string::npos) << skx;
+  const std::string hsw = d::blas_core_advice("Nehalem", true, false, false);
+  EXPECT_NE(hsw.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos) << hsw;
+  EXPECT_EQ(d::blas_core_advice("Cooperlake", true, true, false), "");
+  EXPECT_EQ(d::blas_core_advice("SkylakeX", true, true, false), "");
+  EXPECT_EQ(d::blas_core_advice("Haswell", true, false, false), "");
+  EXPECT_EQ(d::blas_core_advice("Prescott", false, false, false), "");  // an old CPU: the right kernels
+  EXPECT_EQ(d::blas_core_advice("Prescott", true, true, true), "");     // the user chose
+  EXPECT_EQ(d::blas_core_advice(nullptr, true, true, false), "");
 }

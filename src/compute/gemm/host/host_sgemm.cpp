@@ -10,7 +10,10 @@
 #endif
 
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace gpucloud::detail {
@@ -26,6 +29,16 @@ void apply_blas_budget() noexcept {
   std::call_once(once, [] {
     const int n = thread_budget().blas;
     if (n > 0) openblas_set_num_threads(n);
+    bool avx2 = false, avx512 = false;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
+    const std::string advice =
+        blas_core_advice(openblas_get_corename(), avx2, avx512, std::getenv("OPENBLAS_CORETYPE") != nullptr);
+    if (!advice.empty()) std::fprintf(stderr, "gpucloud: warning: %s\n", advice.c_str());
   });
 }
 }  // namespace
