@@ -42,22 +42,16 @@ void BM_Copy(benchmark::State& state) {
     // call and its completion (gpucloud's includes the hand-off to the stream's worker).
     void* dst = h2d ? dev.data() : host.data();
     const void* src = h2d ? host.data() : dev.data();
-    double ours = 0, theirs = 0;
     gc::copy(h2d ? dev.view() : host.view(), h2d ? host.view() : dev.view(), s);  // warm-up
     s.synchronize();
-    for (auto _ : state) {
-      const auto t0 = std::chrono::steady_clock::now();
-      gc::copy(h2d ? dev.view() : host.view(), h2d ? host.view() : dev.view(), s);
-      s.synchronize();
-      const auto t1 = std::chrono::steady_clock::now();
-      std::memcpy(dst, src, bytes);
-      benchmark::ClobberMemory();
-      const auto t2 = std::chrono::steady_clock::now();
-      const double mine = std::chrono::duration<double>(t1 - t0).count();
-      ours += mine;
-      theirs += std::chrono::duration<double>(t2 - t1).count();
-      state.SetIterationTime(mine);
-    }
+    const gc::bench::Alternated t = gc::bench::alternate_timed(
+        state,
+        [&] {
+          gc::copy(h2d ? dev.view() : host.view(), h2d ? host.view() : dev.view(), s);
+          s.synchronize();
+        },
+        [&] { std::memcpy(dst, src, bytes); });
+    const double ours = t.ours, theirs = t.theirs;
     state.counters["memcpy_GBps"] = static_cast<double>(bytes) * static_cast<double>(state.iterations()) / theirs / 1e9;
     state.counters["ratio_vs_memcpy"] = theirs / ours;
   } else {

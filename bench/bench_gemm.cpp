@@ -77,20 +77,13 @@ void BM_Gemm(benchmark::State& state) {
     gc::gemm(c, a, b, g, s);  // warm-up, both
     s.synchronize();
     direct();
-    double ours = 0, theirs = 0;
-    for (auto _ : state) {
-      const auto t0 = std::chrono::steady_clock::now();
-      gc::gemm(c, a, b, g, s);
-      s.synchronize();
-      const auto t1 = std::chrono::steady_clock::now();
-      direct();
-      benchmark::ClobberMemory();
-      const auto t2 = std::chrono::steady_clock::now();
-      const double mine = std::chrono::duration<double>(t1 - t0).count();
-      ours += mine;
-      theirs += std::chrono::duration<double>(t2 - t1).count();
-      state.SetIterationTime(mine);
-    }
+    const gc::bench::Alternated t = gc::bench::alternate_timed(
+        state,
+        [&] {
+          gc::gemm(c, a, b, g, s);
+          s.synchronize();
+        },
+        direct);
     for (std::size_t i = 0; i < c.size(); ++i) {
       const float x = c.data_as<float>()[i], y = c_direct.data_as<float>()[i];
       if (std::fabs(x - y) > 1e-5f * std::max(1.0f, std::fabs(y))) {
@@ -98,9 +91,9 @@ void BM_Gemm(benchmark::State& state) {
         return;
       }
     }
-    const double ms = ours * 1e3 / static_cast<double>(state.iterations());
+    const double ms = t.ours * 1e3 / static_cast<double>(state.iterations());
     gc::bench::report_tflops(state, d, precision, flops, ms);
-    state.counters["ratio_vs_openblas"] = theirs / ours;
+    state.counters["ratio_vs_openblas"] = t.theirs / t.ours;
     state.SetLabel(d.str() + " " + gc::precision_name(precision) + " -> " + gc::dtype_name(pc.out));
     return;
   }

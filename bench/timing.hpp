@@ -28,6 +28,30 @@ double time_ms(Stream& s, Work&& work) {
   return elapsed_ms(a, b);
 }
 
+/// Seconds in all of ours() and of theirs(), run alternately in every iteration (ours first),
+/// each by the caller's wall clock; ours' time is the iteration's manual time. A host-side peer
+/// (memcpy, a direct BLAS call) against gpucloud's call + synchronize, under the same load.
+struct Alternated {
+  double ours = 0, theirs = 0;
+};
+template <class Ours, class Theirs>
+Alternated alternate_timed(benchmark::State& state, Ours&& ours, Theirs&& theirs) {
+  Alternated t;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ours();
+    const auto t1 = std::chrono::steady_clock::now();
+    theirs();
+    benchmark::ClobberMemory();
+    const auto t2 = std::chrono::steady_clock::now();
+    const double mine = std::chrono::duration<double>(t1 - t0).count();
+    t.ours += mine;
+    t.theirs += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(mine);
+  }
+  return t;
+}
+
 /// Google Benchmark manual time: one warm-up, then every iteration event-timed on @p s.
 /// Returns the mean milliseconds per iteration. On a GPU, also the board's mean power and
 /// utilisation while the iterations ran (NVML, sampled every 50 ms; NVML averages power over up to
