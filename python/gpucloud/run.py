@@ -94,10 +94,10 @@ def _describe_status(code):
 
 
 # What says best why a launch failed, in this order: the launcher naming a dead rank or node, gpucloud's
-# own report, a typed exception, an error not from srun's summary, any error; the last such line
-# (a traceback ends with its error).
+# own report (not its warnings: an OpenBLAS or checkpoint warning is no failure), a typed exception,
+# an error not from srun's summary, any error; the last such line (a traceback ends with its error).
 _ERROR_PATTERNS = [re.compile(p) for p in (r"exited on signal", r"lost communication with a remote daemon",
-                                           r"^gpucloud: ", r"[A-Za-z]+Error\b",
+                                           r"^gpucloud: (?!warning: )", r"[A-Za-z]+Error\b",
                                            r"^(?!srun: ).*rror", r"rror")]
 
 

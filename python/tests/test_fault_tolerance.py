@@ -100,6 +100,17 @@ def test_a_job_that_fails_the_same_way_stops_after_max_restarts(tmp_path):
     assert [launch["attempt"] for launch in status["launches"]] == [0, 1, 2]
 
 
+def test_the_failure_reason_is_an_error_never_a_warning():
+    from gpucloud.run import _error_line
+
+    warning = "gpucloud: warning: OpenBLAS runs its Prescott kernels on this AVX-512 CPU"
+    assert _error_line([warning, "Traceback (most recent call last):", "RuntimeError: disk 1 is flaky"]) == \
+        "RuntimeError: disk 1 is flaky"
+    assert _error_line(["ValueError: x", "gpucloud: rank 1 timed out in all_reduce", warning]) == \
+        "gpucloud: rank 1 timed out in all_reduce"
+    assert _error_line([warning]) == ""
+
+
 def test_each_launch_is_told_its_restart_count_and_why(tmp_path):
     # The job fails twice, then reads what gpucloud-run told it through gpucloud.elastic.
     script = tmp_path / "job.py"
