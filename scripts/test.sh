@@ -38,6 +38,20 @@ archs="${GPUCLOUD_CUDA_ARCHS:-80}"
 
 scripts/setup.sh
 
+# OpenBLAS 0.3.21 (Debian 12) falls back to its SSE3 "Prescott" kernels on CPUs newer than it knows
+# (Sapphire Rapids VMs among them): fp32 GEMMs 4x slower, and every GEMM-heavy test with them. The
+# library names this in a warning (docs/tuning.md); the tests take the advice it gives.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  blas_core=$(OPENBLAS_VERBOSE=2 python3 -c 'import ctypes; ctypes.CDLL("libopenblas.so.0")' 2>&1 | sed -n 's/^Core: //p')
+  case "$blas_core" in
+  Prescott | Core2 | Penryn | Dunnington | Nehalem | Atom | Katmai | Coppermine | Northwood | Banias)
+    if grep -qw avx512bw /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+    echo "OpenBLAS chose its $blas_core kernels on this CPU: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} for the tests"
+    ;;
+  esac
+fi
+
 configure_build() {
   local name=$1
   shift
