@@ -18,12 +18,21 @@
 //   ... bench_collectives --max-mib=256       (sizes up to 256 MiB instead of 16: 8 B x 8^k, then
 //                                            the powers of two above 16 MiB)
 //   ... bench_collectives --sizes=131072,1048576   (these sizes in bytes instead)
+//   ... bench_collectives --loaded            (each benchmark again with one CPU-bound process per
+//                                            core of every node beside the ranks, named .../loaded:
+//                                            a training node's data loaders and framework threads)
+// Every result also carries the spread of both sides (p25 and p75 of the per-call times) and the
+// node's 1-minute load average when it ended.
 #include <gpucloud/gpucloud.hpp>
 
 #include "cuda_baselines.hpp"
 
 #include <benchmark/benchmark.h>
 #include <mpi.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -66,6 +75,50 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+double load_average() {
+  double one = 0;
+  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &one) != 1) one = 0;
+    std::fclose(f);
+  }
+  return one;
+}
+
+bool with_loaded = false;  // --loaded: every benchmark again beside CPU-bound processes
+
+// One CPU-bound process per core of this node, started by the node's first rank on the first
+// loaded benchmark and stopped at exit: each spins on its own, touching nothing of MPI's.
+std::vector<pid_t> competitors;
+void stop_competitors() {
+  for (const pid_t p : competitors) kill(p, SIGKILL);
+  for (const pid_t p : competitors) waitpid(p, nullptr, 0);
+  competitors.clear();
+}
+void start_competitors() {
+  static bool started = false;
+  if (started) return;
+  started = true;
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  for (long i = 0; local == 0 && i < cores; ++i) {
+    const pid_t p = fork();
+    if (p == 0) {
+      volatile unsigned long spin = 0;
+      for (;;) spin = spin + 1;
+    }
+    if (p > 0) competitors.push_back(p);
+  }
+  std::atexit(stop_competitors);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
 
 // The slowest rank's seconds for @p f (every rank calls it).
 template <class F>
@@ -78,8 +131,9 @@ double timed(F&& f) {
 }
 
 // @p bytes of float32 (bytes / 4 elements, at least one per rank).
-void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
+void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size, bool loaded) {
   auto& c = comm();
+  if (loaded) start_competitors();
   const auto bytes = static_cast<std::size_t>(size);
   const std::size_t n = std::max<std::size_t>(bytes / 4, static_cast<std::size_t>(c.size()));
   const std::size_t count = n / static_cast<std::size_t>(c.size()) * static_cast<std::size_t>(c.size());
@@ -137,8 +191,12 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
         break;
     }
   };
-  ours();  // warm-up, both
-  if (has_raw) raw_call();
+  // Warm-up, both, as nccl-tests' -w: first touches, and the route chooser's first timings of
+  // each size class (src/comm/mpi/route_choice.hpp), which try both of its routes.
+  for (int i = 0; i < 8; ++i) {
+    ours();
+    if (has_raw) raw_call();
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   std::vector<double> mine, theirs;
   // The two alternate which goes first (ABBA), so neither always follows the other's last message.
@@ -161,12 +219,26 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
       benchmark::Counter(total_bytes / 1e9 * factor, benchmark::Counter::kIsIterationInvariantRate);
   const double m = median(mine);
   state.counters["median_us"] = m * 1e6;
+  const auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (const double x : v) sum += x;
+    return sum / static_cast<double>(v.size());
+  };
+  state.counters["mean_us"] = mean(mine) * 1e6;
+  state.counters["p25_us"] = quantile(mine, 0.25) * 1e6;
+  state.counters["p75_us"] = quantile(mine, 0.75) * 1e6;
   if (has_raw) {
     const double r = median(theirs);
     state.counters["raw_us"] = r * 1e6;
+    state.counters["raw_p25_us"] = quantile(theirs, 0.25) * 1e6;
+    state.counters["raw_p75_us"] = quantile(theirs, 0.75) * 1e6;
     state.counters["ratio_vs_raw"] = r / m;
+    // Beside busy cores the times are bimodal (a call meets a scheduler tick or not), and the
+    // median flips between the modes: the means' ratio is what a job pays over many calls.
+    state.counters["mean_ratio_vs_raw"] = mean(theirs) / mean(mine);
     state.counters["overhead_us"] = (m - r) * 1e6;
   }
+  state.counters["loadavg"] = load_average();
   if (kind == kAuto && model) {  // what the model predicted and chose, beside what was measured
     state.counters["predicted_flat_us"] = model->flat_seconds(count * 4) * 1e6;
     state.counters["predicted_hier_us"] = model->hierarchical_seconds(count * 4) * 1e6;
@@ -178,31 +250,39 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size) {
                                     "vs MPI_Allgather", "vs MPI_Bcast",     "vs MPI_Allreduce"};
   const char* raw_name = !has_raw ? "no raw baseline" : use_nccl ? "vs ncclAllReduce" : raw_names[kind];
   state.SetLabel(std::string(use_nccl ? "nccl " : "mpi ") + names[kind] + " (" + raw_name + "), " +
-                 std::to_string(c.size()) + " ranks, " + std::to_string(c.nodes()) + " node(s)");
+                 std::to_string(c.size()) + " ranks, " + std::to_string(c.nodes()) + " node(s)" +
+                 (loaded ? ", a CPU-bound process per core" : ""));
 }
 
 // Every (kind, size) with an iteration count that depends on the size alone: Google Benchmark's
 // own choice would differ between ranks, and the ranks would then run different collectives.
 void register_all() {
-  for (int kind = 0; kind < (with_auto ? 6 : 5); ++kind) {
-    std::vector<std::int64_t> sizes = only_sizes;
-    for (std::int64_t bytes = 8;
-         only_sizes.empty() && bytes <= std::min<std::int64_t>(max_bytes, std::int64_t{16} << 20); bytes *= 8)
-      sizes.push_back(bytes);
-    for (std::int64_t bytes = std::int64_t{32} << 20; only_sizes.empty() && bytes <= max_bytes; bytes *= 2)
-      sizes.push_back(bytes);
-    for (const std::int64_t bytes : sizes) {
-      const std::int64_t iterations = bytes <= (32 << 10)    ? 500
-                                      : bytes <= (256 << 10) ? 200
-                                      : bytes <= (2 << 20)   ? 50
-                                      : bytes <= (16 << 20)  ? 20
-                                                             : 5;
-      benchmark::RegisterBenchmark(
-          ("BM_Collective/kind:" + std::to_string(kind) + "/bytes:" + std::to_string(bytes)).c_str(),
-          [kind, bytes](benchmark::State& st) { BM_Collective(st, static_cast<Kind>(kind), bytes); })
-          ->UseManualTime()
-          ->Iterations(iterations)
-          ->Unit(benchmark::kMicrosecond);
+  for (const bool loaded : {false, true}) {  // the loaded ones last: their competitors stay until exit
+    if (loaded && !with_loaded) continue;
+    for (int kind = 0; kind < (with_auto ? 6 : 5); ++kind) {
+      std::vector<std::int64_t> sizes = only_sizes;
+      for (std::int64_t bytes = 8;
+           only_sizes.empty() && bytes <= std::min<std::int64_t>(max_bytes, std::int64_t{16} << 20); bytes *= 8)
+        sizes.push_back(bytes);
+      for (std::int64_t bytes = std::int64_t{32} << 20; only_sizes.empty() && bytes <= max_bytes; bytes *= 2)
+        sizes.push_back(bytes);
+      for (const std::int64_t bytes : sizes) {
+        std::int64_t iterations = bytes <= (32 << 10)    ? 500
+                                  : bytes <= (256 << 10) ? 200
+                                  : bytes <= (2 << 20)   ? 50
+                                  : bytes <= (16 << 20)  ? 20
+                                                         : 5;
+        // Beside busy cores a call waits for the scheduler's ticks (4 ms here): more of them.
+        if (loaded) iterations = std::max<std::int64_t>(iterations, 60);
+        const std::string name = "BM_Collective/kind:" + std::to_string(kind) + "/bytes:" + std::to_string(bytes) +
+                                 (loaded ? "/loaded" : "");
+        benchmark::RegisterBenchmark(
+            name.c_str(),
+            [kind, bytes, loaded](benchmark::State& st) { BM_Collective(st, static_cast<Kind>(kind), bytes, loaded); })
+            ->UseManualTime()
+            ->Iterations(iterations)
+            ->Unit(benchmark::kMicrosecond);
+      }
     }
   }
 }
@@ -219,6 +299,7 @@ class Quiet : public benchmark::BenchmarkReporter {
 int main(int argc, char** argv) {
   for (int i = 1; i < argc;) {
     const bool nccl = std::strcmp(argv[i], "--nccl") == 0, automatic = std::strcmp(argv[i], "--auto") == 0;
+    const bool loaded = std::strcmp(argv[i], "--loaded") == 0;
     const bool max = std::strncmp(argv[i], "--max-mib=", 10) == 0;
     if (max) {
       const long mib = std::strtol(argv[i] + 10, nullptr, 10);
@@ -240,12 +321,13 @@ int main(int argc, char** argv) {
       only_sizes.push_back(bytes);
       at = *end == ',' ? end + 1 : end;
     }
-    if (!nccl && !automatic && !max && !listed) {
+    if (!nccl && !automatic && !max && !listed && !loaded) {
       ++i;
       continue;
     }
     use_nccl |= nccl;
     with_auto |= automatic;
+    with_loaded |= loaded;
     for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
     --argc;
   }
@@ -271,5 +353,6 @@ int main(int argc, char** argv) {
     benchmark::RunSpecifiedBenchmarks(&quiet);
   }
   benchmark::Shutdown();
+  stop_competitors();
   return 0;
 }

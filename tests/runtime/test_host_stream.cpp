@@ -1,5 +1,6 @@
-// The host stream's in-place path (src/runtime/host/host_stream): work a caller runs on an idle
-// stream is ordered with the worker's like any enqueued work. Internal: compiled into the test.
+// The host stream's in-place paths (src/runtime/host/host_stream): work a caller runs on an idle
+// stream, or takes from the worker while it waits in synchronize(), is ordered with the worker's
+// like any enqueued work. Internal: compiled into the test.
 #include <gtest/gtest.h>
 
 #include "runtime/host/deadline.hpp"
@@ -105,6 +106,109 @@ TEST(HostStreamInPlace, AThrowIsTheStreamsErrorAndLaterWorkIsSkippedUntilReporte
   EXPECT_THROW(s.synchronize(), std::runtime_error);
   EXPECT_FALSE(ran);
   EXPECT_TRUE(s.run_now_if_idle([&] { ran = true; }));
+  EXPECT_TRUE(ran);
+}
+
+// Work with an on_caller form (a polled collective): a thread that reaches synchronize() before
+// the worker has started it runs that form itself, on its own thread, exactly once. Whether the
+// waiter or the woken worker gets there first is the scheduler's race; the worker, asleep after
+// its spin budget, loses nearly every time, so in 50 tries the waiter wins at least once.
+TEST(HostStreamHelp, AWaitingThreadRunsWorkTheWorkerHasNotStarted) {
+  HostStream s;
+  int on_caller = 0;
+  for (int trial = 0; trial < 50; ++trial) {
+    std::this_thread::sleep_for(2ms);  // the worker past its spin, asleep
+    std::atomic<int> worker_runs{0}, caller_runs{0};
+    std::thread::id caller_thread;
+    s.launch_host_func_or_help([&] { worker_runs.fetch_add(1); },
+                               [&] {
+                                 caller_thread = std::this_thread::get_id();
+                                 caller_runs.fetch_add(1);
+                                 return true;
+                               });
+    s.synchronize();
+    ASSERT_EQ(worker_runs.load() + caller_runs.load(), 1) << "trial " << trial;
+    if (caller_runs.load() == 1) {
+      EXPECT_EQ(caller_thread, std::this_thread::get_id());
+      ++on_caller;
+    }
+  }
+  EXPECT_GT(on_caller, 0);
+}
+
+// An on_caller form that cannot run now (returns false) leaves the work to the worker, untouched.
+TEST(HostStreamHelp, WorkTheCallerCannotTakeRunsOnTheWorker) {
+  HostStream s;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::this_thread::sleep_for(1ms);
+    std::atomic<int> worker_runs{0};
+    std::thread::id ran_on;
+    s.launch_host_func_or_help(
+        [&] {
+          ran_on = std::this_thread::get_id();
+          worker_runs.fetch_add(1);
+        },
+        [] { return false; });
+    s.synchronize();
+    EXPECT_EQ(worker_runs.load(), 1);
+    EXPECT_NE(ran_on, std::this_thread::get_id());
+  }
+}
+
+// Only the queue's next work is taken: behind running work the waiter waits, and the worker runs it.
+TEST(HostStreamHelp, WorkBehindRunningWorkIsTheWorkers) {
+  HostStream s;
+  std::atomic<bool> release{false}, started{false};
+  s.launch_host_func(
+      [&] {
+        started.store(true);
+        while (!release.load()) std::this_thread::yield();
+      },
+      false);
+  while (!started.load()) std::this_thread::yield();
+  std::atomic<int> caller_runs{0}, worker_runs{0};
+  s.launch_host_func_or_help([&] { worker_runs.fetch_add(1); },
+                             [&] {
+                               caller_runs.fetch_add(1);
+                               return true;
+                             });
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(20ms);
+    release.store(true);
+  });
+  s.synchronize();
+  releaser.join();
+  EXPECT_EQ(worker_runs.load(), 1);
+  EXPECT_EQ(caller_runs.load(), 0);
+}
+
+// A throw from the on_caller form is the stream's error, raised once by synchronize(), as from
+// the worker; the stream runs work again afterwards.
+TEST(HostStreamHelp, AThrowOnTheCallerIsTheStreamsError) {
+  HostStream s;
+  bool thrown = false;
+  for (int trial = 0; trial < 50 && !thrown; ++trial) {
+    std::this_thread::sleep_for(2ms);
+    std::atomic<bool> threw{false};
+    s.launch_host_func_or_help([] {},
+                               [&]() -> bool {
+                                 threw.store(true);
+                                 throw std::runtime_error("on the caller");
+                               });
+    if (threw.load()) break;  // unreachable: only synchronize() runs it
+    try {
+      s.synchronize();
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "on the caller");
+      thrown = true;
+    }
+    EXPECT_EQ(thrown, threw.load());
+  }
+  EXPECT_TRUE(thrown);
+  s.synchronize();  // raised once
+  bool ran = false;
+  s.launch_host_func([&] { ran = true; }, false);
+  s.synchronize();
   EXPECT_TRUE(ran);
 }
 

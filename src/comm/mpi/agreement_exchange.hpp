@@ -29,6 +29,7 @@ inline constexpr int kFields = detail::kAgreementFields;  // kind, op, root, cou
 struct Agreement {
   std::int64_t high[kFields];  // max over ranks
   std::int64_t low[kFields];   // max of the negation: -min over ranks
+  std::int64_t route;          // max over ranks: rank 0's Route for a routed collective, -1 from the others
   alignas(8) unsigned char payload[kInlineBytes];
 };
 inline constexpr std::size_t kHeaderBytes = offsetof(Agreement, payload);
@@ -271,6 +272,7 @@ class AgreementExchange {
       a_.high[i] = std::max(a_.high[i], peer_.high[i]);
       a_.low[i] = std::max(a_.low[i], peer_.low[i]);
     }
+    a_.route = std::max(a_.route, peer_.route);
     if (!same) return;  // a disagreement (its payload is not used) or nothing inline
     const auto kind = static_cast<Collective>(a_.high[0]);
     const auto t = static_cast<DType>(a_.high[4]);

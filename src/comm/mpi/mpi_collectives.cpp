@@ -5,7 +5,9 @@
 // polled halving and doubling, reduce-scatters and all-gathers on one node in halving/doubling or
 // the ring at every size, broadcasts on 3+ ranks in a binomial tree (all on the caller's thread
 // when the stream is idle), the rest in MPI's blocking collectives on the stream's worker under a
-// watchdog; fp16/bf16 reduce through custom MPI ops.
+// watchdog; fp16/bf16 reduce through custom MPI ops. Each polled schedule has a second route,
+// MPI's nonblocking collective polled the same way, taken when rank 0's timings say it is faster
+// (route_choice.hpp; c.route_now).
 #include "comm/mpi/mpi_communicator.hpp"
 
 #include <gpucloud/comm/communicator.hpp>
@@ -108,6 +110,16 @@ void run_ring(MpiCommunicator& c, const Poll& poll, MPI_Comm comm, detail::RingK
   poll([&] { return ring.test(); });
 }
 
+// Waits for @p request through @p poll.
+template <class Poll>
+void wait_request(const Poll& poll, MPI_Request request) {
+  poll([&] {
+    int done = 0;
+    GPUCLOUD_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  });
+}
+
 // Per-rank counts of reduce-scatter and all-gather go to MPI as one int.
 void check_count(BufferView v, std::int64_t max_count, const char* call, const char* arg) {
   GPUCLOUD_EXPECTS(static_cast<std::int64_t>(v.size()) <= max_count, call,
@@ -132,7 +144,13 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
       {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
       inline_size(n, 1, recv.dtype()), pack_whole(send), unpack_reduced(recv, op),
       [send, recv, op, n, ring, halving](MpiCommunicator& c, const auto& poll) {
-        if (ring || halving) {
+        if ((ring || halving) && c.route_now == Route::mpi) {
+          MPI_Request q;
+          GPUCLOUD_MPI_CHECK(MPI_Iallreduce(send.data() == recv.data() ? MPI_IN_PLACE : send.data(), recv.data(),
+                                            static_cast<int>(n), mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()),
+                                            c.world, &q));
+          wait_request(poll, q);
+        } else if (ring || halving) {
           run_ring(c, poll, c.agreement, ring ? detail::RingKind::all_reduce : detail::RingKind::all_reduce_halving,
                    send.data(), recv.data(), n, recv.dtype(), op);
         } else {
@@ -148,7 +166,7 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring || halving ? recv.size_bytes() : 0);
+      ring || halving ? recv.size_bytes() : 0, /*routed=*/true);
 }
 
 void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
@@ -208,7 +226,13 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
       [send, recv, op, n, ring, halving](MpiCommunicator& c, const auto& poll) {
-        if (ring) {
+        if ((ring || halving) && c.route_now == Route::mpi) {
+          MPI_Request q;
+          GPUCLOUD_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
+                                                       mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()), c.world,
+                                                       &q));
+          wait_request(poll, q);
+        } else if (ring) {
           run_ring(c, poll, c.agreement, detail::RingKind::reduce_scatter, send.data(), recv.data(), n, recv.dtype(),
                    op);
         } else if (halving) {  // block `rank` of the partial results ends reduced: copied out
@@ -222,7 +246,7 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring || halving ? send.size_bytes() : 0);
+      ring || halving ? send.size_bytes() : 0, /*routed=*/true);
 }
 
 void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView stream) {
@@ -248,6 +272,13 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
       },
       [recv](MpiCommunicator&, const unsigned char* payload) { copy_bytes(recv.data(), payload, recv.size_bytes()); },
       [send, recv, n, ring, doubling](MpiCommunicator& c, const auto& poll) {
+        if ((ring || doubling) && c.route_now == Route::mpi) {
+          MPI_Request q;
+          const MPI_Datatype type = mpi_type(send.dtype(), call);
+          GPUCLOUD_MPI_CHECK(MPI_Iallgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n),
+                                            type, c.world, &q));
+          return wait_request(poll, q);
+        }
         if (ring)
           return run_ring(c, poll, c.agreement, detail::RingKind::all_gather, send.data(), recv.data(), n, recv.dtype(),
                           ReduceOp::sum);
@@ -261,7 +292,7 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
         GPUCLOUD_MPI_CHECK(
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
       },
-      ring || doubling ? recv.size_bytes() : 0);
+      ring || doubling ? recv.size_bytes() : 0, /*routed=*/true);
 }
 
 void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) {
@@ -288,6 +319,12 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
         if (c.rank != root) copy_bytes(buffer.data(), payload, buffer.size_bytes());
       },
       [buffer, root, n, ring, tree](MpiCommunicator& c, const auto& poll) {
+        if ((ring || tree) && c.route_now == Route::mpi) {
+          MPI_Request q;
+          GPUCLOUD_MPI_CHECK(
+              MPI_Ibcast(buffer.data(), static_cast<int>(n), mpi_type(buffer.dtype(), call), root, c.world, &q));
+          return wait_request(poll, q);
+        }
         if (ring || tree)
           return run_ring(c, poll, c.agreement, ring ? detail::RingKind::broadcast : detail::RingKind::broadcast_tree,
                           buffer.data(), buffer.data(), n, buffer.dtype(), ReduceOp::sum, root);
@@ -298,7 +335,7 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
                                        type, root, c.world));
         });
       },
-      ring || tree ? buffer.size_bytes() : 0);
+      ring || tree ? buffer.size_bytes() : 0, /*routed=*/true);
 }
 
 void MpiCommunicator::barrier(StreamView stream) {

@@ -99,7 +99,8 @@ Communicator Communicator::mpi(std::int64_t fortran_handle) {
 
 std::shared_ptr<detail::MpiCommunicator> detail::MpiCommunicator::build(MPI_Comm parent, const char* call) {
   auto c = std::make_shared<MpiCommunicator>();
-  c->timeout = detail::timeout_from_environment();  // the environment first: a bad value changes nothing
+  c->timeout = detail::timeout_from_environment();            // the environment first: a bad value changes nothing
+  c->route_policy = detail::route_policy_from_environment();  // GPUCLOUD_COLLECTIVE_ROUTE
   if (const char* m = std::getenv("GPUCLOUD_MPI_MAX_COUNT"); m != nullptr && *m != '\0') {
     char* end = nullptr;
     const long long v = std::strtoll(m, &end, 10);

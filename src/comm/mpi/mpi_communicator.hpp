@@ -14,6 +14,7 @@
 #include "comm/mpi/agreement_exchange.hpp"
 #include "comm/mpi/mpi_check.hpp"
 #include "comm/mpi/ring.hpp"
+#include "comm/mpi/route_choice.hpp"
 #include "runtime/host/deadline.hpp"
 #include "runtime/host/host_stream.hpp"
 #include "runtime/nvtx.hpp"
@@ -29,6 +30,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace gpucloud::detail {
@@ -54,6 +56,12 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // 64 KiB each, allocated per call they cost page faults whenever malloc returns the top of its
   // heap to the system (2 ranks from Python, 32 KiB all-reduce: 35-50 µs instead of 17).
   std::unique_ptr<Agreement> own_agreement{new Agreement}, peer_agreement{new Agreement}, out_agreement{new Agreement};
+  // Rank 0's measured choice of route for routed collectives (route_choice.hpp), or the one
+  // GPUCLOUD_COLLECTIVE_ROUTE forces; and the route the collective now running takes (both under
+  // `order`).
+  RouteChooser routes;
+  RoutePolicy route_policy = RoutePolicy::automatic;
+  Route route_now = Route::schedule;
   // Elements per MPI call (MPI counts are int): larger all-reduces and broadcasts are split, larger
   // per-rank reduce-scatters and all-gathers are refused. GPUCLOUD_MPI_MAX_COUNT lowers it (tests).
   std::int64_t max_count = std::numeric_limits<int>::max();
@@ -97,21 +105,24 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return a;
   }
 
-  // Drives a polled exchange (an AgreementExchange, a RingCollective) until @p test() is true, the
-  // core yielded every kYieldEvery-th test. MPI's own progress already yields on an idle test
-  // under mpi_yield_when_idle (oversubscribed cores), so extra yields only cost: every 4th made
-  // 4 ranks on 2 cores pay +2.3-6.3 µs over the raw call at 8 B, every 8th +1.1-3.5 µs (never
-  // yielding +1.2-4.7 µs); never yielding also lets a polling stream worker starve the trainer's own
-  // thread (2-rank train_mlp 101-185 k samples/s against 190-215 k every 8th). It throws the timeout's
-  // CommunicationError once the collective has taken `timeout` since @p began, its messages left
-  // to MPI: on the caller's thread that is the timeout; on the worker the watchdog's deadline
-  // fires at the same time, and the throw ends the abandoned worker's loop (a blocking MPI call
-  // would keep it spinning until the process ends).
+  // Drives a polled exchange (an AgreementExchange, a RingCollective) until @p test() is true. On
+  // the stream's worker the core is yielded every kYieldEvery-th test while no thread waits for
+  // the stream: the trainer's own thread may be computing and need the core (never yielding, a
+  // polling worker starved it: 2-rank train_mlp 101-185 k samples/s against 190-215 k every 8th).
+  // On the caller's thread (in place, or helping synchronize()), or with a thread waiting in
+  // synchronize(), never: the waiter needs this done, and a yield to a CPU-bound process on the
+  // same core gives it the rest of the scheduler's tick (2 ranks, each core shared with a busy
+  // process: 2 MiB all-reduce 12-24 ms yielding every 8th test, 0.3-0.45 ms never). It throws the
+  // timeout's CommunicationError once the collective has taken `timeout` since @p began, its
+  // messages left to MPI: on the caller's thread that is the timeout; on the worker the watchdog's
+  // deadline fires at the same time, and the throw ends the abandoned worker's loop (a blocking
+  // MPI call would keep it spinning until the process ends).
   static constexpr unsigned kYieldEvery = 8;
   struct Poll {
     MpiCommunicator& c;
     const char* call;
     std::chrono::steady_clock::time_point began;
+    bool on_worker = false;  // yields the core every kYieldEvery-th test (on the caller's thread never)
     template <class Test>
     void operator()(Test test) const {
       const std::chrono::milliseconds limit = c.timeout.load();
@@ -119,7 +130,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
         if (std::chrono::steady_clock::now() - began >= limit) {
           std::rethrow_exception(c.timed_out(call, began, kEnds));
         }
-        if (tests % kYieldEvery == 0) std::this_thread::yield();
+        if (on_worker && tests % kYieldEvery == 0 && !HostStream::current()->has_waiters()) std::this_thread::yield();
       }
     }
   };
@@ -148,76 +159,109 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // A collective run by the calling thread when @p stream is idle and no other collective of this
   // communicator is in flight: no hand-off to the worker, which on busy cores costs more than the
   // message. Either its data fits in the agreement (@p inline_bytes: the agreement is the whole
-  // collective, @p unpack reads the result) or @p body only polls MPI (a RingCollective). Both are
-  // polled against the timeout instead of the watchdog; after a timeout the pending messages are
-  // left to MPI (their buffers never freed: the missing rank may still write them) and the stream
-  // holds the CommunicationError, as when the worker's call is abandoned. False: enqueue it.
+  // collective, @p unpack reads the result) or @p body only polls MPI (a RingCollective, or MPI's
+  // nonblocking collective). Both are polled against the timeout instead of the watchdog; after a
+  // timeout the pending messages are left to MPI (their buffers never freed: the missing rank may
+  // still write them) and the stream holds the CommunicationError, as when the worker's call is
+  // abandoned. False: enqueue it.
   template <class Pack, class Unpack, class Body>
   bool run_in_place(StreamView stream, const char* call, const Signature& sig, std::size_t inline_bytes,
-                    const Pack& pack, const Unpack& unpack, const Body& body) {
+                    std::size_t routed_bytes, const Pack& pack, const Unpack& unpack, const Body& body) {
     std::unique_lock<std::mutex> lock(order, std::try_to_lock);
     if (!lock.owns_lock()) return false;
     return static_cast<detail::HostStream&>(*stream.impl()).run_now_if_idle([&] {
       detail::NvtxRange range(call);
       check_usable(call);
       const Poll poll{*this, call, std::chrono::steady_clock::now()};
-      Agreement& a = make_agreement(sig, inline_bytes, pack);
-      AgreementExchange exchange(a, *peer_agreement, *out_agreement, agreement, rank, size);
-      poll([&] { return exchange.test(); });
-      detail::check_agreement(call, where, a.high, a.low);
-      if (inline_bytes <= kInlineBytes) {
-        unpack(*this, a.payload);
-      } else {
-        body(*this, poll);
-      }
-      busy_ns.fetch_add(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - poll.began).count(),
-          std::memory_order_relaxed);
+      run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body);
     });
+  }
+
+  // The collective, `order` held: the agreement (with rank 0's route when @p routed_bytes is not
+  // 0), then the inline result or @p body, all waited for through @p poll; rank 0 times a routed
+  // body for the route chooser.
+  template <class Pack, class Unpack, class Body>
+  void run_agreed(const Poll& poll, const Signature& sig, std::size_t inline_bytes, std::size_t routed_bytes,
+                  const Pack& pack, const Unpack& unpack, const Body& body) {
+    Agreement& a = make_agreement(sig, inline_bytes, pack);
+    a.route = rank == 0 && routed_bytes != 0 ? static_cast<std::int64_t>(pick_route(sig.kind, routed_bytes)) : -1;
+    AgreementExchange exchange(a, *peer_agreement, *out_agreement, agreement, rank, size);
+    poll([&] { return exchange.test(); });
+    detail::check_agreement(poll.call, where, a.high, a.low);
+    route_now = routed_bytes != 0 && a.route == static_cast<std::int64_t>(Route::mpi) ? Route::mpi : Route::schedule;
+    if (inline_bytes <= kInlineBytes) {
+      unpack(*this, a.payload);
+    } else {
+      const auto began = std::chrono::steady_clock::now();
+      body(*this, poll);
+      if (rank == 0 && routed_bytes != 0 && !forced()) {
+        routes.record(sig.kind, routed_bytes, route_now,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+      }
+    }
+    busy_ns.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - poll.began).count(),
+        std::memory_order_relaxed);
+  }
+  bool forced() const { return route_policy == RoutePolicy::schedule || route_policy == RoutePolicy::mpi; }
+  Route pick_route(Collective kind, std::size_t bytes) {
+    if (forced()) return route_policy == RoutePolicy::mpi ? Route::mpi : Route::schedule;
+    return routes.pick(kind, bytes);
   }
 
   // The one way a collective is issued: in one order per communicator, after every rank agreed on
   // @p sig. When its data fits in kInlineBytes (@p inline_bytes), @p pack writes it into the
   // agreement's payload and @p unpack reads the result from it: the agreement was the whole
   // collective, run in place when the stream is idle (run_in_place). Otherwise @p body(comm, poll)
-  // runs after the agreement: either MPI's blocking (tuned) collectives, or a RingCollective that
-  // only waits through `poll` (@p ring_bytes, its bytes in all, non-zero), in place when the stream
-  // is idle up to kInPlaceRingBytes. On the stream's worker it holds this communicator and runs
-  // under the timeout's deadline: a watchdog abandons the worker of a collective that never
-  // completes, and the stream's waiters get the CommunicationError.
+  // runs after the agreement: either MPI's blocking (tuned) collectives, or (@p polled_bytes, its
+  // bytes in all, non-zero) it only waits through `poll`: a RingCollective or, where the
+  // collective is routed (@p routed), MPI's nonblocking collective when rank 0's route chooser
+  // says so (route_now). A polled collective runs in place when the stream is idle up to
+  // kInPlaceRingBytes, and a thread that waits in synchronize() before the worker has started it
+  // runs it too; on the worker it holds this communicator and runs under the timeout's deadline: a
+  // watchdog abandons the worker of a collective that never completes, and the stream's waiters
+  // get the CommunicationError.
   template <class Pack, class Unpack, class Body>
   void enqueue(StreamView stream, const char* call, Signature sig, std::size_t inline_bytes, Pack pack, Unpack unpack,
-               Body body, std::size_t ring_bytes = 0) {
-    const bool ring_in_place = ring_bytes != 0 && ring_bytes <= kInPlaceRingBytes;
-    if ((inline_bytes <= kInlineBytes || ring_in_place) &&
-        run_in_place(stream, call, sig, inline_bytes, pack, unpack, body))
+               Body body, std::size_t polled_bytes = 0, bool routed = false) {
+    // Routed: every rank decides the same from the agreed kind and count (MPI's counts are int).
+    const std::size_t routed_bytes = routed && detail::routed(route_policy, sig.kind, size) && polled_bytes != 0 &&
+                                             inline_bytes > kInlineBytes && sig.count <= max_count
+                                         ? polled_bytes
+                                         : 0;
+    if ((inline_bytes <= kInlineBytes || (polled_bytes != 0 && polled_bytes <= kInPlaceRingBytes)) &&
+        run_in_place(stream, call, sig, inline_bytes, routed_bytes, pack, unpack, body))
       return;
     auto self = shared_from_this();
-    launch_host_func(stream, [self, call, sig, inline_bytes, pack, unpack, body] {
+    auto on_worker = [self, call, sig, inline_bytes, routed_bytes, pack, unpack, body] {
       detail::NvtxRange range(call);
       self->check_usable(call);
-      const Poll poll{*self, call, std::chrono::steady_clock::now()};  // busy_seconds' timing too
+      const Poll poll{*self, call, std::chrono::steady_clock::now(), true};  // busy_seconds' timing too
       detail::run_with_deadline(
           self->timeout,
           [&] {
             std::lock_guard<std::mutex> lock(self->order);  // inside the deadline: its holder may be stuck
             self->check_usable(call);
-            Agreement& a = self->make_agreement(sig, inline_bytes, pack);
-            AgreementExchange exchange(a, *self->peer_agreement, *self->out_agreement, self->agreement, self->rank,
-                                       self->size);
-            poll([&] { return exchange.test(); });
-            detail::check_agreement(call, self->where, a.high, a.low);
-            if (inline_bytes <= kInlineBytes) {
-              unpack(*self, a.payload);
-            } else {
-              body(*self, poll);
-            }
+            self->run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body);
           },
           [&] { return self->timed_out(call, poll.began, kEnds); });
-      self->busy_ns.fetch_add(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - poll.began).count(),
-          std::memory_order_relaxed);
-    });
+    };
+    if (inline_bytes > kInlineBytes && polled_bytes == 0) {  // MPI's blocking call: on the worker, under the watchdog
+      launch_host_func(stream, std::move(on_worker));
+      return;
+    }
+    // Polled: a thread waiting in synchronize() before the worker starts it runs it in place.
+    static_cast<detail::HostStream&>(*stream.impl())
+        .launch_host_func_or_help(std::move(on_worker),
+                                  [self, call, sig, inline_bytes, routed_bytes, pack, unpack, body] {
+                                    std::unique_lock<std::mutex> lock(self->order, std::try_to_lock);
+                                    if (!lock.owns_lock()) return false;
+                                    detail::NvtxRange range(call);
+                                    self->check_usable(call);
+                                    const Poll poll{*self, call, std::chrono::steady_clock::now()};
+                                    self->run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body);
+                                    return true;
+                                  });
   }
 
   // Runs @p one(offset, count) over [0, n) in pieces of at most max_count elements.

@@ -2,8 +2,8 @@
 // (reduce-scatter steps, then all-gather steps) over point-to-point messages, cut into segments
 // that move concurrently, so the reduction of one segment overlaps the transfer of the others.
 // Progressed by test() without blocking, so the caller's thread can run it against a timeout;
-// OpenMPI's tuned blocking collectives cannot be abandoned that way, and on this project's machine
-// they are slower (docs/collectives.md).
+// OpenMPI's tuned blocking collectives cannot be abandoned that way (its nonblocking ones can:
+// route_choice.hpp picks between the two by measurement; docs/collectives.md).
 #pragma once
 
 #include <gpucloud/comm/communicator.hpp>
@@ -54,9 +54,9 @@ bool halving_applies(std::size_t bytes, int size, int nodes, std::size_t inline_
 bool tree_applies(std::size_t bytes, int size, std::size_t inline_limit);
 
 /// Segments in flight at once, each in its own scratch slot and under its own message tag.
-constexpr int kRingSlots = 16;
+constexpr int kRingSlots = 8;
 /// Bytes of one segment (and of each of a slot's two scratch halves).
-constexpr std::size_t kRingSegmentBytes = std::size_t{64} << 10;
+constexpr std::size_t kRingSegmentBytes = std::size_t{512} << 10;
 /// Bytes of the scratch one RingCollective uses.
 constexpr std::size_t kRingScratchBytes = 2 * kRingSlots * kRingSegmentBytes;
 /// The first message tag a ring uses (tags [kRingFirstTag, kRingFirstTag + kRingSlots)).

@@ -34,6 +34,8 @@ class HostStream final : public StreamImpl {
   bool abandon_running_task(const void* worker, std::exception_ptr error);
 
   void synchronize() override;
+  /// Whether a thread waits in synchronize() (work polling on the worker need not yield to it).
+  bool has_waiters() const noexcept { return waiters_.load(std::memory_order_relaxed) != 0; }
   bool query() override;
   /// How many times this process is a fork() child of a process that had host streams (events
   /// recorded in an earlier generation complete in the parent only).
@@ -58,9 +60,14 @@ class HostStream final : public StreamImpl {
     } catch (...) {
       failure = std::current_exception();
     }
-    end_inline(failure);
+    end_inline(failure, std::this_thread::get_id());
     return true;
   }
+  /// Enqueues @p fn as launch_host_func does; but a thread that waits in synchronize() while
+  /// the worker has not started it calls @p on_caller instead (work that polls and is safe on any
+  /// thread: a collective), sparing the hand-off to a worker that sleeps or waits for a busy core.
+  /// @p on_caller returns false, having done nothing, when it cannot run now: the worker runs fn.
+  void launch_host_func_or_help(std::function<void()> fn, std::function<bool()> on_caller);
   std::exception_ptr take_error() noexcept override;
   void* native_handle() noexcept override { return nullptr; }
 
@@ -68,7 +75,8 @@ class HostStream final : public StreamImpl {
   struct Task {
     std::function<void()> fn;
     bool always_run;
-    std::thread::id enqueuer;  // who is owed the error if this task fails or is skipped
+    std::thread::id enqueuer;           // who is owed the error if this task fails or is skipped
+    std::function<bool()> on_caller{};  // what a waiting thread may run instead (launch_host_func_or_help)
   };
   struct Worker {
     std::thread thread;
@@ -77,7 +85,8 @@ class HostStream final : public StreamImpl {
   };
   void start_worker();  // with mutex_ held, or in the constructor
   bool begin_inline();  // claims an idle stream for the calling thread (run_now_if_idle)
-  void end_inline(std::exception_ptr failure) noexcept;
+  void end_inline(std::exception_ptr failure, std::thread::id owner) noexcept;
+  bool help_once();  // synchronize(): runs the queue's next task on this thread when it may (on_caller)
   void run(std::shared_ptr<Worker> self);
   // fork(): every stream's lock is held across it; in the child, whose copy has no worker thread,
   // each stream starts afresh (a worker on its next launch) and work that had not finished in the
@@ -98,6 +107,7 @@ class HostStream final : public StreamImpl {
   bool stopping_ = false;
   std::atomic<std::size_t> outstanding_{0};  // enqueued and not yet finished: query() reads it without the lock
   std::atomic<std::size_t> queued_{0};       // in queue_: what an idle worker spins for (not in-place work)
+  std::atomic<int> waiters_{0};              // threads in synchronize()
   std::exception_ptr error_;                 // set by a failure: later work is skipped until a synchronize() raises it
   // Threads whose enqueued work failed or was skipped, and the error each is owed: every one of
   // them gets it at its next synchronize(), so no thread's work is dropped behind a success.

@@ -1,0 +1,78 @@
+// Internal: which route a mid-size or large collective of the MPI backend takes, chosen by
+// measurement (not API). Two routes do the same collective: the library's polled schedule (ring,
+// halving and doubling, chain or tree: ring.hpp) and MPI's own nonblocking collective
+// (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast), polled the same way.
+// Which is faster depends on what the machine gives MPI (a single-copy mechanism or not) and on
+// how busy its cores are, both of which change at run time, so rank 0 times both and tells every
+// rank which to take through the agreement that precedes each collective.
+#pragma once
+
+#include "comm/agreement.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace gpucloud::detail {
+
+/// The two ways a routed collective runs (their values travel in the agreement).
+enum class Route : std::int64_t { schedule = 0, mpi = 1 };
+
+/// How routes are picked (GPUCLOUD_COLLECTIVE_ROUTE): `auto` (the default) measures where both
+/// routes give the same bits (data movement; reductions on 2 ranks, where a + b == b + a) and keeps
+/// the schedule for reductions over more ranks, which the two routes add in different orders, so
+/// a rerun or a resumed job reproduces its sums bit for bit; `fastest` measures everywhere;
+/// `schedule` and `mpi` force one route.
+enum class RoutePolicy { automatic, fastest, schedule, mpi };
+
+/// The policy GPUCLOUD_COLLECTIVE_ROUTE names (unset or empty: automatic). Throws
+/// InvalidArgument naming the variable for any other value.
+RoutePolicy route_policy_from_environment();
+
+/// Whether a collective of @p kind over @p ranks ranks takes a measured (or forced) route under
+/// @p policy; every rank decides the same.
+bool routed(RoutePolicy policy, Collective kind, int ranks);
+
+/// Rank 0's choice between the routes, per collective and size class (powers of two). Each route's
+/// first call of a class is not timed (first touches, MPI's schedule set-up); while either route
+/// has fewer than kWarmUp timings the two alternate; then the one with the lower mean of its last
+/// kWindow timings runs (the mean: beside busy cores a call meets a scheduler tick or not, and a
+/// job pays the mean), and the other is timed again once every probe interval: 64 calls, doubled
+/// (up to 4096) each time it is still slower, back to 64 when it wins. When the chosen route's
+/// mean has moved by more than 2x either way since it was chosen (a competitor for the cores came
+/// or went), the other's timings are dropped and measured afresh, at most once every 64 calls.
+class RouteChooser {
+ public:
+  static constexpr int kWarmUp = 3;
+  static constexpr int kWindow = 8;
+  static constexpr std::uint32_t kFirstProbe = 64, kLastProbe = 4096, kRemeasureEvery = 64;
+
+  /// The route the next @p kind collective of @p bytes takes.
+  Route pick(Collective kind, std::size_t bytes);
+  /// One timing: a @p kind collective of @p bytes took @p seconds on @p route.
+  void record(Collective kind, std::size_t bytes, Route route, double seconds);
+  /// The route chosen for the class of @p bytes, once both are measured.
+  std::optional<Route> chosen(Collective kind, std::size_t bytes) const;
+
+ private:
+  struct Timings {
+    std::array<double, kWindow> seconds{};
+    int count = 0, next = 0;
+    bool cold = true;  // the first call not yet seen
+    void add(double s);
+    double mean() const;
+  };
+  struct Class {
+    std::array<Timings, 2> timings;
+    std::optional<Route> chosen;
+    double chosen_mean = 0;  // the chosen route's mean when it was chosen or last re-measured against
+    std::uint32_t since_probe = 0, probe_every = kFirstProbe, since_change = 0;
+  };
+  static std::int64_t key(Collective kind, std::size_t bytes);
+  std::unordered_map<std::int64_t, Class> classes_;
+};
+
+}  // namespace gpucloud::detail
