@@ -5,7 +5,7 @@ when matplotlib is installed, placing each measured figure next to the GPU spec 
     python bench/report.py RESULTS_DIR [--out report.md] [--plots DIR] [--gpu "NVIDIA H200"]
 
 RESULTS_DIR holds *.json files written with --benchmark_out=F --benchmark_out_format=json
-(scripts/gpu-check.sh writes them). The GPU's spec row comes from --gpu, or from the runs'
+(scripts/gpu-check.sh writes them), and those of bench/collectives_busy_node.py --json. The GPU's spec row comes from --gpu, or from the runs'
 labels; without one the percentages of peak are left out.
 """
 import argparse
@@ -23,11 +23,38 @@ def load_runs(folder):
     runs = []
     for path in sorted(Path(folder).glob("*.json")):
         data = json.loads(path.read_text())
-        for b in data.get("benchmarks", []):
+        for b in data.get("benchmarks", []) if isinstance(data, dict) else []:
             if b.get("run_type", "iteration") == "iteration" and "error_occurred" not in b:
                 b["_file"] = path.name
                 runs.append(b)
     return runs
+
+
+def load_busy_node(folder):
+    """The per-run figures bench/collectives_busy_node.py --json wrote."""
+    results = []
+    for path in sorted(Path(folder).glob("*.json")):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and data.get("benchmark") == "collectives_busy_node":
+            results += data["results"]
+    return results
+
+
+def busy_node_table(results):
+    """Raw MPI time / gpucloud time per collective, size and condition: median over runs [range]."""
+    rows = ["| ranks | collective | bytes | condition | raw / gpucloud, means | of medians | runs | load avg |",
+            "|---|---|---|---|---|---|---|---|"]
+    groups = {}
+    for r in results:
+        groups.setdefault((r["ranks"], r["condition"], r["collective"], r["bytes"]), []).append(r)
+    for (ranks, condition, collective, size), rs in sorted(groups.items()):
+        means = sorted(r["mean_ratio_vs_raw"] for r in rs)
+        medians = sorted(r["ratio_vs_raw"] for r in rs)
+        loads = sorted(r["loadavg"] for r in rs)
+        rows.append(f"| {ranks} | {collective} | {size} | {condition} | {means[len(means) // 2]:.2f} "
+                    f"[{means[0]:.2f}-{means[-1]:.2f}] | {medians[len(medians) // 2]:.2f} "
+                    f"[{medians[0]:.2f}-{medians[-1]:.2f}] | {len(rs)} | {loads[len(loads) // 2]:.1f} |")
+    return rows
 
 
 def spec_for(name):
@@ -240,7 +267,8 @@ def main():
                          ("Flat vs hierarchical: the cost model against what was measured", cost_model_table(runs)),
                          ("Training step vs PyTorch", train_step_table(runs)),
                          ("Against PyTorch in the same process", torch_table(runs)),
-                         ("Against a peer library on the same inputs", peer_table(runs))):
+                         ("Against a peer library on the same inputs", peer_table(runs)),
+                         ("Collectives on a quiet and a busy node", busy_node_table(load_busy_node(args.results)))):
         if len(table) > 2:
             lines += [f"## {title}", "", *table, ""]
     lines += ["## GPU spec table (dense)", "", *spec_table(), ""]

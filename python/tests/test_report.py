@@ -24,6 +24,11 @@ def test_report_places_figures_next_to_the_spec_sheet(tmp_path):
          "rounds": 5},
     ]}
     (tmp_path / "run.json").write_text(json.dumps(runs))
+    busy = {"benchmark": "collectives_busy_node", "results": [
+        {"ranks": 2, "collective": "broadcast", "bytes": 2097152, "condition": "loaded", "run": run,
+         "mean_ratio_vs_raw": ratio, "ratio_vs_raw": ratio + 0.1, "loadavg": 4.0}
+        for run, ratio in enumerate((0.8, 0.6, 0.9))]}
+    (tmp_path / "busy.json").write_text(json.dumps(busy))
     out = subprocess.run([sys.executable, str(REPORT), str(tmp_path), "--gpu", "NVIDIA H200"], capture_output=True,
                          text=True, check=True).stdout
     assert "GPU spec row: H200 SXM" in out
@@ -35,3 +40,4 @@ def test_report_places_figures_next_to_the_spec_sheet(tmp_path):
     assert "2048×3072×1024" not in out  # not in the GEMM table as well
     assert "| checkpoint/load (cached)/vs safetensors | 10.79 | 10.85 | 0.99 | 0.92-1.15 | 5 |" in out
     assert "V100 SXM2 32GB (needs CUDA 12)" in out
+    assert "| 2 | broadcast | 2097152 | loaded | 0.80 [0.60-0.90] | 0.90 [0.70-1.00] | 3 | 4.0 |" in out
