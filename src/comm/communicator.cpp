@@ -4,6 +4,7 @@
 #include <gpucloud/runtime/error.hpp>
 
 #include "comm/communicator_impl.hpp"
+#include "comm/cost_model_fit.hpp"
 #include "memory/access.hpp"
 
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 namespace gpucloud {
 
@@ -186,9 +188,9 @@ AllReduceCostModel Communicator::measure_cost_model(StreamView stream) {
   // Fit T(S) = 2(p-1) alpha + 2(p-1)/p S beta from a tiny and a large all-reduce.
   auto fit = [&](bool intra, int p) {
     LinkCost link;
-    const double small = c.time_all_reduce(intra, 8, 50);
+    const double small = c.time_all_reduce(intra, 8, 20);
     const std::size_t big_bytes = std::size_t{4} << 20;
-    const double big = c.time_all_reduce(intra, big_bytes, 5);
+    const double big = c.time_all_reduce(intra, big_bytes, 3);
     if (p <= 1) return link;
     link.alpha = small / (2.0 * (p - 1));
     link.beta = std::max(big - small, 0.0) / (2.0 * (p - 1) / p * static_cast<double>(big_bytes));
@@ -198,8 +200,12 @@ AllReduceCostModel Communicator::measure_cost_model(StreamView stream) {
   m.local_size = c.local_size;
   m.nodes = c.nodes;
   m.flat_halving = c.flat_all_reduce_halves();
-  m.intra = fit(true, c.local_size);
-  m.inter = c.nodes > 1 ? fit(false, c.nodes) : m.intra;
+  std::vector<LinkCost> intra, inter;
+  for (int i = 0; i < detail::kCostModelFits; ++i) {  // interleaved: a busy moment hits one fit of each
+    intra.push_back(fit(true, c.local_size));
+    if (c.nodes > 1) inter.push_back(fit(false, c.nodes));
+  }
+  detail::set_links(m, intra, inter);
   c.model = m;
   return m;
 }

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/cost_model_fit.hpp"
+
+#include <vector>
+
 namespace gc = gpucloud;
 
 TEST(CostModel, RingFormulas) {
@@ -53,4 +57,29 @@ TEST(CostModel, JsonRoundTrip) {
                                                  "1e-5, \"inter_beta\": 1e-10, \"local_size\": 2, \"nodes\": 2}")
                    .flat_halving);
   EXPECT_THROW(gc::AllReduceCostModel::from_json("{\"intra_alpha\": 1}"), gc::InvalidArgument);
+}
+
+// measure_cost_model() fits each link three times, interleaved: each parameter is the median of
+// its fits, so one fit that met a busy moment moves nothing, and a node's own link is never taken
+// as slower than the network's.
+TEST(CostModel, RepeatedFitsTakeMediansAndKeepTheNodeFasterThanTheNetwork) {
+  gc::AllReduceCostModel m;
+  m.local_size = 3;
+  m.nodes = 2;
+  const std::vector<gc::LinkCost> intra = {{2e-6, 1e-10}, {90e-6, 50e-9}, {3e-6, 2e-10}};  // the 2nd: busy
+  const std::vector<gc::LinkCost> inter = {{60e-6, 8e-9}, {50e-6, 9e-9}, {70e-6, 1e-9}};
+  gc::detail::set_links(m, intra, inter);
+  EXPECT_DOUBLE_EQ(m.intra.alpha, 3e-6);
+  EXPECT_DOUBLE_EQ(m.intra.beta, 2e-10);
+  EXPECT_DOUBLE_EQ(m.inter.alpha, 60e-6);
+  EXPECT_DOUBLE_EQ(m.inter.beta, 8e-9);
+  // Two of three intra fits busy: shared memory measured slower than the network is capped at it.
+  gc::detail::set_links(m, {{90e-6, 50e-9}, {80e-6, 40e-9}, {2e-6, 1e-10}}, inter);
+  EXPECT_DOUBLE_EQ(m.intra.alpha, 60e-6);
+  EXPECT_DOUBLE_EQ(m.intra.beta, 8e-9);
+  // One node: inter is intra.
+  gc::AllReduceCostModel one;
+  gc::detail::set_links(one, intra, {});
+  EXPECT_DOUBLE_EQ(one.inter.beta, one.intra.beta);
+  EXPECT_DOUBLE_EQ(one.intra.alpha, 3e-6);
 }
