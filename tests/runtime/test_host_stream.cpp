@@ -182,6 +182,28 @@ TEST(HostStreamHelp, WorkBehindRunningWorkIsTheWorkers) {
   EXPECT_EQ(caller_runs.load(), 0);
 }
 
+// Work on a worker sees whether a thread waits for its stream (a polling collective then keeps
+// the core instead of yielding it); off a worker nobody is waited for.
+TEST(HostStreamHelp, WorkSeesWhetherAThreadWaitsForItsStream) {
+  HostStream s;
+  EXPECT_FALSE(HostStream::waited_for());
+  std::atomic<int> phase{0};
+  std::atomic<bool> before{true}, during{false};
+  s.launch_host_func(
+      [&] {
+        before.store(HostStream::waited_for());
+        phase.store(1);
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        while (!HostStream::waited_for() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+        during.store(HostStream::waited_for());
+      },
+      false);
+  while (phase.load() == 0) std::this_thread::yield();
+  s.synchronize();  // the work ends once it sees this wait
+  EXPECT_FALSE(before.load());
+  EXPECT_TRUE(during.load());
+}
+
 // A throw from the on_caller form is the stream's error, raised once by synchronize(), as from
 // the worker; the stream runs work again afterwards.
 TEST(HostStreamHelp, AThrowOnTheCallerIsTheStreamsError) {

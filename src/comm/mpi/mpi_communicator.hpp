@@ -130,7 +130,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
         if (std::chrono::steady_clock::now() - began >= limit) {
           std::rethrow_exception(c.timed_out(call, began, kEnds));
         }
-        if (on_worker && tests % kYieldEvery == 0 && !HostStream::current()->has_waiters()) std::this_thread::yield();
+        if (on_worker && tests % kYieldEvery == 0 && !HostStream::waited_for()) std::this_thread::yield();
       }
     }
   };

@@ -16,6 +16,7 @@ namespace gpucloud::detail {
 namespace {
 thread_local HostStream* current_stream = nullptr;  // the stream whose worker this thread is
 thread_local const void* current_worker_id = nullptr;
+thread_local std::shared_ptr<std::atomic<int>> current_waiters;  // of current_stream, kept by its worker
 
 // How long a worker out of work, or a thread in synchronize(), spins before it sleeps: a hand-off
 // within that time costs no futex wake-up (40-150 µs on this project's virtual machine). 200 µs:
@@ -119,7 +120,7 @@ void HostStream::reset_in_child() noexcept {
   running_enqueuer_ = std::thread::id();
   outstanding_.store(0, std::memory_order_relaxed);
   queued_.store(0, std::memory_order_relaxed);
-  waiters_.store(0, std::memory_order_relaxed);  // the parent's waiting threads are not here
+  waiters_->store(0, std::memory_order_relaxed);  // the parent's waiting threads are not here
 }
 
 HostStream::HostStream() : StreamImpl(Device::host()) {
@@ -160,9 +161,14 @@ HostStream* HostStream::current() noexcept { return current_stream; }
 
 const void* HostStream::current_worker() noexcept { return current_worker_id; }
 
+bool HostStream::waited_for() noexcept {
+  return current_waiters && current_waiters->load(std::memory_order_relaxed) != 0;
+}
+
 void HostStream::run(std::shared_ptr<Worker> self) {
   current_stream = this;
   current_worker_id = self.get();
+  current_waiters = waiters_;  // set before any worker starts, never reassigned
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     if (queue_.empty() && !stopping_) {  // out of work: look for more a while before sleeping
@@ -346,7 +352,7 @@ void HostStream::synchronize() {
     std::atomic<int>& n;
     explicit Waiting(std::atomic<int>& count) : n(count) { n.fetch_add(1, std::memory_order_relaxed); }
     ~Waiting() { n.fetch_sub(1, std::memory_order_relaxed); }
-  } waiting(waiters_);
+  } waiting(*waiters_);
   spin_until([this] { return outstanding_.load(std::memory_order_acquire) == 0; }, spin_budget());
   std::unique_lock<std::mutex> lock(mutex_);
   idle_.wait(lock, [this] { return queue_.empty() && !busy_ && !inline_running_; });

@@ -34,8 +34,10 @@ class HostStream final : public StreamImpl {
   bool abandon_running_task(const void* worker, std::exception_ptr error);
 
   void synchronize() override;
-  /// Whether a thread waits in synchronize() (work polling on the worker need not yield to it).
-  bool has_waiters() const noexcept { return waiters_.load(std::memory_order_relaxed) != 0; }
+  /// Whether a thread waits in synchronize() for the stream whose worker is the calling thread
+  /// (work polling there need not yield the core to it); false off a worker. Safe on a worker the
+  /// stream abandoned, which may outlive it.
+  static bool waited_for() noexcept;
   bool query() override;
   /// How many times this process is a fork() child of a process that had host streams (events
   /// recorded in an earlier generation complete in the parent only).
@@ -107,8 +109,9 @@ class HostStream final : public StreamImpl {
   bool stopping_ = false;
   std::atomic<std::size_t> outstanding_{0};  // enqueued and not yet finished: query() reads it without the lock
   std::atomic<std::size_t> queued_{0};       // in queue_: what an idle worker spins for (not in-place work)
-  std::atomic<int> waiters_{0};              // threads in synchronize()
-  std::exception_ptr error_;                 // set by a failure: later work is skipped until a synchronize() raises it
+  // Threads in synchronize(); shared with the workers, which read it after an abandonment too.
+  std::shared_ptr<std::atomic<int>> waiters_ = std::make_shared<std::atomic<int>>(0);
+  std::exception_ptr error_;  // set by a failure: later work is skipped until a synchronize() raises it
   // Threads whose enqueued work failed or was skipped, and the error each is owed: every one of
   // them gets it at its next synchronize(), so no thread's work is dropped behind a success.
   std::unordered_map<std::thread::id, std::exception_ptr> owed_;
