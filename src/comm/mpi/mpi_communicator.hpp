@@ -170,11 +170,17 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     std::unique_lock<std::mutex> lock(order, std::try_to_lock);
     if (!lock.owns_lock()) return false;
     return static_cast<detail::HostStream&>(*stream.impl()).run_now_if_idle([&] {
-      detail::NvtxRange range(call);
-      check_usable(call);
-      const Poll poll{*this, call, std::chrono::steady_clock::now()};
-      run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body);
+      run_on_caller(call, sig, inline_bytes, routed_bytes, pack, unpack, body);
     });
+  }
+  // The collective on the calling thread (`order` held), polled against the timeout.
+  template <class Pack, class Unpack, class Body>
+  void run_on_caller(const char* call, const Signature& sig, std::size_t inline_bytes, std::size_t routed_bytes,
+                     const Pack& pack, const Unpack& unpack, const Body& body) {
+    detail::NvtxRange range(call);
+    check_usable(call);
+    const Poll poll{*this, call, std::chrono::steady_clock::now()};
+    run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body);
   }
 
   // The collective, `order` held: the agreement (with rank 0's route when @p routed_bytes is not
@@ -256,10 +262,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
                                   [self, call, sig, inline_bytes, routed_bytes, pack, unpack, body] {
                                     std::unique_lock<std::mutex> lock(self->order, std::try_to_lock);
                                     if (!lock.owns_lock()) return false;
-                                    detail::NvtxRange range(call);
-                                    self->check_usable(call);
-                                    const Poll poll{*self, call, std::chrono::steady_clock::now()};
-                                    self->run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body);
+                                    self->run_on_caller(call, sig, inline_bytes, routed_bytes, pack, unpack, body);
                                     return true;
                                   });
   }

@@ -76,8 +76,9 @@ void RouteChooser::record(Collective kind, std::size_t bytes, Route route, doubl
     c.probe_every = std::min(c.probe_every * 2, kLastProbe);
   } else if ((best_mean > 2 * c.chosen_mean || 2 * best_mean < c.chosen_mean) && c.since_change >= kRemeasureEvery) {
     // Conditions changed: the other route is measured afresh (its first call timed again).
-    c.timings[best == Route::schedule ? 1 : 0] = Timings{};
-    c.timings[best == Route::schedule ? 1 : 0].cold = false;
+    Timings& other = c.timings[best == Route::schedule ? 1 : 0];
+    other = Timings{};
+    other.cold = false;
     c.chosen_mean = best_mean;
     c.probe_every = kFirstProbe;
     c.since_change = 0;

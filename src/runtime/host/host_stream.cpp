@@ -236,10 +236,14 @@ bool HostStream::abandon_running_task(const void* worker, std::exception_ptr err
 }
 
 void HostStream::launch_host_func(std::function<void()> fn, bool always_run) {
+  push(Task{std::move(fn), always_run, std::this_thread::get_id()});
+}
+
+void HostStream::push(Task task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!worker_) start_worker();  // a fork() child's first work
-    queue_.push_back(Task{std::move(fn), always_run, std::this_thread::get_id()});
+    queue_.push_back(std::move(task));
     outstanding_.fetch_add(1, std::memory_order_relaxed);
     queued_.fetch_add(1, std::memory_order_release);
   }
@@ -296,14 +300,7 @@ void HostStream::end_inline(std::exception_ptr failure, std::thread::id owner) n
 }
 
 void HostStream::launch_host_func_or_help(std::function<void()> fn, std::function<bool()> on_caller) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!worker_) start_worker();
-    queue_.push_back(Task{std::move(fn), false, std::this_thread::get_id(), std::move(on_caller)});
-    outstanding_.fetch_add(1, std::memory_order_relaxed);
-    queued_.fetch_add(1, std::memory_order_release);
-  }
-  work_ready_.notify_one();
+  push(Task{std::move(fn), false, std::this_thread::get_id(), std::move(on_caller)});
 }
 
 // The next task, taken from the worker that has not started it, when it has an on_caller form and

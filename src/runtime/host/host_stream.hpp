@@ -85,8 +85,9 @@ class HostStream final : public StreamImpl {
     std::atomic<bool> abandoned{false};  // set (under mutex_) when the stream went on without it
     bool exited = false;                 // guarded by mutex_
   };
-  void start_worker();  // with mutex_ held, or in the constructor
-  bool begin_inline();  // claims an idle stream for the calling thread (run_now_if_idle)
+  void start_worker();   // with mutex_ held, or in the constructor
+  void push(Task task);  // enqueues behind earlier work and wakes the worker
+  bool begin_inline();   // claims an idle stream for the calling thread (run_now_if_idle)
   void end_inline(std::exception_ptr failure, std::thread::id owner) noexcept;
   bool help_once();  // synchronize(): runs the queue's next task on this thread when it may (on_caller)
   void run(std::shared_ptr<Worker> self);
