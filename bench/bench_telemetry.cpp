@@ -2,6 +2,7 @@
 // prometheus-cpp's metrics (the peer: what a trainer would write by hand), in one process.
 //
 //   bench_telemetry [--benchmark_filter=...]
+//   mpirun -np 2 bench_telemetry   # also a record with straggler detection on, on rank 0
 #include <gpucloud/gpucloud.hpp>
 
 #include <benchmark/benchmark.h>
@@ -9,6 +10,11 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
 
 namespace tel = gpucloud::telemetry;
 
@@ -58,4 +64,49 @@ static void prometheus_direct(benchmark::State& state) {
 }
 BENCHMARK(prometheus_direct)->Name("prometheus_cpp_direct_same_updates");
 
-BENCHMARK_MAIN();
+// Under mpirun: the same record with straggler detection on (every 50 steps, as the examples), so
+// every record also reads the channel (on rank 0: one poll(2) over every other rank's socket).
+// The other ranks record a step every millisecond meanwhile and stop at a barrier rank 0 joins last.
+static int run_detecting() {
+  gpucloud::Communicator comm = gpucloud::Communicator::mpi_world();
+  gpucloud::Stream stream(gpucloud::Device::host());
+  tel::ExporterOptions o;
+  o.port = -1;
+  tel::Exporter exporter(o);
+  exporter.detect_stragglers(comm, stream, {50, 0.2});
+  tel::StepMetrics& steps = exporter.steps();
+  const tel::StepRecord r{0.012, 256, 0.001, 0.002, 65536, 0};
+  if (comm.rank() == 0) {
+    benchmark::RegisterBenchmark(("gpucloud_StepMetrics_record_detecting_np" + std::to_string(comm.size())).c_str(),
+                                 [&](benchmark::State& state) {
+                                   for (auto _ : state) {
+                                     steps.record(r);
+                                     benchmark::ClobberMemory();
+                                   }
+                                   state.counters["ns_per_record"] =
+                                       benchmark::Counter(static_cast<double>(state.iterations()),
+                                                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+                                 });
+    benchmark::RunSpecifiedBenchmarks();
+    comm.barrier(stream);
+    stream.synchronize();
+  } else {
+    comm.barrier(stream);
+    gpucloud::Event done(gpucloud::Device::host());
+    done.record(stream);
+    while (!done.query()) {
+      steps.record(r);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (ranks != nullptr && std::atoi(ranks) > 1) return run_detecting();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -43,12 +43,17 @@ void bind_telemetry(py::module_& m) {
       .def_readonly("step_seconds", &tel::StragglerReport::step_seconds, "Every rank's mean step time, by rank.")
       .def_readonly("compute_seconds", &tel::StragglerReport::compute_seconds,
                     "Every rank's mean own work per step (less data wait and collectives), by rank: what is compared.")
-      .def_readonly("median", &tel::StragglerReport::median)
-      .def_readonly("slowest", &tel::StragglerReport::slowest)
-      .def_readonly("straggler", &tel::StragglerReport::straggler)
+      .def_readonly("steps", &tel::StragglerReport::steps,
+                    "The steps each rank had recorded at its last period's end, by rank.")
+      .def_readonly("lost", &tel::StragglerReport::lost,
+                    "Ranks whose channel closed (they ended or died): not compared.")
+      .def_readonly("median", &tel::StragglerReport::median, "The median own work per step of the ranks not lost.")
+      .def_readonly("slowest", &tel::StragglerReport::slowest, "The rank of the most own work per step, or -1.")
+      .def_readonly("straggler", &tel::StragglerReport::straggler, "The slowest is beyond the threshold.")
       .def("__repr__", [](const tel::StragglerReport& r) {
         return "StragglerReport(slowest=" + std::to_string(r.slowest) +
-               ", straggler=" + (r.straggler ? "True" : "False") + ", median=" + std::to_string(r.median) + ")";
+               ", straggler=" + (r.straggler ? "True" : "False") + ", median=" + std::to_string(r.median) +
+               ", lost=" + std::to_string(r.lost.size()) + ")";
       });
 
   py::class_<tel::StepMetrics>(m, "StepMetrics", "A process's training metrics (one record per step).")
@@ -180,8 +185,10 @@ void bind_telemetry(py::module_& m) {
             e.stream = stream;
           },
           py::arg("comm"), py::arg("stream"), py::arg("every") = 50, py::arg("threshold") = 0.2,
-          "Every `every` recorded steps, all-gather the ranks' mean step times over comm (on stream) and export "
-          "gpucloud_rank_step_seconds and gpucloud_straggler. Every rank calls it and records the same steps.")
+          "Compare the ranks' own work per step: every `every` recorded steps each rank sends rank 0 its means over "
+          "a TCP channel of its own (set up now by a broadcast and an all-reduce over comm on stream: every rank "
+          "calls it); exports gpucloud_rank_step_seconds, gpucloud_rank_compute_seconds and gpucloud_straggler. "
+          "Ranks may record different numbers of steps, stop or die.")
       .def("straggler_report", [](PyExporter& e) { return e.exporter->straggler_report(); })
       .def(
           "exposition", [](PyExporter& e) { return without_gil([&] { return e.exporter->exposition(); }); },

@@ -172,6 +172,64 @@ def test_a_straggler_is_found_under_mpirun():
         assert f"rank {rank}: slowest 2 straggler True series 3 flag 2 work True" in out, out
 
 
+def test_unequal_step_counts_leave_the_users_communicator_alone_and_a_rank_that_stops_is_lost():
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    out = run_script("""
+        import time, numpy as np, gpucloud as gc
+        comm = gc.Communicator.mpi_world()
+        s = gc.Stream()
+        e = gc.telemetry.Exporter(port=-1)
+        e.detect_stragglers(comm, s, every=5, threshold=0.5)
+
+        def record(seconds):
+            with e.step(samples=8) as st:
+                time.sleep(seconds)
+                st.comm_seconds = 0.0
+
+        def until(done, what):  # ranks that go on recording until rank 0's table says it
+            deadline = time.monotonic() + 60
+            while not done(e.straggler_report()):
+                assert time.monotonic() < deadline, (what, e.straggler_report().steps)
+                record(0.005)
+
+        # The slow rank 2 records 10 steps while the others record 40 and more.
+        if comm.rank == 2:
+            for _ in range(10):
+                record(0.04)
+        else:
+            for _ in range(40):
+                record(0.005)
+            until(lambda r: r.steps[2:] == [10] and r.straggler and r.slowest == 2, "rank 2 named")
+        r = e.straggler_report()
+        # The user's communicator saw none of it: a sum over it is right after unequal counts.
+        x = np.full(1000, comm.rank + 1.0, np.float32)
+        comm.all_reduce(x, x, s)
+        s.synchronize()
+        print(f"rank {comm.rank}: sum {x[0]:g} slowest {r.slowest} straggler {r.straggler} "
+              f"steps {r.steps} lost {r.lost}", flush=True)
+        # Rank 2 stops detecting (its exporter goes); the others see it lost and compare themselves.
+        if comm.rank == 2:
+            del e
+        else:
+            until(lambda r: r.lost == [2], "rank 2 lost")
+            r = e.straggler_report()
+            print(f"rank {comm.rank}: after lost {r.lost} straggler {r.straggler}", flush=True)
+        comm.all_reduce(x, x, s)
+        s.synchronize()
+        print(f"rank {comm.rank}: sum {x[0]:g}", flush=True)
+    """, prefix=(mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "3"), env=env,
+                     timeout=240)
+    for rank in (0, 1):
+        assert f"rank {rank}: sum 6 slowest 2 straggler True steps [" in out, out
+        assert f"rank {rank}: after lost [2] straggler False" in out, out
+    assert "rank 2: sum 6" in out, out
+    for rank in range(3):
+        assert f"rank {rank}: sum 18" in out, out
+
+
 def test_an_exporter_dropped_while_its_straggler_exchange_is_queued():
     mpirun = shutil.which("mpirun")
     if mpirun is None:

@@ -7,6 +7,7 @@
 #include <gpucloud/runtime/event.hpp>
 #include <gpucloud/telemetry/telemetry.hpp>
 
+#include "telemetry/straggler_channel.hpp"
 #include "telemetry/tls_front.hpp"
 
 #include <prometheus/check_names.h>
@@ -28,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -314,14 +316,12 @@ class Lazy {
 // ---- StepMetrics ------------------------------------------------------------------------------
 
 struct Straggler {
-  Straggler(Communicator& c, StreamView s, StragglerOptions o) : comm(&c), stream(s), options(o) {}
-  Communicator* comm;
-  StreamView stream;
+  Straggler(StragglerOptions o, detail::StragglerChannel c) : options(o), channel(std::move(c)) {}
   StragglerOptions options;
   double step_sum = 0, compute_sum = 0;  // over the period so far
   int count = 0;
-  Buffer send, recv, host_send, host_recv;
-  std::optional<Event> done;
+  std::int64_t steps = 0;  // recorded since detection started
+  detail::StragglerChannel channel;
   StragglerReport report;
 };
 
@@ -336,7 +336,7 @@ struct StepMetrics::Impl {
   Lazy<pm::Gauge> checkpoint_pending, checkpoint_committed_step, checkpoint_commit_time;
   Lazy<pm::Counter> checkpoint_waited, checkpoint_failures;
   pm::Family<pm::Gauge>*rank_step = nullptr, *rank_compute = nullptr;
-  Lazy<pm::Gauge> straggler, straggler_rank;
+  Lazy<pm::Gauge> straggler, straggler_rank, ranks_lost;
   std::mutex mutex;  // the straggler state (records themselves are lock-free or prometheus-cpp's)
   std::optional<Straggler> stragglers;
   std::mutex totals_mutex;  // the last totals the counters were advanced to
@@ -351,56 +351,41 @@ struct StepMetrics::Impl {
     seen = total;
   }
 
-  // An exchange still queued on the stream reads and writes the straggler buffers: it finishes
-  // before they are freed.
-  ~Impl() {
-    if (stragglers && stragglers->done) {
-      try {
-        stragglers->done->synchronize();
-      } catch (...) {  // the stream's error belongs to its owner
+  // Exports what rank 0's latest table says: every rank's means, the slowest rank's own work
+  // against the median of the ranks still running.
+  void apply(Straggler& s, const detail::SummaryTable& t) {
+    StragglerReport r;
+    std::vector<double> live;
+    for (std::size_t i = 0; i < t.ranks.size(); ++i) {
+      r.step_seconds.push_back(t.ranks[i].step_seconds);
+      r.compute_seconds.push_back(t.ranks[i].compute_seconds);
+      r.steps.push_back(t.ranks[i].steps);
+      if (t.lost[i]) {
+        r.lost.push_back(static_cast<int>(i));
+        continue;
+      }
+      live.push_back(t.ranks[i].compute_seconds);
+      // The ranks' own work, not their wall steps: in a synchronous loop the collectives make every
+      // rank's step as long as the slowest's, and only the waiting moves.
+      if (r.slowest < 0 || t.ranks[i].compute_seconds > r.compute_seconds[static_cast<std::size_t>(r.slowest)]) {
+        r.slowest = static_cast<int>(i);
       }
     }
-  }
-
-  void finish_exchange(Straggler& s) {
-    s.done->synchronize();
-    const auto* all = s.host_recv.data_as<double>();  // per rank: mean step, mean own compute
-    StragglerReport r;
-    const auto n = static_cast<std::size_t>(s.comm->size());
-    for (std::size_t i = 0; i < n; ++i) {
-      r.step_seconds.push_back(all[2 * i]);
-      r.compute_seconds.push_back(all[2 * i + 1]);
+    if (!live.empty()) {
+      std::sort(live.begin(), live.end());
+      const std::size_t n = live.size();
+      r.median = n % 2 == 1 ? live[n / 2] : 0.5 * (live[n / 2 - 1] + live[n / 2]);
+      r.straggler = n > 1 && r.median > 0 &&
+                    r.compute_seconds[static_cast<std::size_t>(r.slowest)] > r.median * (1 + s.options.threshold);
     }
-    // The ranks' own work, not their wall steps: in a synchronous loop the collectives make every
-    // rank's step as long as the slowest's, and only the waiting moves.
-    std::vector<double> sorted = r.compute_seconds;
-    std::sort(sorted.begin(), sorted.end());
-    r.median = n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-    r.slowest = static_cast<int>(std::max_element(r.compute_seconds.begin(), r.compute_seconds.end()) -
-                                 r.compute_seconds.begin());
-    r.straggler =
-        r.median > 0 && r.compute_seconds[static_cast<std::size_t>(r.slowest)] > r.median * (1 + s.options.threshold);
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < t.ranks.size(); ++i) {
       rank_step->Add({{"rank", std::to_string(i)}}).Set(r.step_seconds[i]);
       rank_compute->Add({{"rank", std::to_string(i)}}).Set(r.compute_seconds[i]);
     }
     straggler.get().Set(r.straggler ? 1 : 0);
     straggler_rank.get().Set(r.straggler ? r.slowest : -1);
+    ranks_lost.get().Set(static_cast<double>(r.lost.size()));
     s.report = std::move(r);
-    s.done.reset();
-  }
-
-  // Enqueues the all-gather of this rank's mean step and compute time over the period just ended.
-  void start_exchange(Straggler& s) {
-    s.host_send.data_as<double>()[0] = s.step_sum / s.count;
-    s.host_send.data_as<double>()[1] = s.compute_sum / s.count;
-    s.step_sum = s.compute_sum = 0;
-    s.count = 0;
-    copy(s.send, s.host_send, s.stream);
-    s.comm->all_gather(s.send, s.recv, s.stream);
-    copy(s.host_recv, s.recv, s.stream);
-    s.done.emplace(s.stream.device());
-    s.done->record(s.stream);
   }
 };
 
@@ -427,12 +412,13 @@ void StepMetrics::record(const StepRecord& r) {
     Straggler& s = *m.stragglers;
     s.step_sum += r.seconds;
     s.compute_sum += compute;
+    ++s.steps;
     if (++s.count == s.options.every) {
-      if (s.done) m.finish_exchange(s);  // the previous period's, long done by now
-      m.start_exchange(s);
-    } else if (s.done && s.done->query()) {
-      m.finish_exchange(s);
+      s.channel.publish({s.step_sum / s.count, s.compute_sum / s.count, s.steps});
+      s.step_sum = s.compute_sum = 0;
+      s.count = 0;
     }
+    if (auto table = s.channel.poll()) m.apply(s, *table);  // never blocks
   }
 }
 
@@ -570,6 +556,8 @@ Exporter::Exporter(ExporterOptions options) {
                          .Register(r);
   m->straggler = gauge("gpucloud_straggler", "1 while the slowest rank's own work is beyond the straggler threshold.");
   m->straggler_rank = gauge("gpucloud_straggler_rank", "The straggling rank, or -1.");
+  m->ranks_lost = gauge("gpucloud_straggler_ranks_lost",
+                        "Ranks whose straggler channel closed (they ended or died): left out of the comparison.");
   impl->step_impl = m;
   impl->steps = std::make_unique<StepMetrics>(m);
   if (options.port >= 0) {
@@ -636,20 +624,66 @@ void Exporter::detect_stragglers(Communicator& comm, StreamView stream, Straggle
                    "options.threshold: must be a finite fraction >= 0");
   GPUCLOUD_EXPECTS(stream.device() == comm.device(), call,
                    "stream: on " + stream.device().str() + ", the communicator's buffers on " + comm.device().str());
+  const int rank = comm.rank(), size = comm.size();
+  // Setup, the only use of the communicator: rank 0's address reaches the others in a broadcast,
+  // they connect, and an all-reduce makes every rank agree that all did (or raise together).
+  detail::Rendezvous where;
+  std::optional<detail::StragglerChannel> channel;
+  std::string failure;
+  if (rank == 0) {
+    try {
+      channel.emplace(detail::StragglerChannel::host(size, where));
+    } catch (const Error& e) {  // the others still take part in the broadcast: port 0 says why
+      failure = e.reason();
+      where.words.fill(0);
+    }
+  }
+  const double wait = std::min(60.0, std::chrono::duration<double>(comm.timeout()).count());
+  if (size > 1) {
+    Buffer host(detail::Rendezvous::kWords, DType::int64, Device::host(), MemoryKind::pinned);
+    Buffer shared(detail::Rendezvous::kWords, DType::int64, comm.device(), MemoryKind::device);
+    std::copy(where.words.begin(), where.words.end(), host.data_as<std::int64_t>());
+    copy(shared, host, stream);
+    comm.broadcast(shared, 0, stream);
+    copy(host, shared, stream);
+    stream.synchronize();
+    std::copy(host.data_as<std::int64_t>(), host.data_as<std::int64_t>() + where.words.size(), where.words.begin());
+    if (rank > 0) {
+      if (where.words[1] == 0) {
+        failure = "rank 0 could not listen for the other ranks";
+      } else {
+        channel.emplace(detail::StragglerChannel::join(rank, size, where, wait));
+      }
+    } else if (channel) {
+      channel->accept_peers(wait);
+    }
+    if (channel && !channel->joined()) failure = channel->error();
+    // Every rank's verdict: the lowest failing rank, or size when none failed.
+    host.data_as<std::int64_t>()[0] = failure.empty() ? size : rank;
+    copy(shared, host, stream);
+    comm.all_reduce(shared.view().slice(0, 1), shared.view().slice(0, 1), ReduceOp::min, stream);
+    copy(host, shared, stream);
+    stream.synchronize();
+    const std::int64_t first_failed = host.data_as<std::int64_t>()[0];
+    if (first_failed != size) {
+      throw CommunicationError(
+          call,
+          "the straggler channel could not be set up: " +
+              (failure.empty() ? "rank " + std::to_string(first_failed) + " failed (its error says why)" : failure),
+          __FILE__, __LINE__);
+    }
+  } else if (!failure.empty()) {
+    throw CommunicationError(call, failure, __FILE__, __LINE__);
+  }
   auto& m = *impl_->step_impl;
   std::lock_guard<std::mutex> lock(m.mutex);
-  if (m.stragglers && m.stragglers->done) m.stragglers->done->synchronize();
   if (!m.stragglers) {  // exported from now on: none yet
     m.straggler.get().Set(0);
     m.straggler_rank.get().Set(-1);
+    m.ranks_lost.get().Set(0);
   }
-  Straggler s(comm, stream, options);
-  const auto n = static_cast<std::size_t>(comm.size());
-  s.send = Buffer(2, DType::float64, comm.device(), MemoryKind::device);
-  s.recv = Buffer(2 * n, DType::float64, comm.device(), MemoryKind::device);
-  s.host_send = Buffer(2, DType::float64, Device::host(), MemoryKind::pinned);
-  s.host_recv = Buffer(2 * n, DType::float64, Device::host(), MemoryKind::pinned);
-  m.stragglers.emplace(std::move(s));
+  m.stragglers.reset();  // an earlier channel closes
+  m.stragglers.emplace(options, std::move(*channel));
 }
 
 StragglerReport Exporter::straggler_report() const {

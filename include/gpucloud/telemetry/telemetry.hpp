@@ -94,7 +94,7 @@ class GPUCLOUD_API StepMetrics {
 
 /// @brief Straggler detection's settings.
 struct StragglerOptions {
-  int every = 50;          ///< steps between exchanges of step-time summaries
+  int every = 50;          ///< steps per period: each rank sends rank 0 its means at every period's end
   double threshold = 0.2;  ///< a rank is a straggler when its mean own work per step is this much above the median
 };
 
@@ -103,8 +103,10 @@ struct StragglerReport {
   std::vector<double> step_seconds;     ///< every rank's mean step time over the last period, by rank
   std::vector<double> compute_seconds;  ///< every rank's mean own work per step (the step less its data
                                         ///< wait and collectives), by rank: what the detection compares
-  double median = 0;                    ///< the median of compute_seconds
-  int slowest = -1;                     ///< the rank of the most own work per step
+  std::vector<std::int64_t> steps;      ///< the steps each rank had recorded at its last period's end
+  std::vector<int> lost;                ///< ranks whose channel closed (ended or died): not compared
+  double median = 0;                    ///< the median of compute_seconds over the ranks not lost
+  int slowest = -1;                     ///< the rank (not lost) of the most own work per step
   bool straggler = false;               ///< the slowest is beyond the threshold
 };
 
@@ -135,12 +137,15 @@ class GPUCLOUD_API Exporter {
   void unwatch(const MetricsMonitor& monitor);
   /// @brief The training metrics.
   StepMetrics& steps();
-  /// @brief Exchanges step-time summaries over @p comm every options.every recorded steps (an
-  ///        all-gather of two doubles, enqueued on @p stream by the record() that completes the
-  ///        period; read back at the next period), compares the ranks' own work per step (the step
-  ///        less its data wait and collectives) and exports gpucloud_rank_step_seconds{rank=...},
-  ///        gpucloud_rank_compute_seconds{rank=...} and gpucloud_straggler. Every rank of @p comm
-  ///        calls it and records the same steps.
+  /// @brief Compares the ranks' own work per step (the step less its data wait and collectives):
+  ///        each rank sends rank 0 its means every options.every recorded steps over a TCP channel
+  ///        of its own, rank 0 sends every rank the latest of all; record() never waits for it and
+  ///        ranks may record different numbers of steps, stop or die (then reported lost). Exports
+  ///        gpucloud_rank_step_seconds{rank=...}, gpucloud_rank_compute_seconds{rank=...},
+  ///        gpucloud_straggler(_rank) and gpucloud_straggler_ranks_lost. A collective over @p comm
+  ///        (a broadcast and an all-reduce on @p stream, then never again): every rank calls it.
+  /// @throws InvalidArgument for bad options or a stream of another device; CommunicationError on
+  ///         every rank when some rank could not reach rank 0 (naming it and the addresses tried).
   void detect_stragglers(Communicator& comm, StreamView stream, StragglerOptions options = {});
   /// @brief The report of the last completed exchange (empty before the first).
   StragglerReport straggler_report() const;
