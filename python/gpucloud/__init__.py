@@ -44,6 +44,7 @@ from ._core import (  # noqa: E402, F401
     GpuSpec,
     GpuPlacement,
     GradBucketer,
+    Hierarchy,
     HostThreads,
     InvalidArgument,
     LaunchInfo,

@@ -121,6 +121,20 @@ void bind_comm(py::module_& m) {
   m.def("launch_info_from_environment", &launch_info_from_environment,
         "Rank, size and node from mpirun / srun / torchrun variables (GPUCLOUD_LOCAL_SIZE overrides the node size).");
 
+  py::class_<Hierarchy>(m, "Hierarchy",
+                        "The hierarchical all-reduce's inner groups: a node, or (GPUCLOUD_HIERARCHY) a node's NVLink "
+                        "island, NUMA node or block of local ranks.")
+      .def_readonly("level", &Hierarchy::level, "'node', 'nvlink', 'numa' or 'blocks of K'.")
+      .def_readonly("group", &Hierarchy::group, "This rank's group, numbered by first rank.")
+      .def_readonly("groups", &Hierarchy::groups, "Groups in the communicator.")
+      .def_readonly("group_rank", &Hierarchy::group_rank, "Rank within its group.")
+      .def_readonly("group_size", &Hierarchy::group_size, "Ranks per group.")
+      .def("__repr__", [](const Hierarchy& h) {
+        return "Hierarchy(level='" + h.level + "', group=" + std::to_string(h.group) +
+               ", groups=" + std::to_string(h.groups) + ", group_rank=" + std::to_string(h.group_rank) +
+               ", group_size=" + std::to_string(h.group_size) + ")";
+      });
+
   py::class_<LinkCost>(m, "LinkCost", "A link's cost per step: alpha seconds + bytes * beta.")
       .def(py::init([](double alpha, double beta) {
              return LinkCost{alpha, beta};
@@ -235,6 +249,8 @@ void bind_comm(py::module_& m) {
       .def_property_readonly("local_size", &Communicator::local_size)
       .def_property_readonly("node", &Communicator::node)
       .def_property_readonly("nodes", &Communicator::nodes)
+      .def_property_readonly("hierarchy", &Communicator::hierarchy,
+                             "The hierarchical all-reduce's groups (GPUCLOUD_HIERARCHY; the nodes by default).")
       .def_property_readonly("broken", &Communicator::broken)
       .def_property_readonly(
           "busy_seconds", &Communicator::busy_seconds,

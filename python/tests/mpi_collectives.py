@@ -32,7 +32,7 @@ def main():
     for i, g in enumerate(grads):
         assert np.allclose(g, np.mean([q + i for q in range(n)])), (i, g[:3])
     model = comm.measure_cost_model(s)
-    assert gc.AllReduceCostModel.from_json(model.to_json()).nodes == comm.nodes
+    assert gc.AllReduceCostModel.from_json(model.to_json()).nodes == comm.hierarchy.groups  # nodes by default
     assert model.flat_halving == (n in (4, 8, 16) and comm.nodes > 1)  # MPI's flat form on several nodes
     auto = np.arange(100, dtype=np.int64) * (r + 1)
     comm.all_reduce_auto(auto, auto, s)
@@ -41,7 +41,9 @@ def main():
     with np.testing.assert_raises(gc.InvalidArgument):
         comm.all_reduce(ints, ints, s, op="average")
     if r == 0:
-        print(f"python collectives on {n} ranks ({comm.nodes} nodes): ok")
+        h = comm.hierarchy
+        print(f"python collectives on {n} ranks ({comm.nodes} nodes): ok; "
+              f"hierarchy {h.level}: {h.groups} groups of {h.group_size}")
     return 0
 
 

@@ -9,13 +9,15 @@ import pytest
 SCRIPT = Path(__file__).with_name("mpi_collectives.py")
 
 
-def run_mpi(ranks, *args, local_size=None):
+def run_mpi(ranks, *args, local_size=None, hierarchy=None):
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
     env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
     if local_size:
         env["GPUCLOUD_LOCAL_SIZE"] = str(local_size)
+    if hierarchy:
+        env["GPUCLOUD_HIERARCHY"] = str(hierarchy)
     cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks), sys.executable]
     result = subprocess.run(cmd + [str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -26,7 +28,14 @@ def run_mpi(ranks, *args, local_size=None):
 def test_collectives_under_mpirun(ranks, local_size):
     result = run_mpi(ranks, local_size=local_size)
     nodes = ranks // local_size if local_size else 1
-    assert f"python collectives on {ranks} ranks ({nodes} nodes): ok" in result.stdout
+    assert (f"python collectives on {ranks} ranks ({nodes} nodes): ok; "
+            f"hierarchy node: {nodes} groups of {ranks // nodes}") in result.stdout, result.stdout
+
+
+def test_the_hierarchy_splits_a_node_into_groups_of_local_ranks():
+    result = run_mpi(4, hierarchy=2)
+    assert "python collectives on 4 ranks (1 nodes): ok; hierarchy blocks of 2: 2 groups of 2" in result.stdout, \
+        result.stdout
 
 
 def test_communicator_from_mpi4py():

@@ -115,6 +115,7 @@ int Communicator::local_rank() const noexcept { return impl_->local_rank; }
 int Communicator::local_size() const noexcept { return impl_->local_size; }
 int Communicator::node() const noexcept { return impl_->node; }
 int Communicator::nodes() const noexcept { return impl_->nodes; }
+Hierarchy Communicator::hierarchy() const { return impl_->grouping; }
 std::chrono::milliseconds Communicator::timeout() const noexcept { return impl_->timeout; }
 bool Communicator::broken() const noexcept { return impl_->broken; }
 double Communicator::busy_seconds() const noexcept { return static_cast<double>(impl_->busy_ns.load()) * 1e-9; }
@@ -142,7 +143,9 @@ void Communicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, Str
 void Communicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
   constexpr const char* call = "Communicator::hierarchical_all_reduce";
   impl_->check_usable(call);
-  GPUCLOUD_EXPECTS(impl_->uniform_nodes, call, "nodes have different numbers of processes");
+  GPUCLOUD_EXPECTS(impl_->uniform_groups, call,
+                   impl_->grouping.level == "node" ? "nodes have different numbers of processes"
+                                                   : "groups have different numbers of processes");
   check_in_place_or_apart(send, recv, call);
   impl_->hierarchical_all_reduce(send, recv, op, stream);
 }
@@ -197,13 +200,14 @@ AllReduceCostModel Communicator::measure_cost_model(StreamView stream) {
     return link;
   };
   AllReduceCostModel m;
-  m.local_size = c.local_size;
-  m.nodes = c.nodes;
+  // The hierarchy's groups: a node, or a node's NVLink island / NUMA node (GPUCLOUD_HIERARCHY).
+  m.local_size = c.grouping.group_size;
+  m.nodes = c.grouping.groups;
   m.flat_halving = c.flat_all_reduce_halves();
   std::vector<LinkCost> intra, inter;
   for (int i = 0; i < detail::kCostModelFits; ++i) {  // interleaved: a busy moment hits one fit of each
-    intra.push_back(fit(true, c.local_size));
-    if (c.nodes > 1) inter.push_back(fit(false, c.nodes));
+    intra.push_back(fit(true, c.grouping.group_size));
+    if (c.grouping.groups > 1) inter.push_back(fit(false, c.grouping.groups));
   }
   detail::set_links(m, intra, inter);
   c.model = m;
@@ -211,15 +215,17 @@ AllReduceCostModel Communicator::measure_cost_model(StreamView stream) {
 }
 
 void Communicator::set_cost_model(const AllReduceCostModel& model) {
-  GPUCLOUD_EXPECTS(model.local_size == impl_->local_size && model.nodes == impl_->nodes, "Communicator::set_cost_model",
-                   "model: measured for " + std::to_string(model.nodes) + " node(s) of " +
-                       std::to_string(model.local_size) + ", this job has " + std::to_string(impl_->nodes) + " of " +
-                       std::to_string(impl_->local_size));
+  const Hierarchy& g = impl_->grouping;
+  GPUCLOUD_EXPECTS(model.local_size == g.group_size && model.nodes == g.groups, "Communicator::set_cost_model",
+                   "model: measured for " + std::to_string(model.nodes) + " group(s) of " +
+                       std::to_string(model.local_size) + ", this job has " + std::to_string(g.groups) + " of " +
+                       std::to_string(g.group_size) + " (groups: " + g.level + ")");
   impl_->model = model;
 }
 
 void Communicator::all_reduce_auto(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
-  const bool hierarchical = impl_->model && impl_->nodes > 1 && impl_->local_size > 1 && impl_->uniform_nodes &&
+  const Hierarchy& g = impl_->grouping;
+  const bool hierarchical = impl_->model && g.groups > 1 && g.group_size > 1 && impl_->uniform_groups &&
                             impl_->model->prefer_hierarchical(send.size_bytes());
   if (hierarchical) {
     hierarchical_all_reduce(send, recv, op, stream);

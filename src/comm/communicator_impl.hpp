@@ -23,6 +23,15 @@ struct Communicator::Impl {
   Device device = Device::host();  // where its buffers live (host for MPI)
   int rank = 0, size = 1, local_rank = 0, local_size = 1, node = 0, nodes = 1;
   bool uniform_nodes = true;
+  // The hierarchical all-reduce's inner groups (Communicator::hierarchy): the nodes unless the
+  // backend split them (GPUCLOUD_HIERARCHY).
+  Hierarchy grouping;
+  bool uniform_groups = true;
+  /// The groups are the nodes.
+  void use_nodes_as_groups() {
+    grouping = Hierarchy{"node", node, nodes, local_rank, local_size};
+    uniform_groups = uniform_nodes;
+  }
   std::atomic<std::chrono::milliseconds> timeout{std::chrono::milliseconds(600000)};  // set_timeout races with workers
   std::atomic<bool> broken{false};
   std::atomic<std::int64_t> busy_ns{0};  // time the collectives took, measured by the backend

@@ -47,6 +47,23 @@ TEST(Collectives, RanksAndNodesComeFromTheLauncher) {
     EXPECT_EQ(c.node(), c.rank() / c.local_size());
   }
   EXPECT_EQ(c.local_size() * c.nodes(), c.size());
+  // The hierarchical all-reduce's groups: the nodes, or blocks of K local ranks (GPUCLOUD_HIERARCHY=K).
+  const gc::Hierarchy h = c.hierarchy();
+  const char* asked = std::getenv("GPUCLOUD_HIERARCHY");
+  const int k = asked != nullptr ? std::atoi(asked) : 0;
+  if (k > 1 && k < c.local_size()) {
+    EXPECT_EQ(h.level, "blocks of " + std::to_string(k));
+    EXPECT_EQ(h.group_size, k);
+    EXPECT_EQ(h.groups, c.size() / k);
+    EXPECT_EQ(h.group_rank, c.local_rank() % k);
+    EXPECT_EQ(h.group, c.node() * (c.local_size() / k) + c.local_rank() / k);
+  } else {
+    EXPECT_EQ(h.level, "node");
+    EXPECT_EQ(h.group_size, c.local_size());
+    EXPECT_EQ(h.groups, c.nodes());
+    EXPECT_EQ(h.group_rank, c.local_rank());
+    EXPECT_EQ(h.group, c.node());
+  }
 }
 
 TEST(Collectives, AllReduceEveryOpDtypeAndCountInAndOutOfPlace) {

@@ -98,8 +98,8 @@ TEST(CostModel, MeasuredOnThisJobAndUsedByAllReduceAuto) {
   auto& c = world();
   gc::Stream s;
   const gc::AllReduceCostModel m = c.measure_cost_model(s);
-  EXPECT_EQ(m.local_size, c.local_size());
-  EXPECT_EQ(m.nodes, c.nodes());
+  EXPECT_EQ(m.local_size, c.hierarchy().group_size);  // the hierarchy's groups: the nodes by default
+  EXPECT_EQ(m.nodes, c.hierarchy().groups);
   // The MPI backend halves and doubles its flat all-reduce on 4, 8 or 16 ranks over several nodes.
   EXPECT_EQ(m.flat_halving, (c.size() == 4 || c.size() == 8 || c.size() == 16) && c.nodes() > 1);
   if (c.local_size() > 1) {

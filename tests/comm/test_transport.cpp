@@ -263,6 +263,21 @@ TEST(TransportCommunicator, HierarchicalOnTwoSimulatedNodesOfTwo) {
   ::unsetenv("GPUCLOUD_LOCAL_SIZE");
 }
 
+TEST(TransportCommunicator, HierarchicalOverGroupsOfTwoInsideOneNode) {
+  ::unsetenv("GPUCLOUD_LOCAL_SIZE");
+  ::setenv("GPUCLOUD_HIERARCHY", "2", 1);  // a node of 4 split into 2 groups of 2 (split() made them)
+  on_ranks(4, [](int r, auto t) {
+    every_collective(r, t, 1);
+    const gc::Hierarchy h = gc::Communicator::from_transport(t).hierarchy();
+    EXPECT_EQ(h.level, "blocks of 2");
+    EXPECT_EQ(h.groups, 2);
+    EXPECT_EQ(h.group_rank, r % 2);
+  });
+  ::setenv("GPUCLOUD_HIERARCHY", "3", 1);  // does not divide the node: named, nothing made
+  EXPECT_THROW(on_ranks(4, [](int, auto t) { (void)gc::Communicator::from_transport(t); }), gc::InvalidArgument);
+  ::unsetenv("GPUCLOUD_HIERARCHY");
+}
+
 TEST(TransportCommunicator, WithoutTheAgreementEveryCollectiveStillHolds) {
   ::unsetenv("GPUCLOUD_LOCAL_SIZE");
   ::setenv("GPUCLOUD_COMM_CHECKS", "0", 1);

@@ -47,6 +47,18 @@ struct LaunchInfo {
   int nodes = 1;         ///< nodes in the job; 0 when the launcher does not say (mpirun)
 };
 
+/// @brief The inner groups of hierarchical_all_reduce and all_reduce_auto: the ranks joined by
+///        the fastest link. A node by default; GPUCLOUD_HIERARCHY=nvlink|numa|K (or auto: NVLink
+///        islands on NCCL) splits nodes into NVLink islands, NUMA nodes or blocks of K local ranks
+///        where that gives groups of equal size, more than one per node.
+struct Hierarchy {
+  std::string level = "node";  ///< "node", "nvlink", "numa" or "blocks of K"
+  int group = 0;               ///< this rank's group, numbered by first rank
+  int groups = 1;              ///< groups in the communicator
+  int group_rank = 0;          ///< rank within its group
+  int group_size = 1;          ///< ranks per group (this rank's group's, when groups differ)
+};
+
 /// @brief Reads OMPI_COMM_WORLD_* (mpirun), SLURM_* of the step (srun: tasks per node in
 ///        Slurm's "4(x2)" / "3,1" form), PMI_* (MPICH), RANK / WORLD_SIZE / LOCAL_* / GROUP_*
 ///        (torchrun); GPUCLOUD_LOCAL_SIZE overrides the node size, so several "nodes" can be
@@ -120,6 +132,7 @@ class GPUCLOUD_API Communicator {
   int local_size() const noexcept;       ///< @brief Processes per node.
   int node() const noexcept;             ///< @brief Index of this process's node.
   int nodes() const noexcept;            ///< @brief Number of nodes.
+  Hierarchy hierarchy() const;           ///< @brief The hierarchical all-reduce's groups.
   /// @brief How long a collective may take before it is a CommunicationError.
   std::chrono::milliseconds timeout() const noexcept;
   /// @brief Changes the timeout for later operations.

@@ -23,11 +23,13 @@ struct LinkCost {
 /// Hierarchical: reduce-scatter inside the node
 /// ((L-1)(alpha_i + S/L beta_i)), all-reduce of an S/L shard across N nodes
 /// (2(N-1) alpha_e + 2(N-1)/N S/L beta_e), all-gather inside the node (as the reduce-scatter).
+/// "Node" is the hierarchy's group (Communicator::hierarchy()): a node, or a node's NVLink island,
+/// NUMA node or block of ranks where GPUCLOUD_HIERARCHY splits the nodes.
 struct GPUCLOUD_API AllReduceCostModel {
-  LinkCost intra;      ///< inside a node (shared memory, NVLink)
-  LinkCost inter;      ///< between nodes (network)
-  int local_size = 1;  ///< ranks per node
-  int nodes = 1;       ///< nodes
+  LinkCost intra;      ///< inside a group (shared memory, NVLink)
+  LinkCost inter;      ///< between groups (network; PCIe or the socket link between a node's groups)
+  int local_size = 1;  ///< ranks per group (a node by default)
+  int nodes = 1;       ///< groups (nodes by default)
   /// The flat all-reduce halves and doubles, low rank bits first, instead of running a ring (the MPI
   /// backend on 4, 8 or 16 ranks over more than one node): only S/L crosses the network.
   bool flat_halving = false;

@@ -105,7 +105,7 @@ void run_ring(MpiCommunicator& c, const Poll& poll, MPI_Comm comm, detail::RingK
   int rank = 0, size = 1;
   GPUCLOUD_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   GPUCLOUD_MPI_CHECK(MPI_Comm_size(comm, &size));
-  const bool one_node = comm == c.local || c.nodes == 1;
+  const bool one_node = comm == c.local || comm == c.group || c.nodes == 1;
   detail::RingCollective ring(kind, send, recv, n, t, op, comm, rank, size, c.scratch(), root, steps, one_node);
   poll([&] { return ring.test(); });
 }
@@ -184,20 +184,22 @@ void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, 
         const DType t = send.dtype();
         // Shards over the node's ranks, the first total % L one longer: the ring all-reduce's
         // blocks, so its two halves are phases (1) and (3).
-        const std::int64_t L = c.local_size, me = c.local_rank;
+        const std::int64_t L = c.grouping.group_size, me = c.grouping.group_rank;
         const std::int64_t shard = total / L + (me < total % L ? 1 : 0),
                            offset = me * (total / L) + std::min(me, total % L);
         unsigned char* mine = static_cast<unsigned char*>(recv.data()) + static_cast<std::size_t>(offset) * elem;
         // (1) reduce-scatter inside the node: this rank's shard of the sum into recv
-        run_ring(c, poll, c.local, detail::RingKind::all_reduce, send.data(), recv.data(), total, t, op, 0,
+        run_ring(c, poll, c.group, detail::RingKind::all_reduce, send.data(), recv.data(), total, t, op, 0,
                  detail::RingSteps::reduce_scatter_half);
         // (2) all-reduce of the shard among the ranks holding it on the other nodes, in place
         const std::size_t bytes = static_cast<std::size_t>(shard) * elem;
-        const auto across = detail::halving_applies(bytes, c.nodes, c.nodes, 0) ? detail::RingKind::all_reduce_halving
-                                                                                : detail::RingKind::all_reduce;
-        run_ring(c, poll, c.cross, across, mine, mine, shard, t, op);
+        const int groups = c.grouping.groups;
+        const auto across = detail::halving_applies(bytes, groups, std::min(groups, c.nodes), 0)
+                                ? detail::RingKind::all_reduce_halving
+                                : detail::RingKind::all_reduce;
+        run_ring(c, poll, c.group_cross, across, mine, mine, shard, t, op);
         // (3) all-gather inside the node
-        run_ring(c, poll, c.local, detail::RingKind::all_reduce, recv.data(), recv.data(), total, t, op, 0,
+        run_ring(c, poll, c.group, detail::RingKind::all_reduce, recv.data(), recv.data(), total, t, op, 0,
                  detail::RingSteps::all_gather_half);
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },

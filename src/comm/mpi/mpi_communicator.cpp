@@ -7,6 +7,7 @@
 #include <gpucloud/comm/communicator.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include "comm/hierarchy.hpp"
 #include "comm/mpi/mpi_types.hpp"
 #include "comm/nccl/nccl_communicator.hpp"
 
@@ -101,6 +102,7 @@ std::shared_ptr<detail::MpiCommunicator> detail::MpiCommunicator::build(MPI_Comm
   auto c = std::make_shared<MpiCommunicator>();
   c->timeout = detail::timeout_from_environment();            // the environment first: a bad value changes nothing
   c->route_policy = detail::route_policy_from_environment();  // GPUCLOUD_COLLECTIVE_ROUTE
+  const HierarchyRequest hierarchy = detail::hierarchy_from_environment(call);
   if (const char* m = std::getenv("GPUCLOUD_MPI_MAX_COUNT"); m != nullptr && *m != '\0') {
     char* end = nullptr;
     const long long v = std::strtoll(m, &end, 10);
@@ -141,11 +143,42 @@ std::shared_ptr<detail::MpiCommunicator> detail::MpiCommunicator::build(MPI_Comm
   leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
   c->nodes = static_cast<int>(leaders.size());
   c->node = static_cast<int>(std::lower_bound(leaders.begin(), leaders.end(), leader) - leaders.begin());
+  c->split_groups(hierarchy, call);
   return c;
 }
 
+void detail::MpiCommunicator::split_groups(const HierarchyRequest& request, const char* call) {
+  use_nodes_as_groups();
+  group = local;
+  group_cross = cross;
+  check_blocks(request, local_size, uniform_nodes, call);
+  // Host memory is shared by the whole node: it stays the group unless NUMA nodes or blocks are asked for.
+  if (request.kind != HierarchyRequest::Kind::numa && request.kind != HierarchyRequest::Kind::blocks) return;
+  long long mine[2] = {node, -1};
+  try {
+    mine[1] =
+        subgroup_key(request, -1, local_rank, request.kind == HierarchyRequest::Kind::numa ? topology() : Topology{});
+  } catch (const Error&) {  // the OS's description unreadable: the node is the group
+  }
+  std::vector<long long> all(2 * static_cast<std::size_t>(size));
+  GPUCLOUD_MPI_CHECK(MPI_Allgather(mine, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, world));
+  std::vector<int> node_of;
+  std::vector<long long> keys;
+  for (std::size_t r = 0; r < static_cast<std::size_t>(size); ++r) {
+    node_of.push_back(static_cast<int>(all[2 * r]));
+    keys.push_back(all[2 * r + 1]);
+  }
+  const std::optional<NodeLayout> layout = group_layout(node_of, keys, rank);
+  if (!layout) return;
+  GPUCLOUD_MPI_CHECK(MPI_Comm_split(world, layout->node, rank, &group));
+  GPUCLOUD_MPI_CHECK(MPI_Comm_split(world, layout->local_rank, rank, &group_cross));
+  grouping =
+      Hierarchy{hierarchy_level(request, true), layout->node, layout->nodes, layout->local_rank, layout->local_size};
+  uniform_groups = true;
+}
+
 double detail::MpiCommunicator::time_all_reduce(bool intra, std::size_t bytes, int repeats) {
-  const MPI_Comm comm = intra ? local : cross;
+  const MPI_Comm comm = intra ? group : group_cross;
   std::vector<float> buf(std::max<std::size_t>(bytes / 4, 1));
   GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, MPI_SUM, comm));
   GPUCLOUD_MPI_CHECK(MPI_Barrier(world));

@@ -11,6 +11,7 @@
 
 #include "comm/agreement.hpp"
 #include "comm/communicator_impl.hpp"
+#include "comm/hierarchy.hpp"
 #include "comm/mpi/agreement_exchange.hpp"
 #include "comm/mpi/mpi_check.hpp"
 #include "comm/mpi/ring.hpp"
@@ -51,6 +52,9 @@ inline constexpr std::size_t kInPlaceRingBytes = std::size_t{1} << 20;
 // they have run.
 struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<MpiCommunicator> {
   MPI_Comm world = MPI_COMM_NULL, local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+  // The hierarchical all-reduce's inner groups and the communicator across them: local and cross
+  // themselves unless GPUCLOUD_HIERARCHY split the nodes (then communicators of their own).
+  MPI_Comm group = MPI_COMM_NULL, group_cross = MPI_COMM_NULL;
   MPI_Comm agreement = MPI_COMM_NULL;  // world's duplicate, for the agreement's messages alone
   // The agreement's buffers (this rank's, and what peers send), made once and used under `order`:
   // 64 KiB each, allocated per call they cost page faults whenever malloc returns the top of its
@@ -79,6 +83,8 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
       (void)halving_workspace.release();
       return;
     }
+    if (group != local && group != MPI_COMM_NULL) MPI_Comm_free(&group);
+    if (group_cross != cross && group_cross != MPI_COMM_NULL) MPI_Comm_free(&group_cross);
     for (MPI_Comm* c : {&agreement, &cross, &local, &world}) {
       if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     }
@@ -276,6 +282,9 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // A communicator over a duplicate of @p parent: nodes from GPUCLOUD_LOCAL_SIZE or a
   // shared-memory split, the cross-node communicator, the timeout from GPUCLOUD_COMM_TIMEOUT.
   static std::shared_ptr<MpiCommunicator> build(MPI_Comm parent, const char* call);
+  // The hierarchical all-reduce's groups (GPUCLOUD_HIERARCHY): the nodes, or their NUMA nodes or
+  // blocks of local ranks, split from world (a collective, at setup).
+  void split_groups(const HierarchyRequest& request, const char* call);
 
   void all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) override;
   void hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) override;

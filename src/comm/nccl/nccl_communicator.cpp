@@ -230,15 +230,16 @@ void NcclCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv,
   const ncclRedOp_t rop = nccl_op(op, send.dtype(), call);  // average: mean of node means (uniform nodes)
   if (send.empty()) return;
   const std::size_t n = send.size(), elem = dtype_size(send.dtype());
-  const std::size_t L = static_cast<std::size_t>(local_size), shard = (n + L - 1) / L;
+  const std::size_t L = static_cast<std::size_t>(grouping.group_size), shard = (n + L - 1) / L;
   enqueue(call, stream, static_cast<std::int64_t>(n), send.dtype(), [&](cudaStream_t s) {
-    // Pad to L equal shards in scratch: reduce-scatter inside the node, all-reduce each shard
-    // across nodes, all-gather inside the node, all in place; copy the n results out.
+    // Pad to L equal shards in scratch: reduce-scatter inside the group (a node, or its NVLink
+    // island), all-reduce each shard across the groups, all-gather inside the group, all in place;
+    // copy the n results out.
     const detail::Workspace padded(shard * L * elem, stream);
     auto* scratch = static_cast<unsigned char*>(padded.get());
     GPUCLOUD_CUDA_CHECK(cudaMemcpyAsync(scratch, send.data(), n * elem, cudaMemcpyDefault, s));
     if (shard * L > n) GPUCLOUD_CUDA_CHECK(cudaMemsetAsync(scratch + n * elem, 0, (shard * L - n) * elem, s));
-    unsigned char* mine = scratch + static_cast<std::size_t>(local_rank) * shard * elem;
+    unsigned char* mine = scratch + static_cast<std::size_t>(grouping.group_rank) * shard * elem;
     GPUCLOUD_NCCL_CALL(*comms, ncclReduceScatter(scratch, mine, shard, type, rop, comms->local(), s));
     GPUCLOUD_NCCL_CALL(*comms, ncclAllReduce(mine, mine, shard, type, rop, comms->cross(), s));
     GPUCLOUD_NCCL_CALL(*comms, ncclAllGather(mine, scratch, shard, type, comms->local(), s));

@@ -81,10 +81,11 @@ struct NcclCommunicator final : Communicator::Impl {
 
   /// The node structure, the sub-communicators, the barrier's word and the watchdog, once the
   /// communicator exists: nodes are @p known, else GPUCLOUD_LOCAL_SIZE's blocks, else the ranks'
-  /// host names (nccl_setup.cpp).
+  /// host names; the hierarchy's groups split the nodes where GPUCLOUD_HIERARCHY finds NVLink
+  /// islands, NUMA nodes or blocks (nccl_setup.cpp).
   void finish_setup(std::optional<NodeLayout> known);
-  /// Every rank's host key, all-gathered (a collective of every rank, at setup).
-  std::vector<std::uint64_t> gather_host_keys();
+  /// Every rank's words (as many on each), all-gathered in rank order (a collective, at setup).
+  std::vector<std::uint64_t> gather_words(const std::vector<std::uint64_t>& mine);
 
   /// Buffers the collective may use: reachable from a stream of this communicator's GPU.
   void check_memory(BufferView v, StreamView s, const char* call, const char* arg) const {

@@ -3,6 +3,7 @@
 #include "comm/nccl/nccl_communicator.hpp"
 #include "comm/nccl/nccl_communicator_impl.hpp"
 
+#include "comm/hierarchy.hpp"
 #include "comm/nccl/nccl_check.hpp"
 #include "memory/cuda/memory_backend.hpp"
 #include "runtime/cuda/cuda_libraries.hpp"
@@ -62,21 +63,21 @@ double NcclCommunicator::time_all_reduce(bool intra, std::size_t bytes, int repe
   return seconds;
 }
 
-// Every rank's host key, all-gathered over every rank (a collective of every rank, at setup).
-std::vector<std::uint64_t> NcclCommunicator::gather_host_keys() {
-  std::vector<std::uint64_t> keys(static_cast<std::size_t>(size));
-  keys[static_cast<std::size_t>(rank)] = detail::host_key();
-  void* buf = detail::cuda::allocate(MemoryKind::device, keys.size() * sizeof(std::uint64_t), device.index());
+// Every rank's @p mine (the same number of words on each), all-gathered over every rank in rank
+// order (a collective of every rank, at setup).
+std::vector<std::uint64_t> NcclCommunicator::gather_words(const std::vector<std::uint64_t>& mine) {
+  const std::size_t k = mine.size();
+  std::vector<std::uint64_t> all(k * static_cast<std::size_t>(size));
+  void* buf = detail::cuda::allocate(MemoryKind::device, all.size() * sizeof(std::uint64_t), device.index());
   cudaStream_t s = nullptr;
   try {
-    auto* slot = static_cast<std::uint64_t*>(buf) + rank;
+    auto* slot = static_cast<std::uint64_t*>(buf) + k * static_cast<std::size_t>(rank);
     GPUCLOUD_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    GPUCLOUD_CUDA_CHECK(cudaMemcpyAsync(slot, mine.data(), k * sizeof(std::uint64_t), cudaMemcpyHostToDevice, s));
+    GPUCLOUD_NCCL_CALL(*comms, ncclAllGather(slot, buf, k, ncclUint64, comms->all(), s));
     GPUCLOUD_CUDA_CHECK(
-        cudaMemcpyAsync(slot, &keys[static_cast<std::size_t>(rank)], sizeof(std::uint64_t), cudaMemcpyHostToDevice, s));
-    GPUCLOUD_NCCL_CALL(*comms, ncclAllGather(slot, buf, 1, ncclUint64, comms->all(), s));
-    GPUCLOUD_CUDA_CHECK(
-        cudaMemcpyAsync(keys.data(), buf, keys.size() * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, s));
-    wait_stream(s, "Communicator::nccl", "the other ranks' host names");
+        cudaMemcpyAsync(all.data(), buf, all.size() * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, s));
+    wait_stream(s, "Communicator::nccl", "the other ranks' host names and groups");
   } catch (...) {
     if (s) cudaStreamDestroy(s);
     detail::cuda::deallocate(MemoryKind::device, buf, device.index());
@@ -84,7 +85,7 @@ std::vector<std::uint64_t> NcclCommunicator::gather_host_keys() {
   }
   cudaStreamDestroy(s);
   detail::cuda::deallocate(MemoryKind::device, buf, device.index());
-  return keys;
+  return all;
 }
 
 // The node structure, the barrier's word and the watchdog, once the communicator exists.
@@ -93,6 +94,7 @@ std::vector<std::uint64_t> NcclCommunicator::gather_host_keys() {
 // (the hierarchical all-reduce then refuses, as on MPI), never assumed to be blocks.
 void NcclCommunicator::finish_setup(std::optional<detail::NodeLayout> known) {
   constexpr const char* call = "Communicator::nccl";
+  const detail::HierarchyRequest hierarchy = detail::hierarchy_from_environment(call);
   detail::DeviceGuard guard(device.index());
   detail::NodeLayout layout;
   if (known) {
@@ -100,14 +102,40 @@ void NcclCommunicator::finish_setup(std::optional<detail::NodeLayout> known) {
   } else if (const char* forced = std::getenv("GPUCLOUD_LOCAL_SIZE"); forced != nullptr && *forced != '\0') {
     layout = detail::block_layout(rank, size, detail::local_size_from_environment(forced, size, call));
   } else {
-    layout = detail::node_layout(gather_host_keys(), rank);
+    layout = detail::node_layout(gather_words({detail::host_key()}), rank);
   }
   local_rank = layout.local_rank;
   local_size = layout.local_size;
   node = layout.node;
   nodes = layout.nodes;
   uniform_nodes = layout.uniform;
-  if (nodes == 1) {
+  use_nodes_as_groups();
+  detail::check_blocks(hierarchy, local_size, uniform_nodes, call);
+  std::optional<detail::NodeLayout> grouped;
+  if (!known && hierarchy.kind != detail::HierarchyRequest::Kind::node) {
+    // The GPUs joined by NVLink (auto, nvlink), a NUMA node's or blocks of local ranks: every
+    // rank's key, all-gathered, the same decision on every rank.
+    long long key = -1;
+    try {
+      key = detail::subgroup_key(hierarchy, device.index(), local_rank,
+                                 hierarchy.kind == detail::HierarchyRequest::Kind::blocks ? Topology{} : topology());
+    } catch (const Error&) {  // the OS's or NVML's description unreadable: the node is the group
+    }
+    const auto words = gather_words({static_cast<std::uint64_t>(node), static_cast<std::uint64_t>(key)});
+    std::vector<int> node_of;
+    std::vector<long long> keys;
+    for (std::size_t r = 0; r < static_cast<std::size_t>(size); ++r) {
+      node_of.push_back(static_cast<int>(words[2 * r]));
+      keys.push_back(static_cast<long long>(words[2 * r + 1]));
+    }
+    grouped = detail::group_layout(node_of, keys, rank);
+  }
+  if (grouped) {
+    grouping = Hierarchy{detail::hierarchy_level(hierarchy, true), grouped->node, grouped->nodes, grouped->local_rank,
+                         grouped->local_size};
+    uniform_groups = true;
+    comms->split(grouped->node, grouped->local_rank, rank, "Communicator::nccl: ncclCommSplit");
+  } else if (nodes == 1) {
     comms->alias_local();
   } else if (!uniform_nodes) {
     // Nodes of different sizes: no sub-communicators (the flat ring serves every collective).

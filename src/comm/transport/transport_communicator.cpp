@@ -14,6 +14,7 @@
 
 #include "comm/agreement.hpp"
 #include "comm/communicator_impl.hpp"
+#include "comm/hierarchy.hpp"
 #include "comm/host_checks.hpp"
 #include "comm/node_layout.hpp"
 #include "runtime/host/deadline.hpp"
@@ -130,9 +131,9 @@ class TransportCommunicator final : public Communicator::Impl,
                 // Inside the node, then this local rank's shard across the nodes, then the
                 // shards gathered inside the node: the inter-node links carry 1/L of the data.
                 reduce_on(*c.local, send, recv, op);
-                const std::size_t n = recv.size(), L = static_cast<std::size_t>(c.local_size);
+                const std::size_t n = recv.size(), L = static_cast<std::size_t>(c.grouping.group_size);
                 const std::size_t shard = (n + L - 1) / L, elem = dtype_size(recv.dtype());
-                const std::size_t begin = std::min(n, shard * static_cast<std::size_t>(c.local_rank));
+                const std::size_t begin = std::min(n, shard * static_cast<std::size_t>(c.grouping.group_rank));
                 const std::size_t count = std::min(n, begin + shard) - begin;
                 std::vector<unsigned char> gathered(shard * L * elem), mine(shard * elem, 0);
                 if (shard > 0) {
@@ -230,6 +231,7 @@ Communicator Communicator::from_transport(std::shared_ptr<HostTransport> transpo
   GPUCLOUD_EXPECTS(transport != nullptr, call, "transport: null");
   auto c = std::make_shared<TransportCommunicator>();
   c->timeout = detail::timeout_from_environment();  // the environment first: a bad value changes nothing
+  const detail::HierarchyRequest hierarchy = detail::hierarchy_from_environment(call);
   c->backend = CommBackend::transport;
   c->rank = transport->rank();
   c->size = transport->size();
@@ -257,10 +259,35 @@ Communicator Communicator::from_transport(std::shared_ptr<HostTransport> transpo
   c->node = layout.node;
   c->nodes = layout.nodes;
   c->uniform_nodes = layout.uniform;
-  if (c->nodes > 1 && c->uniform_nodes && c->local_size > 1) {  // the same decision on every rank
-    c->local = c->world->split(c->node, c->rank);
-    c->cross = c->world->split(c->local_rank, c->rank);
-    GPUCLOUD_EXPECTS(c->local && c->cross && c->local->size() == c->local_size && c->cross->size() == c->nodes, call,
+  c->use_nodes_as_groups();
+  detail::check_blocks(hierarchy, c->local_size, c->uniform_nodes, call);
+  if (hierarchy.kind == detail::HierarchyRequest::Kind::numa ||
+      hierarchy.kind == detail::HierarchyRequest::Kind::blocks) {
+    // Host memory: the node is the group unless NUMA nodes or blocks of local ranks are asked for.
+    std::int64_t mine[2] = {c->node, -1};
+    try {
+      mine[1] = detail::subgroup_key(hierarchy, -1, c->local_rank,
+                                     hierarchy.kind == detail::HierarchyRequest::Kind::numa ? topology() : Topology{});
+    } catch (const Error&) {  // the OS's description unreadable: the node is the group
+    }
+    std::vector<std::int64_t> all(2 * static_cast<std::size_t>(c->size));
+    c->world->all_gather(host_view(mine, 2, DType::int64), host_view(all.data(), all.size(), DType::int64));
+    std::vector<int> node_of;
+    std::vector<long long> keys;
+    for (std::size_t r = 0; r < static_cast<std::size_t>(c->size); ++r) {
+      node_of.push_back(static_cast<int>(all[2 * r]));
+      keys.push_back(all[2 * r + 1]);
+    }
+    if (const auto g = detail::group_layout(node_of, keys, c->rank)) {
+      c->grouping =
+          Hierarchy{detail::hierarchy_level(hierarchy, true), g->node, g->nodes, g->local_rank, g->local_size};
+    }
+  }
+  const Hierarchy& g = c->grouping;
+  if (g.groups > 1 && c->uniform_groups && g.group_size > 1) {  // the same decision on every rank
+    c->local = c->world->split(g.group, c->rank);
+    c->cross = c->world->split(g.group_rank, c->rank);
+    GPUCLOUD_EXPECTS(c->local && c->cross && c->local->size() == g.group_size && c->cross->size() == g.groups, call,
                      "transport: split() returned groups of the wrong size");
   }
   // A transport call abandoned at a timeout may never return: the process then ends at exit
