@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "monitor/host/host_metrics.hpp"
 #include "monitor/metrics_summary.hpp"
 
@@ -204,6 +206,34 @@ TEST(Monitor, BadIntervalIsRejected) {
     EXPECT_NE(std::string(e.what()).find("interval: 5 ms is shorter than the 10 ms minimum"), std::string::npos)
         << e.what();
   }
+}
+
+// The health counters a data-center GPU reports through NVML (what DCGM exports): an XID
+// reading (0 until one occurs), the PCIe replay counter, the throttle reasons, the power limit and
+// the energy counter; ECC where the GPU has it on. Runs in scripts/gpu-check.sh.
+TEST(Monitor, GpuHealthCountersAreRead) {
+  if (gc::cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA device: " << gc::cuda_unavailable_reason();
+  if (!gc::nvml_unavailable_reason().empty()) GTEST_SKIP() << "no NVML: " << gc::nvml_unavailable_reason();
+  const gc::DeviceMetrics m = gc::read_metrics(gc::Device::cuda(0));
+  const auto& h = m.health;
+  ASSERT_TRUE(h.xid.has_value());
+  EXPECT_GE(*h.xid, 0.0);
+  ASSERT_TRUE(h.pcie_replay_counter.has_value());
+  EXPECT_GE(*h.pcie_replay_counter, 0.0);
+  ASSERT_TRUE(h.throttle_reasons.has_value());
+  EXPECT_GE(*h.throttle_reasons, 0.0);
+  ASSERT_TRUE(m.power_limit_w.has_value());
+  EXPECT_GT(*m.power_limit_w, 10.0);
+  ASSERT_TRUE(m.energy_j.has_value());
+  EXPECT_GT(*m.energy_j, 0.0);
+  // Corrected and uncorrected counts come together, or not at all (ECC off, consumer GPUs).
+  EXPECT_EQ(h.ecc_sbe_volatile.has_value(), h.ecc_dbe_volatile.has_value());
+  std::printf(
+      "health: xid %g, pcie replays %g, throttle 0x%llx, power limit %g W, energy %g J, ECC %s, "
+      "remapped rows %s\n",
+      *h.xid, *h.pcie_replay_counter, static_cast<unsigned long long>(*h.throttle_reasons), *m.power_limit_w,
+      *m.energy_j, h.ecc_dbe_volatile ? ("DBE " + std::to_string(*h.ecc_dbe_volatile)).c_str() : "not reported",
+      h.remapped_rows_uncorrectable ? std::to_string(*h.remapped_rows_uncorrectable).c_str() : "not reported");
 }
 
 TEST(Monitor, GpuReadingMatchesTheRuntime) {

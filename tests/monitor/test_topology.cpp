@@ -1,6 +1,7 @@
 // The machine's topology (hwloc, or sysfs without it) against Linux's own description read here,
 // and binding advice on this machine and on made-up ones: two NUMA nodes, GPUs on each, a
 // restricted affinity.
+#include <gpucloud/monitor/monitor.hpp>
 #include <gpucloud/monitor/topology.hpp>
 #include <gpucloud/runtime/error.hpp>
 
@@ -9,6 +10,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -70,6 +72,33 @@ gc::Topology two_nodes() {  // 2 NUMA nodes of 4 CPUs, all allowed
   t.allowed_cpus = {0, 1, 2, 3, 4, 5, 6, 7};
   t.numa_nodes = {{0, {0, 1, 2, 3}, 1 << 30}, {1, {4, 5, 6, 7}, 1 << 30}};
   return t;
+}
+
+// MIG instances (NVML): none without NVML (and the reason says why) or without a GPU in MIG
+// mode; each one named by a MIG UUID, with SMs and memory, its parent GPU's UUID, and selectable
+// by that UUID when it is visible to this process. Runs in scripts/gpu-check.sh.
+TEST(Topology, MigInstancesAreListedWithTheirUuids) {
+  const std::vector<gc::MigInstance> all = gc::mig_instances();
+  if (!gc::nvml_unavailable_reason().empty()) {
+    EXPECT_TRUE(all.empty());
+    GTEST_SKIP() << "no NVML: " << gc::nvml_unavailable_reason();
+  }
+  std::printf("%zu MIG instance(s)\n", all.size());
+  for (const gc::MigInstance& m : all) {
+    EXPECT_EQ(m.uuid.rfind("MIG-", 0), 0u) << m.uuid;
+    EXPECT_EQ(m.gpu_uuid.rfind("GPU-", 0), 0u) << m.gpu_uuid;
+    EXPECT_GT(m.multiprocessors, 0) << m.uuid;
+    EXPECT_GT(m.memory_bytes, 0u) << m.uuid;
+    EXPECT_GE(m.gpu_instance_id, 0);
+    EXPECT_GE(m.compute_instance_id, 0);
+    std::printf("  %s on GPU %d: %d SMs, %zu MiB\n", m.uuid.c_str(), m.gpu, m.multiprocessors, m.memory_bytes >> 20);
+    try {
+      const gc::Device d = gc::Device::parse(m.uuid);
+      EXPECT_TRUE(d.is_cuda()) << m.uuid;
+    } catch (const gc::InvalidArgument& e) {  // not visible to this process: named as such
+      EXPECT_NE(std::string(e.what()).find(m.uuid), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(BindingAdvice, RanksShareTheAllowedCpusDisjointlyWithinNumaNodes) {

@@ -143,7 +143,10 @@ TEST(Telemetry, GpuMetricsCarryTheDcgmExportersNamesAndLabels) {
   std::vector<std::string> names = {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"};
   if (gc::nvml_unavailable_reason().empty()) {  // the rest come from NVML
     names.insert(names.end(),
-                 {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"});
+                 {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK",
+                  // health (what DCGM's exporter serves on every data-center GPU)
+                  "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                  "DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"});
   }
   for (const auto& name : names) {
     EXPECT_NE(text.find("# TYPE " + name + " gauge"), std::string::npos) << name << "\n" << text;
