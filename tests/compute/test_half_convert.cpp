@@ -36,6 +36,16 @@ TEST(HalfConversions, EveryVersionMatchesTheReferenceBitForBit) {
   const auto versions = h::half_conversions();
   ASSERT_FALSE(versions.empty());
   EXPECT_STREQ(versions.back().name, "scalar");
+#if defined(__x86_64__) && defined(__GNUC__)
+  // The widest the CPU runs is the one in use, and is among those compared here.
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq")) {
+    EXPECT_STREQ(versions.front().name, "avx512bf16");
+  } else if (__builtin_cpu_supports("avx512f")) {
+    EXPECT_STREQ(versions.front().name, "avx512f");
+  }
+#endif
   for (const auto& v : versions) {
     SCOPED_TRACE(v.name);
     std::vector<float> wide(halves.size());
