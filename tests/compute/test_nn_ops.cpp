@@ -112,4 +112,42 @@ TEST_P(NnOpsTest, BiasGradAndReluBackwardOnRandomShapes) {
   }
 }
 
+// Every 16-bit activation against gradients of every kind (NaNs with payloads, infinities, zeros of
+// both signs, denormals) for a gradient and activation of one 16-bit type: the host masks in the
+// bits, and must give the bits of rounding (act > 0 ? grad : 0) back, as the mixed-type loops do.
+TEST(NnOpsBits, SameType16BitReluBackwardIsTheReferenceForEveryActivation) {
+  gc::Stream s(gc::Device::host());
+  for (const gc::DType t : {gc::DType::float16, gc::DType::bfloat16}) {
+    const bool half = t == gc::DType::float16;
+    auto to_float = [&](std::uint16_t b) {
+      return half ? gc::detail::half_bits_to_float(b) : gc::detail::bfloat16_bits_to_float(b);
+    };
+    auto to_bits = [&](float f) {
+      return half ? gc::detail::float_to_half_bits(f) : gc::detail::float_to_bfloat16_bits(f);
+    };
+    constexpr std::size_t n = 65536;
+    gc::Buffer grad(n, t), act(n, t);
+    auto* grad_bits = static_cast<std::uint16_t*>(grad.data());
+    auto* act_bits = static_cast<std::uint16_t*>(act.data());
+    std::vector<std::uint16_t> g(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      act_bits[i] = static_cast<std::uint16_t>(i);
+      g[i] = static_cast<std::uint16_t>((i * 40503u) >> 3);  // every kind of value, unrelated to act
+      grad_bits[i] = g[i];
+    }
+    gc::relu_backward(grad, act, s);
+    s.synchronize();
+    int wrong = 0;
+    for (std::uint32_t i = 0; i < n && wrong < 10; ++i) {
+      const std::uint16_t want = to_bits(to_float(static_cast<std::uint16_t>(i)) > 0.0f ? to_float(g[i]) : 0.0f);
+      const std::uint16_t got = grad_bits[i];
+      if (got != want) {
+        ADD_FAILURE() << gc::dtype_name(t) << " act 0x" << std::hex << i << " grad 0x" << g[i] << ": 0x" << got
+                      << ", not 0x" << want;
+        ++wrong;
+      }
+    }
+  }
+}
+
 GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(NnOpsTest);

@@ -8,6 +8,7 @@
 
 #include "runtime/host/target_clones.hpp"
 
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -29,6 +30,23 @@ GPUCLOUD_ALWAYS_INLINE void relu_loop(void* grad, const void* act, std::int64_t 
   const A* a = static_cast<const A*>(act);
   GPUCLOUD_SIMD
   for (std::int64_t i = 0; i < n; ++i) g[i] = narrow<G>(widen(a[i]) > 0.0f ? widen(g[i]) : 0.0f);
+}
+
+// A 16-bit gradient masked by an activation of the same type, in the bits (32 lanes a vector, no
+// conversion): act > 0 is 0 < bits <= +inf's bits (sign clear, not zero, not NaN), and a NaN
+// gradient becomes 0x7fff, as narrowing it back would make it: the bits of
+// narrow(widen(act) > 0 ? widen(grad) : 0).
+template <std::uint16_t kInfBits>
+GPUCLOUD_ALWAYS_INLINE void relu_bits_loop(void* grad, const void* act, std::int64_t n) {
+  auto* g = static_cast<std::uint16_t*>(grad);
+  const auto* a = static_cast<const std::uint16_t*>(act);
+  GPUCLOUD_SIMD
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint16_t ai = a[i], gi = g[i];
+    const bool positive = static_cast<std::uint16_t>(ai - 1u) < kInfBits;
+    const bool nan = (gi & 0x7fffu) > kInfBits;
+    g[i] = positive ? (nan ? std::uint16_t{0x7fff} : gi) : std::uint16_t{0};
+  }
 }
 
 // Strips of columns that stay in L1 while the rows stream past.
@@ -90,7 +108,7 @@ GPUCLOUD_HOST_CLONES void relu_backward(void* grad, const void* act, std::uint8_
     case pair(kF16, kF32):
       return relu_loop<Half, float>(grad, act, n);
     case pair(kF16, kF16):
-      return relu_loop<Half, Half>(grad, act, n);
+      return relu_bits_loop<0x7c00>(grad, act, n);
     case pair(kF16, kBF16):
       return relu_loop<Half, BFloat16>(grad, act, n);
     case pair(kBF16, kF32):
@@ -98,7 +116,7 @@ GPUCLOUD_HOST_CLONES void relu_backward(void* grad, const void* act, std::uint8_
     case pair(kBF16, kF16):
       return relu_loop<BFloat16, Half>(grad, act, n);
     default:
-      return relu_loop<BFloat16, BFloat16>(grad, act, n);
+      return relu_bits_loop<0x7f80>(grad, act, n);
   }
 }
 

@@ -36,28 +36,61 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
 }
 
+// fp32 scratch kept by each thread between GEMMs (up to kKeepBytes), uninitialised: a 16-bit
+// GEMM's widened operands and product neither zero-fill nor page-fault fresh memory every call
+// (a vector per call did both: in train_mlp's fp16 run, a memset and page faults each GEMM).
+class Scratch {
+ public:
+  float* get(std::size_t n) {
+    if (n > capacity_) {
+      data_.reset();  // the old block goes first: never both held at once
+      data_.reset(new float[n]);
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+  void trim() noexcept {
+    if (capacity_ * sizeof(float) > kKeepBytes) {
+      data_.reset();
+      capacity_ = 0;
+    }
+  }
+
+ private:
+  static constexpr std::size_t kKeepBytes = std::size_t{32} << 20;
+  std::unique_ptr<float[]> data_;
+  std::size_t capacity_ = 0;
+};
+
+// This thread's scratch for A, B and a narrow C's fp32 product; trimmed when the GEMM ends.
+struct ThreadScratch {
+  Scratch a, b, out;
+};
+ThreadScratch& thread_scratch() {
+  thread_local ThreadScratch scratch;
+  return scratch;
+}
+
 // One operand of one batch as fp32 (the storage layout kept), rounded as the tensor cores see it.
 const float* as_fp32(const void* base, DType t, std::int64_t offset, std::int64_t count, bool tf32, float scale,
-                     std::vector<float>& scratch) {
+                     Scratch& scratch) {
   if (t == DType::float32 && !tf32) return static_cast<const float*>(base) + offset;
-  scratch.resize(static_cast<std::size_t>(count));
+  float* out = scratch.get(static_cast<std::size_t>(count));
   if ((t == DType::float16 || t == DType::bfloat16) && scale == 1.0f) {  // exact: no tf32 rounding applies
     // The vectorised widening of the host casts (the same bits as load_as_float).
     if (t == DType::float16) {
-      kernels::host::cast_array(scratch.data(), static_cast<const Half*>(base) + offset,
-                                static_cast<std::size_t>(count));
+      kernels::host::cast_array(out, static_cast<const Half*>(base) + offset, static_cast<std::size_t>(count));
     } else {
-      kernels::host::cast_array(scratch.data(), static_cast<const BFloat16*>(base) + offset,
-                                static_cast<std::size_t>(count));
+      kernels::host::cast_array(out, static_cast<const BFloat16*>(base) + offset, static_cast<std::size_t>(count));
     }
-    return scratch.data();
+    return out;
   }
   for (std::int64_t i = 0; i < count; ++i) {
     float v = load_as_float(base, offset + i, t);
     if (tf32) v = tf32_round(v);
-    scratch[static_cast<std::size_t>(i)] = v * scale;
+    out[static_cast<std::size_t>(i)] = v * scale;
   }
-  return scratch.data();
+  return out;
 }
 
 // The epilogue on one stored value of C (v already holds alpha AB + beta C).
@@ -141,8 +174,16 @@ void finish_rows(BufferView c, std::int64_t c_offset, const GemmArgs& g, float* 
 void host_gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& plan) {
   const GemmArgs& g = plan.args;
   const bool fp32_out = c.dtype() == DType::float32;
-  std::vector<float> a32, b32;
-  std::unique_ptr<float[]> out;  // not value-initialised: every element is written before it is read
+  ThreadScratch& scratch = thread_scratch();
+  struct Trim {  // a large GEMM's scratch is not kept, also when it throws
+    ThreadScratch& s;
+    ~Trim() {
+      s.a.trim();
+      s.b.trim();
+      s.out.trim();
+    }
+  } trim{scratch};
+  float* out = nullptr;  // not initialised: every element is written before it is read
   const std::int64_t ext_a = stored_extent(plan.rows_a, plan.cols_a, g.lda);
   const std::int64_t ext_b = stored_extent(plan.rows_b, plan.cols_b, g.ldb);
   const bool fp8 = is_fp8(a.dtype());
@@ -166,7 +207,7 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& plan) {
   // alpha AB in fp32 for C's finishing pass: a narrow C not written by oneDNN, or an fp32 C read
   // for beta on the native path (the widened path's sgemm applies beta itself).
   if ((!fp32_out && !direct_bf16) || (native_bf16 && fp32_out && g.beta != 0.0f)) {
-    out.reset(new float[static_cast<std::size_t>(g.m * g.n)]);
+    out = scratch.out.get(static_cast<std::size_t>(g.m * g.n));
   }
   for (std::int64_t p = 0; p < g.batch; ++p) {
     if (native_bf16) {
@@ -180,18 +221,18 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& plan) {
         continue;
       }
       const bool direct = fp32_out && g.beta == 0.0f;
-      float* pc = direct ? c.data_as<float>() + p * g.stride_c : out.get();
+      float* pc = direct ? c.data_as<float>() + p * g.stride_c : out;
       detail::host_bf16_gemm(ta, tb, g.m, g.n, g.k, g.alpha, pa, g.lda, pb, g.ldb, pc, direct ? g.ldc : g.n,
                              /*c_bf16=*/false);
       if (direct) {
         if (g.epilogue != Epilogue::none) epilogue.rows(pc, g.ldc, g.m, g.n);
         continue;
       }
-      finish_rows(c, p * g.stride_c, g, out.get(), epilogue);
+      finish_rows(c, p * g.stride_c, g, out, epilogue);
       continue;
     }
-    const float* pa = as_fp32(a.data(), a.dtype(), p * g.stride_a, ext_a, g.tf32, fp8 ? g.scale_a : 1.0f, a32);
-    const float* pb = as_fp32(b.data(), b.dtype(), p * g.stride_b, ext_b, g.tf32, fp8 ? g.scale_b : 1.0f, b32);
+    const float* pa = as_fp32(a.data(), a.dtype(), p * g.stride_a, ext_a, g.tf32, fp8 ? g.scale_a : 1.0f, scratch.a);
+    const float* pb = as_fp32(b.data(), b.dtype(), p * g.stride_b, ext_b, g.tf32, fp8 ? g.scale_b : 1.0f, scratch.b);
     if (fp32_out) {
       // Straight into C: host_sgemm applies alpha and beta (and reads no C when beta is 0), in
       // panels of rows when an epilogue follows a shallow product.
@@ -210,8 +251,8 @@ void host_gemm(BufferView c, BufferView a, BufferView b, const GemmPlan& plan) {
     }
     // Narrow output: accumulate in fp32, add beta C and the epilogue, round once.
     detail::host_sgemm(ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, pa,
-                       static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), 0.0f, out.get(), static_cast<int>(g.n));
-    finish_rows(c, p * g.stride_c, g, out.get(), epilogue);
+                       static_cast<int>(g.lda), pb, static_cast<int>(g.ldb), 0.0f, out, static_cast<int>(g.n));
+    finish_rows(c, p * g.stride_c, g, out, epilogue);
   }
 }
 
