@@ -46,8 +46,8 @@ void bind_telemetry(py::module_& m) {
       .def_readonly("steps", &tel::StragglerReport::steps,
                     "The steps each rank had recorded at its last period's end, by rank.")
       .def_readonly("lost", &tel::StragglerReport::lost,
-                    "Ranks whose channel closed (they ended or died): not compared.")
-      .def_readonly("median", &tel::StragglerReport::median, "The median own work per step of the ranks not lost.")
+                    "Ranks whose channel closed (they ended or died); their last period is still compared.")
+      .def_readonly("median", &tel::StragglerReport::median, "The median own work per step.")
       .def_readonly("slowest", &tel::StragglerReport::slowest, "The rank of the most own work per step, or -1.")
       .def_readonly("straggler", &tel::StragglerReport::straggler, "The slowest is beyond the threshold.")
       .def("__repr__", [](const tel::StragglerReport& r) {

@@ -352,29 +352,28 @@ struct StepMetrics::Impl {
   }
 
   // Exports what rank 0's latest table says: every rank's means, the slowest rank's own work
-  // against the median of the ranks still running.
+  // against the median. A rank whose channel closed (it ended, or died) keeps its last period: at
+  // the end of a job the ranks end in any order, and what they measured still stands.
   void apply(Straggler& s, const detail::SummaryTable& t) {
     StragglerReport r;
-    std::vector<double> live;
+    std::vector<double> compared;
     for (std::size_t i = 0; i < t.ranks.size(); ++i) {
       r.step_seconds.push_back(t.ranks[i].step_seconds);
       r.compute_seconds.push_back(t.ranks[i].compute_seconds);
       r.steps.push_back(t.ranks[i].steps);
-      if (t.lost[i]) {
-        r.lost.push_back(static_cast<int>(i));
-        continue;
-      }
-      live.push_back(t.ranks[i].compute_seconds);
+      if (t.lost[i]) r.lost.push_back(static_cast<int>(i));
+      if (t.ranks[i].steps == 0) continue;  // lost before its first period: nothing to compare
+      compared.push_back(t.ranks[i].compute_seconds);
       // The ranks' own work, not their wall steps: in a synchronous loop the collectives make every
       // rank's step as long as the slowest's, and only the waiting moves.
       if (r.slowest < 0 || t.ranks[i].compute_seconds > r.compute_seconds[static_cast<std::size_t>(r.slowest)]) {
         r.slowest = static_cast<int>(i);
       }
     }
-    if (!live.empty()) {
-      std::sort(live.begin(), live.end());
-      const std::size_t n = live.size();
-      r.median = n % 2 == 1 ? live[n / 2] : 0.5 * (live[n / 2 - 1] + live[n / 2]);
+    if (!compared.empty()) {
+      std::sort(compared.begin(), compared.end());
+      const std::size_t n = compared.size();
+      r.median = n % 2 == 1 ? compared[n / 2] : 0.5 * (compared[n / 2 - 1] + compared[n / 2]);
       r.straggler = n > 1 && r.median > 0 &&
                     r.compute_seconds[static_cast<std::size_t>(r.slowest)] > r.median * (1 + s.options.threshold);
     }
@@ -556,8 +555,9 @@ Exporter::Exporter(ExporterOptions options) {
                          .Register(r);
   m->straggler = gauge("gpucloud_straggler", "1 while the slowest rank's own work is beyond the straggler threshold.");
   m->straggler_rank = gauge("gpucloud_straggler_rank", "The straggling rank, or -1.");
-  m->ranks_lost = gauge("gpucloud_straggler_ranks_lost",
-                        "Ranks whose straggler channel closed (they ended or died): left out of the comparison.");
+  m->ranks_lost =
+      gauge("gpucloud_straggler_ranks_lost",
+            "Ranks whose straggler channel closed (they ended or died); their last period is still compared.");
   impl->step_impl = m;
   impl->steps = std::make_unique<StepMetrics>(m);
   if (options.port >= 0) {

@@ -104,9 +104,10 @@ struct StragglerReport {
   std::vector<double> compute_seconds;  ///< every rank's mean own work per step (the step less its data
                                         ///< wait and collectives), by rank: what the detection compares
   std::vector<std::int64_t> steps;      ///< the steps each rank had recorded at its last period's end
-  std::vector<int> lost;                ///< ranks whose channel closed (ended or died): not compared
-  double median = 0;                    ///< the median of compute_seconds over the ranks not lost
-  int slowest = -1;                     ///< the rank (not lost) of the most own work per step
+  std::vector<int> lost;                ///< ranks whose channel closed (ended or died); their last
+                                        ///< period is still compared
+  double median = 0;                    ///< the median of compute_seconds
+  int slowest = -1;                     ///< the rank of the most own work per step
   bool straggler = false;               ///< the slowest is beyond the threshold
 };
 
@@ -140,7 +141,7 @@ class GPUCLOUD_API Exporter {
   /// @brief Compares the ranks' own work per step (the step less its data wait and collectives):
   ///        each rank sends rank 0 its means every options.every recorded steps over a TCP channel
   ///        of its own, rank 0 sends every rank the latest of all; record() never waits for it and
-  ///        ranks may record different numbers of steps, stop or die (then reported lost). Exports
+  ///        ranks may record different numbers of steps, stop or die (then listed as lost). Exports
   ///        gpucloud_rank_step_seconds{rank=...}, gpucloud_rank_compute_seconds{rank=...},
   ///        gpucloud_straggler(_rank) and gpucloud_straggler_ranks_lost. A collective over @p comm
   ///        (a broadcast and an all-reduce on @p stream, then never again): every rank calls it.
