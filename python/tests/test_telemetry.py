@@ -142,11 +142,17 @@ def test_dropping_an_exporter_while_it_is_scraped_and_exiting_with_one_serving()
     assert "OK" in out
 
 
-def test_a_straggler_is_found_under_mpirun():
+def under_mpirun(ranks):
+    """The command prefix and environment that run a script on @p ranks ranks (skips without mpirun)."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
     env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    return (mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks)), env
+
+
+def test_a_straggler_is_found_under_mpirun():
+    prefix, env = under_mpirun(3)
     out = run_script("""
         import time, gpucloud as gc
         comm = gc.Communicator.mpi_world()
@@ -167,16 +173,13 @@ def test_a_straggler_is_found_under_mpirun():
         print(f"rank {comm.rank}: slowest {r.slowest} straggler {r.straggler} series {len(series)} "
               f"flag {[l for l in text.splitlines() if l.startswith('gpucloud_straggler_rank')][0].split()[-1]} "
               f"work {work}")
-    """, prefix=(mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "3"), env=env)
+    """, prefix=prefix, env=env)
     for rank in range(3):
         assert f"rank {rank}: slowest 2 straggler True series 3 flag 2 work True" in out, out
 
 
 def test_unequal_step_counts_leave_the_users_communicator_alone_and_a_rank_that_stops_is_lost():
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+    prefix, env = under_mpirun(3)
     out = run_script("""
         import time, numpy as np, gpucloud as gc
         comm = gc.Communicator.mpi_world()
@@ -220,8 +223,7 @@ def test_unequal_step_counts_leave_the_users_communicator_alone_and_a_rank_that_
         comm.all_reduce(x, x, s)
         s.synchronize()
         print(f"rank {comm.rank}: sum {x[0]:g}", flush=True)
-    """, prefix=(mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "3"), env=env,
-                     timeout=240)
+    """, prefix=prefix, env=env, timeout=240)
     for rank in (0, 1):
         assert f"rank {rank}: sum 6 slowest 2 straggler True steps [" in out, out
         assert f"rank {rank}: after lost [2] straggler True" in out, out
@@ -230,22 +232,20 @@ def test_unequal_step_counts_leave_the_users_communicator_alone_and_a_rank_that_
         assert f"rank {rank}: sum 18" in out, out
 
 
-def test_an_exporter_dropped_while_its_straggler_exchange_is_queued():
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        pytest.skip("mpirun is not installed (Debian: openmpi-bin)")
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_mpi_yield_when_idle="1")
+def test_an_exporter_dropped_mid_period_while_its_stream_is_busy():
+    prefix, env = under_mpirun(2)
     out = run_script("""
         import time, gpucloud as gc
         comm = gc.Communicator.mpi_world()
         s = gc.Stream()
         e = gc.telemetry.Exporter(port=-1)
         e.detect_stragglers(comm, s, every=2)
-        gc.launch_host_func(s, lambda: time.sleep(0.3))   # the exchange queues behind this
+        gc.launch_host_func(s, lambda: time.sleep(0.3))   # the setup's stream still busy
         e.steps.record(0.01)
-        e.steps.record(0.01)                                 # enqueues the all-gather
-        del e                                                # its buffers must outlive the exchange
+        e.steps.record(0.01)                                 # a period's summary sent to rank 0
+        e.steps.record(0.01)
+        del e                                                # mid-period: the channel closes
         s.synchronize()
         print(f"rank {comm.rank} OK")
-    """, prefix=(mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"), env=env)
+    """, prefix=prefix, env=env)
     assert "rank 0 OK" in out and "rank 1 OK" in out, out
