@@ -24,7 +24,7 @@ class CheckpointError(Error):
     """A checkpoint cannot be written or read (I/O, truncation, checksum)."""
 class CheckpointMismatch(CheckpointError, ValueError):
     """A sound checkpoint that does not fit what it is loaded into; nothing was written."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'BindingAdvice', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceHealth', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuPlacement', 'GpuSpec', 'GradBucketer', 'HostThreads', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryQuota', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'MigInstance', 'NumaNode', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'PrefetchWait', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Topology', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'binding_advice', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clear_memory_quota', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'host_threads', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'memory_quota', 'memory_quotas', 'mig_instances', 'mse_loss', 'nvml_unavailable_reason', 'parse_bytes', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'set_memory_fraction', 'set_memory_quota', 'supports', 'telemetry_job_labels', 'topology']
+__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'BindingAdvice', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceHealth', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuPlacement', 'GpuSpec', 'GradBucketer', 'Hierarchy', 'HostThreads', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryQuota', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'MigInstance', 'NumaNode', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'PrefetchWait', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Topology', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'binding_advice', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clear_memory_quota', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'host_threads', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'memory_quota', 'memory_quotas', 'mig_instances', 'mse_loss', 'nvml_unavailable_reason', 'parse_bytes', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'set_memory_fraction', 'set_memory_quota', 'supports', 'telemetry_job_labels', 'topology']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -1244,6 +1244,37 @@ class LaunchInfo:
     @property
     def size(self) -> int:
         ...
+class Hierarchy:
+    """
+    The hierarchical all-reduce's inner groups: a node, or (GPUCLOUD_HIERARCHY) a node's NVLink island, NUMA node or block of local ranks.
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def group(self) -> int:
+        """
+        This rank's group, numbered by first rank.
+        """
+    @property
+    def group_rank(self) -> int:
+        """
+        Rank within its group.
+        """
+    @property
+    def group_size(self) -> int:
+        """
+        Ranks per group.
+        """
+    @property
+    def groups(self) -> int:
+        """
+        Groups in the communicator.
+        """
+    @property
+    def level(self) -> str:
+        """
+        'node', 'nvlink', 'numa' or 'blocks of K'.
+        """
 class LinkCost:
     """
     A link's cost per step: alpha seconds + bytes * beta.
@@ -1423,6 +1454,11 @@ class Communicator:
     @property
     def device(self) -> Device:
         ...
+    @property
+    def hierarchy(self) -> Hierarchy:
+        """
+        The hierarchical all-reduce's groups (GPUCLOUD_HIERARCHY; the nodes by default).
+        """
     @property
     def local_rank(self) -> int:
         ...
@@ -2022,19 +2058,35 @@ class StragglerReport:
         Every rank's mean own work per step (less data wait and collectives), by rank: what is compared.
         """
     @property
+    def lost(self) -> list[int]:
+        """
+        Ranks whose channel closed (they ended or died); their last period is still compared.
+        """
+    @property
     def median(self) -> float:
-        ...
+        """
+        The median own work per step.
+        """
     @property
     def slowest(self) -> int:
-        ...
+        """
+        The rank of the most own work per step, or -1.
+        """
     @property
     def step_seconds(self) -> list[float]:
         """
         Every rank's mean step time, by rank.
         """
     @property
+    def steps(self) -> list[int]:
+        """
+        The steps each rank had recorded at its last period's end, by rank.
+        """
+    @property
     def straggler(self) -> bool:
-        ...
+        """
+        The slowest is beyond the threshold.
+        """
 class StepMetrics:
     """
     A process's training metrics (one record per step).
@@ -2070,7 +2122,7 @@ class TelemetryExporter:
         """
     def detect_stragglers(self, comm: Communicator, stream: Stream, every: int = 50, threshold: typing.SupportsFloat | typing.SupportsIndex = 0.2) -> None:
         """
-        Every `every` recorded steps, all-gather the ranks' mean step times over comm (on stream) and export gpucloud_rank_step_seconds and gpucloud_straggler. Every rank calls it and records the same steps.
+        Compare the ranks' own work per step: every `every` recorded steps each rank sends rank 0 its means over a TCP channel of its own (set up now by a broadcast and an all-reduce over comm on stream: every rank calls it); exports gpucloud_rank_step_seconds, gpucloud_rank_compute_seconds and gpucloud_straggler. Ranks may record different numbers of steps, stop or die.
         """
     def exposition(self) -> str:
         """
