@@ -26,6 +26,7 @@
 #include <gpucloud/gpucloud.hpp>
 
 #include "cuda_baselines.hpp"
+#include "timing.hpp"
 
 #include <benchmark/benchmark.h>
 #include <mpi.h>
@@ -79,14 +80,7 @@ double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
-double load_average() {
-  double one = 0;
-  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &one) != 1) one = 0;
-    std::fclose(f);
-  }
-  return one;
-}
+using gpucloud::bench::load_average;
 
 bool with_loaded = false;  // --loaded: every benchmark again beside CPU-bound processes
 

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 
 namespace gpucloud::bench {
@@ -26,6 +27,17 @@ double time_ms(Stream& s, Work&& work) {
   b.record(s);
   b.synchronize();
   return elapsed_ms(a, b);
+}
+
+/// The machine's one-minute load average (/proc/loadavg; 0 where there is none): recorded beside
+/// every figure as the counter "loadavg", so a result from a busy machine says so.
+inline double load_average() {
+  double one = 0;
+  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &one) != 1) one = 0;
+    std::fclose(f);
+  }
+  return one;
 }
 
 /// Seconds in all of ours() and of theirs(), run alternately in every iteration (ours first),
@@ -49,6 +61,7 @@ Alternated alternate_timed(benchmark::State& state, Ours&& ours, Theirs&& theirs
     t.theirs += std::chrono::duration<double>(t2 - t1).count();
     state.SetIterationTime(mine);
   }
+  state.counters["loadavg"] = load_average();
   return t;
 }
 
@@ -75,6 +88,7 @@ double run_timed(benchmark::State& state, Stream& s, Work&& work) {
     total += ms;
     ++n;
   }
+  state.counters["loadavg"] = load_average();
   if (monitor) {
     const MetricsSummary m = monitor->summary();
     if (m.power_w.count > 0) state.counters["watts"] = m.power_w.mean;
