@@ -101,6 +101,26 @@ long long subgroup_key(const HierarchyRequest& request, int gpu, int local_rank,
   return -1;
 }
 
+long long local_subgroup_key(const HierarchyRequest& request, int gpu, int local_rank) {
+  using Kind = HierarchyRequest::Kind;
+  if (request.kind == Kind::node) return -1;
+  try {
+    return subgroup_key(request, gpu, local_rank, request.kind == Kind::blocks ? Topology{} : topology());
+  } catch (const Error&) {  // the OS's or NVML's description unreadable: the node is the group
+    return -1;
+  }
+}
+
+std::optional<NodeLayout> group_layout_of_pairs(const std::vector<std::int64_t>& pairs, int rank) {
+  std::vector<int> node_of;
+  std::vector<long long> keys;
+  for (std::size_t r = 0; r + 1 < pairs.size(); r += 2) {
+    node_of.push_back(static_cast<int>(pairs[r]));
+    keys.push_back(pairs[r + 1]);
+  }
+  return group_layout(node_of, keys, rank);
+}
+
 std::optional<NodeLayout> group_layout(const std::vector<int>& node_of, const std::vector<long long>& keys, int rank) {
   if (keys.empty() || std::any_of(keys.begin(), keys.end(), [](long long k) { return k < 0; })) return std::nullopt;
   std::vector<std::uint64_t> combined(keys.size());

@@ -7,6 +7,7 @@
 
 #include <gpucloud/monitor/topology.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,11 +39,17 @@ int numa_node_of(const Topology& topo, const std::vector<int>& cpus);
 /// without NVLink islands, or nothing known).
 long long subgroup_key(const HierarchyRequest& request, int gpu, int local_rank, const Topology& topo);
 
+/// subgroup_key() for this process: the machine's topology read only where @p request needs it,
+/// -1 (the node is the group) when it cannot be read.
+long long local_subgroup_key(const HierarchyRequest& request, int gpu, int local_rank);
+
 /// The inner groups when rank r sits on node node_of[r] with subgroup key keys[r]: the layout of
 /// @p rank's group (local_rank = rank in its group, local_size = group size, node = group,
 /// nodes = groups), or nullopt when the nodes themselves are the groups — some key is -1, groups
 /// of different sizes, groups of one rank, or no node split into more than one group.
 std::optional<NodeLayout> group_layout(const std::vector<int>& node_of, const std::vector<long long>& keys, int rank);
+/// group_layout() from every rank's (node, key) pair, all-gathered in rank order.
+std::optional<NodeLayout> group_layout_of_pairs(const std::vector<std::int64_t>& pairs, int rank);
 
 /// @throws InvalidArgument naming GPUCLOUD_HIERARCHY when @p request asks for blocks of K ranks
 /// and K does not divide the ranks of every node (nodes of @p local_size each, when @p uniform).

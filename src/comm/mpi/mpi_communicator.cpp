@@ -154,21 +154,10 @@ void detail::MpiCommunicator::split_groups(const HierarchyRequest& request, cons
   check_blocks(request, local_size, uniform_nodes, call);
   // Host memory is shared by the whole node: it stays the group unless NUMA nodes or blocks are asked for.
   if (request.kind != HierarchyRequest::Kind::numa && request.kind != HierarchyRequest::Kind::blocks) return;
-  long long mine[2] = {node, -1};
-  try {
-    mine[1] =
-        subgroup_key(request, -1, local_rank, request.kind == HierarchyRequest::Kind::numa ? topology() : Topology{});
-  } catch (const Error&) {  // the OS's description unreadable: the node is the group
-  }
-  std::vector<long long> all(2 * static_cast<std::size_t>(size));
-  GPUCLOUD_MPI_CHECK(MPI_Allgather(mine, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, world));
-  std::vector<int> node_of;
-  std::vector<long long> keys;
-  for (std::size_t r = 0; r < static_cast<std::size_t>(size); ++r) {
-    node_of.push_back(static_cast<int>(all[2 * r]));
-    keys.push_back(all[2 * r + 1]);
-  }
-  const std::optional<NodeLayout> layout = group_layout(node_of, keys, rank);
+  const std::int64_t mine[2] = {node, local_subgroup_key(request, -1, local_rank)};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size));
+  GPUCLOUD_MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, world));
+  const std::optional<NodeLayout> layout = group_layout_of_pairs(all, rank);
   if (!layout) return;
   GPUCLOUD_MPI_CHECK(MPI_Comm_split(world, layout->node, rank, &group));
   GPUCLOUD_MPI_CHECK(MPI_Comm_split(world, layout->local_rank, rank, &group_cross));

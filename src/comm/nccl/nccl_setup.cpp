@@ -115,20 +115,9 @@ void NcclCommunicator::finish_setup(std::optional<detail::NodeLayout> known) {
   if (!known && hierarchy.kind != detail::HierarchyRequest::Kind::node) {
     // The GPUs joined by NVLink (auto, nvlink), a NUMA node's or blocks of local ranks: every
     // rank's key, all-gathered, the same decision on every rank.
-    long long key = -1;
-    try {
-      key = detail::subgroup_key(hierarchy, device.index(), local_rank,
-                                 hierarchy.kind == detail::HierarchyRequest::Kind::blocks ? Topology{} : topology());
-    } catch (const Error&) {  // the OS's or NVML's description unreadable: the node is the group
-    }
+    const long long key = detail::local_subgroup_key(hierarchy, device.index(), local_rank);
     const auto words = gather_words({static_cast<std::uint64_t>(node), static_cast<std::uint64_t>(key)});
-    std::vector<int> node_of;
-    std::vector<long long> keys;
-    for (std::size_t r = 0; r < static_cast<std::size_t>(size); ++r) {
-      node_of.push_back(static_cast<int>(words[2 * r]));
-      keys.push_back(static_cast<long long>(words[2 * r + 1]));
-    }
-    grouped = detail::group_layout(node_of, keys, rank);
+    grouped = detail::group_layout_of_pairs(std::vector<std::int64_t>(words.begin(), words.end()), rank);
   }
   if (grouped) {
     grouping = Hierarchy{detail::hierarchy_level(hierarchy, true), grouped->node, grouped->nodes, grouped->local_rank,

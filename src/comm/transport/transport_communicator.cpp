@@ -264,21 +264,10 @@ Communicator Communicator::from_transport(std::shared_ptr<HostTransport> transpo
   if (hierarchy.kind == detail::HierarchyRequest::Kind::numa ||
       hierarchy.kind == detail::HierarchyRequest::Kind::blocks) {
     // Host memory: the node is the group unless NUMA nodes or blocks of local ranks are asked for.
-    std::int64_t mine[2] = {c->node, -1};
-    try {
-      mine[1] = detail::subgroup_key(hierarchy, -1, c->local_rank,
-                                     hierarchy.kind == detail::HierarchyRequest::Kind::numa ? topology() : Topology{});
-    } catch (const Error&) {  // the OS's description unreadable: the node is the group
-    }
+    std::int64_t mine[2] = {c->node, detail::local_subgroup_key(hierarchy, -1, c->local_rank)};
     std::vector<std::int64_t> all(2 * static_cast<std::size_t>(c->size));
     c->world->all_gather(host_view(mine, 2, DType::int64), host_view(all.data(), all.size(), DType::int64));
-    std::vector<int> node_of;
-    std::vector<long long> keys;
-    for (std::size_t r = 0; r < static_cast<std::size_t>(c->size); ++r) {
-      node_of.push_back(static_cast<int>(all[2 * r]));
-      keys.push_back(all[2 * r + 1]);
-    }
-    if (const auto g = detail::group_layout(node_of, keys, c->rank)) {
+    if (const auto g = detail::group_layout_of_pairs(all, c->rank)) {
       c->grouping =
           Hierarchy{detail::hierarchy_level(hierarchy, true), g->node, g->nodes, g->local_rank, g->local_size};
     }
