@@ -4,6 +4,9 @@
 // instructions round to nearest even as the reference does; the two places they differ are fixed
 // up (a NaN narrows to 0x7fff as CUDA's __float2half_rn gives, where the instruction keeps the
 // payload; a signalling NaN widens still signalling, where the instruction quiets it).
+// Every vector version clears the upper halves of the vector registers (vzeroupper) before its
+// scalar tail and before it returns: GCC leaves them dirty across a tail call, and a caller's
+// SSE code after dirty AVX-512 state runs many times slower (libm's sinf 20x in train_mlp's loader).
 #include "kernels/compute/host_convert.hpp"
 
 #include <cstdint>
@@ -75,6 +78,7 @@ __attribute__((target("avx512f"))) void narrow_avx512(std::uint16_t* dst, const 
     v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtps_ph(v, kRound));
   }
+  _mm256_zeroupper();
   narrow_scalar(dst + i, src + i, n - i);
 }
 
@@ -93,6 +97,7 @@ __attribute__((target("avx512f"))) void widen_avx512(float* dst, const std::uint
     f = _mm512_andnot_si512(_mm512_and_si512(_mm512_cvtepi16_epi32(snan), quiet_bit), f);
     _mm512_storeu_si512(dst + i, f);
   }
+  _mm256_zeroupper();
   widen_scalar(dst + i, src + i, n - i);
 }
 
@@ -104,6 +109,7 @@ __attribute__((target("avx2,f16c"))) void narrow_f16c(std::uint16_t* dst, const 
     v = _mm256_blendv_ps(v, nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(v, kRound));
   }
+  _mm256_zeroupper();
   narrow_scalar(dst + i, src + i, n - i);
 }
 
@@ -120,6 +126,7 @@ __attribute__((target("avx2,f16c"))) void widen_f16c(float* dst, const std::uint
     f = _mm256_andnot_si256(_mm256_and_si256(_mm256_cvtepi16_epi32(snan), quiet_bit), f);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), f);
   }
+  _mm256_zeroupper();
   widen_scalar(dst + i, src + i, n - i);
 }
 
@@ -138,6 +145,7 @@ __attribute__((target("avx512f"))) bool scale_half_avx512(std::uint16_t* x, std:
     r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), nan);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + i), _mm512_cvtps_ph(r, kRound));
   }
+  _mm256_zeroupper();
   return scale_half_scalar(x + i, n - i, factor) || bad != 0;
 }
 
@@ -153,7 +161,9 @@ __attribute__((target("avx2,f16c"))) bool scale_half_f16c(std::uint16_t* x, std:
     r = _mm256_blendv_ps(r, nan, _mm256_cmp_ps(r, r, _CMP_UNORD_Q));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(x + i), _mm256_cvtps_ph(r, kRound));
   }
-  return scale_half_scalar(x + i, n - i, factor) || _mm256_movemask_ps(bad) != 0;
+  const bool any_bad = _mm256_movemask_ps(bad) != 0;
+  _mm256_zeroupper();
+  return scale_half_scalar(x + i, n - i, factor) || any_bad;
 }
 
 // bfloat16: widened by a shift, narrowed with round to nearest even in integers (NaN -> 0x7fff),
@@ -174,6 +184,7 @@ __attribute__((target("avx512f"))) bool scale_bf16_avx512(std::uint16_t* x, std:
     o = _mm512_mask_mov_epi32(o, _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), nan);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + i), _mm512_cvtepi32_epi16(o));
   }
+  _mm256_zeroupper();
   return scale_bf16_scalar(x + i, n - i, factor) || bad != 0;
 }
 
