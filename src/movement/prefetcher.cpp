@@ -5,6 +5,7 @@
 #include <gpucloud/runtime/error.hpp>
 
 #include "memory/access.hpp"
+#include "runtime/host/thread_budget.hpp"
 #include "runtime/nvtx.hpp"
 
 #include <algorithm>
@@ -90,6 +91,8 @@ Batch PrefetchShared::make_batch(HostBatch host, std::shared_ptr<PrefetchShared>
 }
 
 void PrefetchShared::run(std::shared_ptr<PrefetchShared> self) noexcept {
+  // A data loader keeps a core busy: OpenBLAS gets one thread fewer while it runs.
+  const detail::BusyLibraryThread busy;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex);

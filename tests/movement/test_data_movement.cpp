@@ -7,18 +7,24 @@
 #include <gpucloud/runtime/error.hpp>
 #include <gpucloud/runtime/event.hpp>
 #include <gpucloud/runtime/stream.hpp>
+#include <gpucloud/runtime/threads.hpp>
 
 #include <gtest/gtest.h>
 
 #include "device_cases.hpp"
 
+#include <dlfcn.h>
+
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -419,3 +425,47 @@ TEST_P(PrefetcherTest, BadInputIsATypedError) {
 }
 
 GPUCLOUD_INSTANTIATE_ON_EVERY_DEVICE(PrefetcherTest);
+
+// A Prefetcher's producer keeps a core busy: while it runs, OpenBLAS gets one thread fewer (at
+// least one), where the count can change between products (its pthreads server without CPU
+// affinity, the count the library's own); afterwards the budget again. Anywhere else nothing moves.
+TEST(PrefetcherThreads, OpenBlasGetsOneThreadFewerWhileTheProducerRuns) {
+  const gc::HostThreads before = gc::host_threads();
+  using Config = const char* (*)();
+  using Parallel = int (*)();
+  const auto config = reinterpret_cast<Config>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  const auto parallel = reinterpret_cast<Parallel>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  const bool own_count = std::getenv("OPENBLAS_NUM_THREADS") == nullptr && std::getenv("GOTO_NUM_THREADS") == nullptr &&
+                         std::getenv("OMP_NUM_THREADS") == nullptr;
+  const bool adjustable = before.blas > 1 && own_count && config != nullptr && parallel != nullptr && parallel() == 1 &&
+                          std::strstr(config(), "NO_AFFINITY") != nullptr;
+  std::mutex m;
+  std::condition_variable cv;
+  bool started = false, go = false;
+  {
+    gc::Prefetcher prefetcher(gc::Device::host(),
+                              [&]() -> std::optional<gc::HostBatch> {
+                                std::unique_lock<std::mutex> lock(m);
+                                started = true;
+                                cv.notify_all();
+                                cv.wait(lock, [&] { return go; });
+                                return std::nullopt;
+                              },
+                              {1, gc::MemoryKind::device});
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return started; });
+    }
+    const gc::HostThreads during = gc::host_threads();
+    EXPECT_EQ(during.blas, adjustable ? before.blas - 1 : before.blas)
+        << "OpenBLAS config " << (config ? config() : "none");
+    {
+      std::lock_guard<std::mutex> lock(m);
+      go = true;
+    }
+    cv.notify_all();
+    gc::Stream s(gc::Device::host());
+    EXPECT_FALSE(prefetcher.next(s).has_value());
+  }
+  EXPECT_EQ(gc::host_threads().blas, before.blas);
+}

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,8 @@
 
 namespace gpucloud::detail {
 namespace {
+
+std::atomic<int> busy_threads{0};
 
 HostThreads compute_budget() {
   HostThreads t;
@@ -50,5 +53,10 @@ const HostThreads& thread_budget() noexcept {
   static const HostThreads budget = compute_budget();
   return budget;
 }
+
+int busy_library_threads() noexcept { return busy_threads.load(std::memory_order_relaxed); }
+
+BusyLibraryThread::BusyLibraryThread() noexcept { busy_threads.fetch_add(1, std::memory_order_relaxed); }
+BusyLibraryThread::~BusyLibraryThread() { busy_threads.fetch_sub(1, std::memory_order_relaxed); }
 
 }  // namespace gpucloud::detail

@@ -10,4 +10,18 @@ namespace gpucloud::detail {
 /// to be given (0 when OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS is set).
 const HostThreads& thread_budget() noexcept;
 
+/// Library threads that keep a core busy while they run (a Prefetcher's producer): OpenBLAS gets
+/// one thread fewer for each (at least one) while they do, so its helpers, which spin between
+/// products, do not take turns with them on the same cores.
+int busy_library_threads() noexcept;
+
+/// Counts the calling library thread in busy_library_threads() for its lifetime.
+class BusyLibraryThread {
+ public:
+  BusyLibraryThread() noexcept;
+  ~BusyLibraryThread();
+  BusyLibraryThread(const BusyLibraryThread&) = delete;
+  BusyLibraryThread& operator=(const BusyLibraryThread&) = delete;
+};
+
 }  // namespace gpucloud::detail
