@@ -325,16 +325,19 @@ const TorchTypes* torch_types() {
   return types;
 }
 
+// A tensor of a layout other than strided (sparse, mkldnn): no storage to borrow.
+[[noreturn]] void fail_layout(const char* arg, const py::object& layout) {
+  fail_type(arg, "a tensor of layout " + py::str(layout).cast<std::string>() +
+                     ": only dense (strided) tensors can be borrowed; pass t.to_dense()");
+}
+
 // What a tensor the fast path could not read is: a typed error naming its layout (sparse, mkldnn:
 // no storage to borrow) or, for a strided one torch cannot describe (a nested tensor), torch's reason.
 [[noreturn]] void fail_unreadable(py::handle obj, const TorchTypes* t, const char* arg) {
   py::error_already_set reason;  // takes (and clears) the error the read raised
   const py::object layout = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), t->layout_name));
   if (!layout) throw py::error_already_set();
-  if (layout.ptr() != t->strided) {
-    fail_type(arg, "a tensor of layout " + py::str(layout).cast<std::string>() +
-                       ": only dense (strided) tensors can be borrowed; pass t.to_dense()");
-  }
+  if (layout.ptr() != t->strided) fail_layout(arg, layout);
   fail_type(arg, std::string("a tensor torch cannot describe as strided memory: ") + reason.what());
 }
 
@@ -367,7 +370,14 @@ std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
     fail_type(arg, "a tensor of " + py::str(dtype_obj).cast<std::string>() +
                        ": not supported (float32, float64, float16, bfloat16, int32, int64, uint8)");
   }
-  if (call(t->is_contiguous).ptr() != Py_True) return std::nullopt;
+  if (call(t->is_contiguous).ptr() != Py_True) {
+    // torch 2 answers False for a sparse COO tensor (1.13 raised): its layout is named here, before
+    // the general path's DLPack export would raise torch's untyped error.
+    const py::object layout = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), t->layout_name));
+    if (!layout) throw py::error_already_set();
+    if (layout.ptr() != t->strided) fail_layout(arg, layout);
+    return std::nullopt;
+  }
   Device device = Device::host();
   MemoryKind kind = MemoryKind::host;
   if (get(t->is_cpu).ptr() != Py_True) {

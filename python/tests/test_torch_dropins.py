@@ -19,6 +19,16 @@ from ports import free_port  # noqa: E402
 STEPS = 50
 
 
+def torch_sgd_keeps_empty_state():
+    """torch 1.13's SGD keeps {'momentum_buffer': None} for a parameter stepped without momentum;
+    torch 2's keeps no entry."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    p.grad = torch.zeros(1)
+    opt = torch.optim.SGD([p], lr=0.1)
+    opt.step()
+    return bool(opt.state_dict()["state"])
+
+
 def make_model(seed=0, dtype=torch.float32):
     torch.manual_seed(seed)
     m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4), torch.nn.Tanh(),
@@ -129,7 +139,7 @@ def test_state_dicts_are_interchangeable_with_torchs(name, kwargs, direction, tm
     first = first_cls(model.parameters(), **kwargs)
     train(model, first, 20)
     torch.save({"model": model.state_dict(), "opt": first.state_dict()}, tmp_path / "ck.pt")
-    ck = torch.load(tmp_path / "ck.pt")
+    ck = torch.load(tmp_path / "ck.pt", weights_only=False)
     resumed_model = make_model(seed=5)
     resumed_model.load_state_dict(ck["model"])
     second = second_cls(resumed_model.parameters(), **kwargs)
@@ -304,8 +314,10 @@ def test_float64_and_complex_parameters_step_as_torch_in_the_same_groups_and_sta
         assert a.dtype == b.dtype and torch.equal(a, b), (a - b).abs().max()
     # One state dict: torch's loads into ours and ours into torch's, and both go on alike.
     ref_sd, our_sd = ref.state_dict(), ours.state_dict()
-    assert sorted(our_sd["state"]) == sorted(ref_sd["state"]) == [0, 1, 2, 3]
-    for pid in (1, 2, 3):
+    # every parameter has stepped; torch 2's SGD without momentum keeps no entry for them (1.13: None)
+    empty = name == "SGD" and not kwargs.get("momentum") and not torch_sgd_keeps_empty_state()
+    assert sorted(our_sd["state"]) == sorted(ref_sd["state"]) == ([] if empty else [0, 1, 2, 3])
+    for pid in sorted(ref_sd["state"])[1:]:
         for key, value in ref_sd["state"][pid].items():
             assert value is None and our_sd["state"][pid][key] is None or torch.equal(our_sd["state"][pid][key],
                                                                                       value), (pid, key)
@@ -702,7 +714,8 @@ def test_the_torch_examples_train_checkpoint_and_resume_across_each_other(tmp_pa
     resumed = example("torch_ddp.py", "--steps", "300", "--checkpoint-dir", str(tmp_path / "b"), "--resume", "--dump",
                       str(tmp_path / "resumed.pt"))
     assert "resumed from step 200" in resumed, resumed
-    a, b = torch.load(tmp_path / "straight.pt"), torch.load(tmp_path / "resumed.pt")
+    a = torch.load(tmp_path / "straight.pt", weights_only=False)  # files of this test: trusted
+    b = torch.load(tmp_path / "resumed.pt", weights_only=False)
     assert torch.equal(a, b), (a - b).abs().max()
 
 

@@ -414,6 +414,21 @@ class Adam(_FusedOptimizer):
         return _with_master(state, fused, i, p, self._master_weights)
 
 
+_SGD_EMPTY_STATE = []
+
+
+def _torch_sgd_keeps_empty_state():
+    """Whether the installed torch's SGD keeps a state entry (``momentum_buffer`` None) for a
+    parameter stepped without momentum: 1.13 does, torch 2 does not. Asked of torch once."""
+    if not _SGD_EMPTY_STATE:
+        p = torch.nn.Parameter(torch.zeros(1))
+        p.grad = torch.zeros(1)
+        opt = torch.optim.SGD([p], lr=0.1)
+        opt.step()
+        _SGD_EMPTY_STATE.append(bool(opt.state_dict()["state"]))
+    return _SGD_EMPTY_STATE[0]
+
+
 def _with_master(state, fused, i, p, master_weights):
     master = fused.master(i)
     if master_weights and len(master):
@@ -476,3 +491,12 @@ class SGD(_FusedOptimizer):
         buf = fused.momentum_buffer(i)
         return _with_master({"momentum_buffer": _view(buf, p) if len(buf) else None}, fused, i, p,
                             self._master_weights)
+
+    def state_dict(self):
+        """torch's format, as the installed torch writes it: torch 1.13 keeps ``{'momentum_buffer':
+        None}`` for every parameter stepped without momentum, torch 2 keeps no entry for them."""
+        sd = super().state_dict()
+        if not _torch_sgd_keeps_empty_state():
+            sd["state"] = {k: v for k, v in sd["state"].items()
+                           if not (set(v) <= {"momentum_buffer"} and v.get("momentum_buffer") is None)}
+        return sd
