@@ -118,7 +118,8 @@ def leave():
     """Ends the process group, after a barrier: gloo's worker threads then hold no finished
     collective whose tensors they still have to release (which takes the GIL). Otherwise torch
     1.13 can deadlock at exit, when DDP's reducer destroys the group while the main thread holds
-    the GIL and a worker waits for it (seen once in the fault tests)."""
+    the GIL and a worker waits for it (seen once in the fault tests), and torch 2 can abort when
+    a worker releases them while the interpreter shuts down."""
     dist.barrier()
     dist.destroy_process_group()
 

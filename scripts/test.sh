@@ -13,6 +13,9 @@
 #          PyTorch tests (zero-copy tensors, optimizers against torch.optim) and mpi4py
 #          communicators run instead of skipping; and the Python Slurm tests (a cluster started
 #          by python/tests/test_slurm.py)
+#   torch2 the python configuration's wheel with PyPI's torch 2 (its CUDA build, used on the CPU)
+#          in a virtual environment of its own: every test that uses torch, so that both torch
+#          1.13 (interop) and torch 2 (TORCH2_VERSION) are tested
 #   host   GPUCLOUD_CUDA=OFF: the library without any CUDA, all tests
 #   asan   host tests under AddressSanitizer + UndefinedBehaviorSanitizer (not packaging; the MPI
 #          ones in a second run with leak detection off: OpenMPI's initialisation leaks by design,
@@ -129,6 +132,25 @@ installable_wheel() {
   grep -q '^train_mlp.py: 2 rank(s)' "$log"
 }
 
+# torch2_tests: the tests that use torch, against PyPI's torch TORCH2_VERSION, with the wheel the
+# python configuration built (no second build). Its CUDA libraries come from PyPI's nvidia
+# packages; without a GPU torch runs on the CPU, as the tests do.
+TORCH2_VERSION="${TORCH2_VERSION:-2.15.0}"
+torch2_tests() {
+  echo
+  echo "=== configuration 'torch2': torch $TORCH2_VERSION (at ${SECONDS} s) ==="
+  local py="build/venv-torch2/bin/python"
+  [ -x "$py" ] || python3 -m venv build/venv-torch2
+  "$py" -m pip install -q --upgrade pip
+  "$py" -m pip install -q -r python/requirements-test.txt "torch==$TORCH2_VERSION"
+  "$py" -m pip install -q --force-reinstall --no-deps build/wheel-python/gpucloud-*.whl
+  "$py" -c 'import torch; print("torch", torch.__version__)'
+  local files
+  files=$(cd python/tests && grep -l -e '^import torch' -e 'importorskip("torch"' test_*.py | sed 's|^|python/tests/|')
+  # shellcheck disable=SC2086 # one argument per file
+  "$py" -m pytest -ra --durations=10 $files
+}
+
 mkdir -p build
 # main: the CUDA build's tests run as on a machine without any CUDA library (every /usr/local/cuda*
 # hidden: scripts/without-cuda-libraries.sh), since it loads cuBLASLt, cuDNN and NCCL only when a
@@ -145,6 +167,7 @@ python_package python python3
 installable_wheel python
 ((quick)) && { echo "the main configuration passed (${SECONDS} s)"; exit 0; }
 GPUCLOUD_SLURM_TESTS=1 GPUCLOUD_FAULT_TRIALS=4 python_package interop /usr/bin/python3 --system-site-packages # + the Slurm tests
+GPUCLOUD_FAULT_TRIALS=0 torch2_tests # the fault trials: python and interop
 GPUCLOUD_FAULT_TRIALS=4 configure_build_test host "" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_SLURM_TESTS=OFF # Slurm: main only; faults: fewer trials
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
@@ -170,4 +193,4 @@ GPUCLOUD_FAULT_TRIALS=0 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIO
 PIP_BUILD_OPTIONS=()
 PYTEST_PRELOAD=""
 echo
-echo "all configurations passed: main, python, interop, host, asan, tsan, python-asan (${SECONDS} s)"
+echo "all configurations passed: main, python, interop, torch2, host, asan, tsan, python-asan (${SECONDS} s)"

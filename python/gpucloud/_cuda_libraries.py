@@ -9,18 +9,21 @@ own paths. Nothing is loaded here: a CPU-only program never opens them.
 
 import glob
 import os
+import sys
 
 VARIABLE = "GPUCLOUD_CUDA_LIBRARY_PATH"
 
 
 def wheel_library_dirs():
-    """The lib directories of the installed nvidia-* wheels (an empty list without any)."""
-    try:
-        import nvidia  # a namespace package shared by the nvidia-* wheels
-    except ImportError:
-        return []
+    """The lib directories of the installed nvidia-* wheels (an empty list without any), in the
+    order of sys.path. Every path entry's nvidia/ is read, not the ``nvidia`` package's __path__:
+    some wheels (the CUDA 12 ones torch 2 brings) ship nvidia/__init__.py, and a regular package
+    hides the other entries' nvidia/ directories from the import system."""
     dirs = []
-    for root in list(getattr(nvidia, "__path__", [])):
+    for entry in sys.path:
+        root = os.path.join(os.path.abspath(entry or os.curdir), "nvidia")
+        if not os.path.isdir(root):
+            continue
         for lib in sorted(glob.glob(os.path.join(root, "*", "lib"))):
             if os.path.isdir(lib) and lib not in dirs:
                 dirs.append(lib)

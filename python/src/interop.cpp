@@ -310,6 +310,12 @@ const TorchTypes* torch_types() {
                                                    {"int32", DType::int32},     {"int64", DType::int64},
                                                    {"uint8", DType::uint8}};
     for (const auto& [name, dtype] : names) t->dtypes.emplace_back(py::object(mod.attr(name)).release().ptr(), dtype);
+    // fp8 from torch 2.1 (1.13 has none): OCP e4m3 ("fn": finite, no infinities) and e5m2.
+    const std::pair<const char*, DType> fp8[] = {{"float8_e4m3fn", DType::float8_e4m3},
+                                                 {"float8_e5m2", DType::float8_e5m2}};
+    for (const auto& [name, dtype] : fp8) {
+      if (py::hasattr(mod, name)) t->dtypes.emplace_back(py::object(mod.attr(name)).release().ptr(), dtype);
+    }
   } catch (const py::error_already_set&) {  // a module named torch that is not PyTorch
     delete t;
     return nullptr;
@@ -368,7 +374,8 @@ std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
   }
   if (!dtype) {
     fail_type(arg, "a tensor of " + py::str(dtype_obj).cast<std::string>() +
-                       ": not supported (float32, float64, float16, bfloat16, int32, int64, uint8)");
+                       ": not supported (float32, float64, float16, bfloat16, float8_e4m3fn, float8_e5m2, "
+                       "int32, int64, uint8)");
   }
   if (call(t->is_contiguous).ptr() != Py_True) {
     // torch 2 answers False for a sparse COO tensor (1.13 raised): its layout is named here, before

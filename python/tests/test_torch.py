@@ -84,6 +84,14 @@ def test_every_kind_of_tensor_takes_the_right_path(host_stream):
         gc.fill(torch.zeros(3, dtype=torch.int8), 1.0, host_stream)
     with pytest.raises(TypeError, match="torch.bool: not supported"):
         gc.fill(torch.zeros(3, dtype=torch.bool), 1.0, host_stream)
+    if hasattr(torch, "float8_e4m3fn"):  # torch >= 2.1: fp8 tensors are borrowed as gpucloud's fp8
+        for name, values in (("float8_e4m3fn", [0.5, -1.0, 448.0, 0.0]), ("float8_e5m2", [0.25, -2.0, 57344.0, 0.0])):
+            f8 = torch.tensor(values).to(getattr(torch, name))
+            wide = torch.zeros(4)
+            gc.cast(wide, f8, host_stream)  # read in place
+            gc.fill(f8[3:], 1.5, host_stream)  # written in place
+            host_stream.synchronize()
+            assert wide.tolist() == values and f8.float().tolist() == values[:3] + [1.5], name
     param = torch.nn.Parameter(torch.zeros(2, 2))  # torch's own getters are called directly on these
     gc.fill(param, 5.0, host_stream)
     host_stream.synchronize()
@@ -398,6 +406,9 @@ comm.all_reduce(x, x, s)
 s.synchronize()
 with open(f"{sys.argv[1]}/rank{comm.rank}", "w") as f:  # a file each: mpirun may mix the ranks' lines
     f.write(f"{launch.launcher} {comm.rank} {comm.size} {x.tolist()}")
+if launch.launcher == "torchrun":  # the end docs/launch.md gives a gloo job (torch 2 can abort at exit without)
+    dist.barrier()
+    dist.destroy_process_group()
 """)
 
     def results(directory):
