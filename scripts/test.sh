@@ -156,9 +156,9 @@ mkdir -p build
 # hidden: scripts/without-cuda-libraries.sh), since it loads cuBLASLt, cuDNN and NCCL only when a
 # GPU first needs them; then, with the toolkit, what needs it: the packaging tests (builds against
 # it), the return-code checks (linked to the libraries), the loader's own test and the benchmarks
-# whose peer baselines call cuBLAS, cuDNN and NCCL directly.
+# whose peer baselines call cuBLAS, cuDNN and NCCL directly (bench_collectives: its smoke tests).
 configure_build main -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_BUILD_BENCH=ON
-needs_toolkit='^(Errors|CudaCheck|CublasCheck|CudnnCheck|NcclCheck)[.]|^cuda_libraries_present$|^bench_(gemm|conv|collectives)_smoke$'
+needs_toolkit='^(Errors|CudaCheck|CublasCheck|CudnnCheck|NcclCheck)[.]|^cuda_libraries_present$|^bench_(gemm|conv|collectives|collectives_busy_node)_smoke$'
 (cd build/main && ../../scripts/without-cuda-libraries.sh ctest --output-on-failure --no-tests=error -j "$jobs" \
   -LE packaging -E "$needs_toolkit")
 (cd build/main && ctest --output-on-failure --no-tests=error -j "$jobs" -L packaging)
