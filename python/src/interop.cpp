@@ -331,19 +331,22 @@ const TorchTypes* torch_types() {
   return types;
 }
 
-// A tensor of a layout other than strided (sparse, mkldnn): no storage to borrow.
-[[noreturn]] void fail_layout(const char* arg, const py::object& layout) {
-  fail_type(arg, "a tensor of layout " + py::str(layout).cast<std::string>() +
-                     ": only dense (strided) tensors can be borrowed; pass t.to_dense()");
+// A tensor of a layout other than strided (sparse, mkldnn) has no storage to borrow: a typed
+// error naming its layout. Returns for a strided one.
+void check_strided(py::handle obj, const TorchTypes* t, const char* arg) {
+  const py::object layout = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), t->layout_name));
+  if (!layout) throw py::error_already_set();
+  if (layout.ptr() != t->strided) {
+    fail_type(arg, "a tensor of layout " + py::str(layout).cast<std::string>() +
+                       ": only dense (strided) tensors can be borrowed; pass t.to_dense()");
+  }
 }
 
 // What a tensor the fast path could not read is: a typed error naming its layout (sparse, mkldnn:
 // no storage to borrow) or, for a strided one torch cannot describe (a nested tensor), torch's reason.
 [[noreturn]] void fail_unreadable(py::handle obj, const TorchTypes* t, const char* arg) {
   py::error_already_set reason;  // takes (and clears) the error the read raised
-  const py::object layout = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), t->layout_name));
-  if (!layout) throw py::error_already_set();
-  if (layout.ptr() != t->strided) fail_layout(arg, layout);
+  check_strided(obj, t, arg);
   fail_type(arg, std::string("a tensor torch cannot describe as strided memory: ") + reason.what());
 }
 
@@ -380,9 +383,7 @@ std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
   if (call(t->is_contiguous).ptr() != Py_True) {
     // torch 2 answers False for a sparse COO tensor (1.13 raised): its layout is named here, before
     // the general path's DLPack export would raise torch's untyped error.
-    const py::object layout = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), t->layout_name));
-    if (!layout) throw py::error_already_set();
-    if (layout.ptr() != t->strided) fail_layout(arg, layout);
+    check_strided(obj, t, arg);
     return std::nullopt;
   }
   Device device = Device::host();

@@ -69,25 +69,15 @@ TEST(VectorState, HostKernelsLeaveTheUpperHalvesClean) {
   gc::Stream s(gc::Device::host());
   // Lengths with a vector body and every kind of tail.
   const std::size_t n = 1000 + 13;
+  const auto cast = [&](gc::DType from, gc::DType to) {
+    gc::Buffer src = filled(n, from, 1.5, s), dst(n, to, gc::Device::host());
+    gc::cast(dst, src, s);
+    s.synchronize();
+  };
   const std::vector<std::pair<std::string, std::function<void()>>> ops = {
-      {"cast f32->f16",
-       [&] {
-         gc::Buffer src = filled(n, gc::DType::float32, 1.5, s), dst(n, gc::DType::float16, gc::Device::host());
-         gc::cast(dst, src, s);
-         s.synchronize();
-       }},
-      {"cast f16->f32",
-       [&] {
-         gc::Buffer src = filled(n, gc::DType::float16, 1.5, s), dst(n, gc::DType::float32, gc::Device::host());
-         gc::cast(dst, src, s);
-         s.synchronize();
-       }},
-      {"cast f32->bf16",
-       [&] {
-         gc::Buffer src = filled(n, gc::DType::float32, 1.5, s), dst(n, gc::DType::bfloat16, gc::Device::host());
-         gc::cast(dst, src, s);
-         s.synchronize();
-       }},
+      {"cast f32->f16", [&] { cast(gc::DType::float32, gc::DType::float16); }},
+      {"cast f16->f32", [&] { cast(gc::DType::float16, gc::DType::float32); }},
+      {"cast f32->bf16", [&] { cast(gc::DType::float32, gc::DType::bfloat16); }},
       {"unscale f16, bf16, f32",
        [&] {
          gc::LossScaler scaler(gc::Device::host(), s);

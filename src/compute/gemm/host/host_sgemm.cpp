@@ -69,13 +69,13 @@ void apply_blas_budget() noexcept {
   // loader (train_mlp on 2 cores: 1.3-2.7 s for 3000 fp32 steps with 2 threads, 1.3-1.6 with 1).
   BlasThreads& t = blas_threads();
   if (!t.adjustable) return;
-  const int want = std::max(1, t.budget - busy_library_threads());
-  if (t.applied.load(std::memory_order_relaxed) == want) return;
-  std::lock_guard<std::mutex> lock(t.mutex);
-  const int now = std::max(1, t.budget - busy_library_threads());
-  if (t.applied.load(std::memory_order_relaxed) != now) {
-    openblas_set_num_threads(now);
-    t.applied.store(now, std::memory_order_relaxed);
+  const auto wanted = [&t] { return std::max(1, t.budget - busy_library_threads()); };
+  if (t.applied.load(std::memory_order_relaxed) == wanted()) return;
+  std::lock_guard<std::mutex> lock(t.mutex);  // one setter at a time; read again under it
+  const int want = wanted();
+  if (t.applied.load(std::memory_order_relaxed) != want) {
+    openblas_set_num_threads(want);
+    t.applied.store(want, std::memory_order_relaxed);
   }
 }
 }  // namespace
