@@ -2120,7 +2120,7 @@ class TelemetryExporter:
         """
         port: 0 picks a free one, -1 serves none. address: an IPv4 or IPv6 address to bind. labels: put on every series (job_labels() gives rank, local_rank, node, job). textfile: where write_textfile() writes (node_exporter's textfile collector). threads: serving threads; request_timeout: seconds a client may take to send its request. tls_cert_file, tls_key_file: serve HTTPS. basic_auth_users: {user: bcrypt hash}. allow: the IPv4 CIDR blocks allowed to connect (Prometheus web-config's semantics).
         """
-    def detect_stragglers(self, comm: Communicator, stream: Stream, every: int = 50, threshold: typing.SupportsFloat | typing.SupportsIndex = 0.2) -> None:
+    def detect_stragglers(self, comm: Communicator, stream: Stream, every: int = 50, threshold: typing.SupportsFloat | typing.SupportsIndex = 0.2, min_excess_seconds: typing.SupportsFloat | typing.SupportsIndex = 0.005) -> None:
         """
         Compare the ranks' own work per step: every `every` recorded steps each rank sends rank 0 its means over a TCP channel of its own (set up now by a broadcast and an all-reduce over comm on stream: every rank calls it); exports gpucloud_rank_step_seconds, gpucloud_rank_compute_seconds and gpucloud_straggler. Ranks may record different numbers of steps, stop or die.
         """

@@ -174,17 +174,20 @@ void bind_telemetry(py::module_& m) {
           "The training metrics (StepMetrics).")
       .def(
           "detect_stragglers",
-          [](PyExporter& e, CommunicatorArg comm, StreamArg stream, IntArg every, double threshold) {
+          [](PyExporter& e, CommunicatorArg comm, StreamArg stream, IntArg every, double threshold,
+             double min_excess_seconds) {
             auto& c = arg_as<Communicator>(comm, "comm", "a gpucloud.Communicator");
             auto& s = arg_as<PyStream>(stream, "stream", "a gpucloud.Stream");
             tel::StragglerOptions o;
             o.every = static_cast<int>(arg_int(every, "every"));
             o.threshold = threshold;
+            o.min_excess_seconds = min_excess_seconds;
             without_gil([&] { e.exporter->detect_stragglers(c, s.view, o); });
             e.comm = comm;
             e.stream = stream;
           },
           py::arg("comm"), py::arg("stream"), py::arg("every") = 50, py::arg("threshold") = 0.2,
+          py::arg("min_excess_seconds") = 0.005,
           "Compare the ranks' own work per step: every `every` recorded steps each rank sends rank 0 its means over "
           "a TCP channel of its own (set up now by a broadcast and an all-reduce over comm on stream: every rank "
           "calls it); exports gpucloud_rank_step_seconds, gpucloud_rank_compute_seconds and gpucloud_straggler. "

@@ -178,6 +178,49 @@ def test_a_straggler_is_found_under_mpirun():
         assert f"rank {rank}: slowest 2 straggler True series 3 flag 2 work True" in out, out
 
 
+def test_a_straggler_must_also_exceed_the_minimum_excess():
+    """At millisecond steps a shared host's scheduling alone puts one rank 50 % above the other: the
+    minimum excess (5 ms by default) keeps that from being named; a real straggler still is."""
+    prefix, env = under_mpirun(2)
+    out = run_script("""
+        import time, gpucloud as gc
+        comm = gc.Communicator.mpi_world()
+        s = gc.Stream()
+        for bad in ({"threshold": -0.1}, {"min_excess_seconds": -1.0}, {"min_excess_seconds": float("inf")}):
+            try:
+                gc.telemetry.Exporter(port=-1).detect_stragglers(comm, s, every=2, **bad)
+            except gc.InvalidArgument as err:
+                assert next(iter(bad)) in str(err), err
+            else:
+                raise AssertionError(f"{bad} accepted")
+
+        def report(own, **options):  # every rank records steps of its given own work until both are compared
+            e = gc.telemetry.Exporter(port=-1)
+            e.detect_stragglers(comm, s, every=2, **options)
+            deadline = time.monotonic() + 60
+            while min(e.straggler_report().steps or [0]) < 4:
+                assert time.monotonic() < deadline, e.straggler_report().steps
+                e.steps.record(own[comm.rank] + 0.01, comm_seconds=0.01)
+                time.sleep(0.001)
+            r = e.straggler_report()
+            comm.barrier(s)
+            s.synchronize()
+            return r
+
+        noise = (0.001, 0.004)  # 2.5 times the other, 1.5 ms above the median
+        r = report(noise)
+        print(f"rank {comm.rank}: noise slowest {r.slowest} straggler {r.straggler}")
+        r = report(noise, min_excess_seconds=0.0)
+        print(f"rank {comm.rank}: no floor straggler {r.straggler}")
+        r = report((0.001, 0.02))
+        print(f"rank {comm.rank}: real straggler {r.straggler} slowest {r.slowest}")
+    """, prefix=prefix, env=env)
+    for rank in range(2):
+        assert f"rank {rank}: noise slowest 1 straggler False" in out, out
+        assert f"rank {rank}: no floor straggler True" in out, out
+        assert f"rank {rank}: real straggler True slowest 1" in out, out
+
+
 def test_unequal_step_counts_leave_the_users_communicator_alone_and_a_rank_that_stops_is_lost():
     prefix, env = under_mpirun(3)
     out = run_script("""

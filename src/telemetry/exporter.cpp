@@ -374,8 +374,9 @@ struct StepMetrics::Impl {
       std::sort(compared.begin(), compared.end());
       const std::size_t n = compared.size();
       r.median = n % 2 == 1 ? compared[n / 2] : 0.5 * (compared[n / 2 - 1] + compared[n / 2]);
-      r.straggler = n > 1 && r.median > 0 &&
-                    r.compute_seconds[static_cast<std::size_t>(r.slowest)] > r.median * (1 + s.options.threshold);
+      const double slowest = r.compute_seconds[static_cast<std::size_t>(r.slowest)];
+      r.straggler = n > 1 && r.median > 0 && slowest > r.median * (1 + s.options.threshold) &&
+                    slowest - r.median >= s.options.min_excess_seconds;
     }
     for (std::size_t i = 0; i < t.ranks.size(); ++i) {
       rank_step->Add({{"rank", std::to_string(i)}}).Set(r.step_seconds[i]);
@@ -622,6 +623,8 @@ void Exporter::detect_stragglers(Communicator& comm, StreamView stream, Straggle
   GPUCLOUD_EXPECTS(options.every >= 1, call, "options.every: must be at least 1");
   GPUCLOUD_EXPECTS(std::isfinite(options.threshold) && options.threshold >= 0, call,
                    "options.threshold: must be a finite fraction >= 0");
+  GPUCLOUD_EXPECTS(std::isfinite(options.min_excess_seconds) && options.min_excess_seconds >= 0, call,
+                   "options.min_excess_seconds: must be a finite number of seconds >= 0");
   GPUCLOUD_EXPECTS(stream.device() == comm.device(), call,
                    "stream: on " + stream.device().str() + ", the communicator's buffers on " + comm.device().str());
   const int rank = comm.rank(), size = comm.size();

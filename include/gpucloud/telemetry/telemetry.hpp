@@ -96,6 +96,8 @@ class GPUCLOUD_API StepMetrics {
 struct StragglerOptions {
   int every = 50;          ///< steps per period: each rank sends rank 0 its means at every period's end
   double threshold = 0.2;  ///< a rank is a straggler when its mean own work per step is this much above the median
+  double min_excess_seconds = 0.005;  ///< ...and at least this many seconds above it (below it, a shared
+                                      ///< host's scheduling noise at millisecond steps); 0: none
 };
 
 /// @brief What the last exchange found.
@@ -108,7 +110,7 @@ struct StragglerReport {
                                         ///< period is still compared
   double median = 0;                    ///< the median of compute_seconds
   int slowest = -1;                     ///< the rank of the most own work per step
-  bool straggler = false;               ///< the slowest is beyond the threshold
+  bool straggler = false;               ///< the slowest is beyond the threshold and the minimum excess
 };
 
 /// @brief A process's metrics endpoint: a Prometheus registry served at /metrics (prometheus-cpp's
