@@ -59,9 +59,28 @@ def test_bad_tensors_raise_the_documented_exceptions(host_stream):
     assert torch.equal(t, torch.zeros(4, 6))  # nothing was written
 
 
+def test_a_lazily_negated_tensor_is_refused_not_read_with_the_wrong_sign(host_stream):
+    """x.conj().imag is a real tensor whose memory holds the values negated (torch's negative bit),
+    as are its detach(), .data and a Parameter made from it: borrowing their memory as it is would
+    silently flip the sign; each is named, nothing is written, and resolve_neg() is borrowed."""
+    imag = torch.tensor([1 + 2j, 3 + 4j]).conj().imag
+    assert imag.is_neg() and imag.tolist() == [-2.0, -4.0]
+    out = torch.zeros(2)
+    for negated in (imag, imag.detach(), imag.data, torch.nn.Parameter(imag, requires_grad=False)):
+        with pytest.raises(gc.InvalidArgument, match="src: a tensor with its negative bit set.*resolve_neg"):
+            gc.copy(out, negated, host_stream)
+        with pytest.raises(gc.InvalidArgument, match="dst: a tensor with its negative bit set"):
+            gc.fill(negated, 1.0, host_stream)
+    host_stream.synchronize()
+    assert out.tolist() == [0.0, 0.0] and imag.tolist() == [-2.0, -4.0]
+    gc.copy(out, imag.resolve_neg(), host_stream)
+    host_stream.synchronize()
+    assert out.tolist() == [-2.0, -4.0]
+
+
 def test_every_kind_of_tensor_takes_the_right_path(host_stream):
-    """Tensors are read from their attributes (no DLPack export): shapes of every rank, empty ones,
-    views at an offset, subclasses; what the attributes cannot vouch for (another layout, dtype or
+    """Tensors are read through torch's DLPack exchange table (torch 2.15) or their attributes (1.13),
+    never a DLPack export: shapes of every rank, empty ones, views at an offset, subclasses; what the attributes cannot vouch for (another layout, dtype or
     device) goes the general way and gets its error there."""
     for shape in [(), (0,), (7,), (2, 3), (2, 1, 3, 2)]:
         t = torch.zeros(shape)
@@ -72,6 +91,12 @@ def test_every_kind_of_tensor_takes_the_right_path(host_stream):
     gc.fill(base[4:7], 1.0, host_stream)  # a contiguous view at an offset: its own address
     host_stream.synchronize()
     assert base.tolist() == [0, 0, 0, 0, 1, 1, 1, 0, 0, 0]
+    grid = torch.zeros(4, 6)
+    gc.fill(grid[2:3, :], 1.0, host_stream)  # one row: a size-1 dimension may carry any stride
+    with pytest.raises(gc.InvalidArgument, match=r"non-contiguous memory \(strides \[1, 6\]"):
+        gc.fill(grid[:, 5:6].t(), 2.0, host_stream)  # one column, transposed: 1 x 4 of stride 6
+    host_stream.synchronize()
+    assert grid.sum(dim=1).tolist() == [0, 0, 6, 0]
 
     class Tagged(torch.Tensor):
         pass
