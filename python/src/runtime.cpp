@@ -189,11 +189,14 @@ void keep_alive_until_done(StreamView stream, std::vector<py::object> objects, s
   }
   PendingBorrow pending;
   pending.abandoned = std::move(abandoned);
+  // Type checks against the types themselves (py::isinstance<T> looks T up by name on each call).
+  static auto* const buffer_type = reinterpret_cast<PyTypeObject*>(py::type::of<PyBuffer>().ptr());
+  static auto* const view_type = reinterpret_cast<PyTypeObject*>(py::type::of<PyView>().ptr());
   for (const auto& o : objects) {
     pending.ids.push_back(o.ptr());
-    if (py::isinstance<PyBuffer>(o)) {
+    if (PyObject_TypeCheck(o.ptr(), buffer_type)) {
       pending.ranges.push_back(range_of(o.cast<PyBuffer&>().buffer.view()));
-    } else if (py::isinstance<PyView>(o)) {
+    } else if (PyObject_TypeCheck(o.ptr(), view_type)) {
       const auto& v = o.cast<PyView&>();
       pending.ranges.push_back(range_of(v.view));
       pending.ids.push_back(v.owner.ptr());
