@@ -529,7 +529,9 @@ std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
   for (Py_ssize_t i = 0; i < ndim; ++i)
     b.shape[static_cast<std::size_t>(i)] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
   const std::size_t n = element_count(b.shape, arg);
-  b.view = BufferView(n == 0 ? nullptr : reinterpret_cast<void*>(ptr.cast<std::uintptr_t>()), n, *dtype, kind, device);
+  void* data = PyLong_AsVoidPtr(ptr.ptr());  // data_ptr() is an int: no pybind conversion needed
+  if (data == nullptr && PyErr_Occurred() != nullptr) throw py::error_already_set();
+  b.view = BufferView(n == 0 ? nullptr : data, n, *dtype, kind, device);
   b.owner = py::reinterpret_borrow<py::object>(obj);
   return b;
 }
