@@ -284,7 +284,7 @@ struct TensorAttr {
 };
 
 // DLPack's C exchange API (DLPack 1.3): a table of C functions a tensor type offers as the capsule
-// `type.__dlpack_c_exchange_api__` ("dlpack_exchange_api"), torch's from 2.10. Mirrored here, as
+// `type.__dlpack_c_exchange_api__` ("dlpack_exchange_api"; torch 2.15 is tested). Mirrored here, as
 // Debian's dlpack.h (0.6) predates it; DLTensor is unchanged since 0.6. Only the non-owning read is
 // called; the other entries are never used.
 struct DLPackExchangeVersion {
@@ -318,7 +318,7 @@ const DLPackExchange* dlpack_exchange_of(PyTypeObject* type) {
     Py_DECREF(capsule);
     return nullptr;
   }
-  // The table lives as long as the process (the protocol's rule); the capsule is kept besides.
+  // The table lives as long as the process (the protocol's rule); the capsule's reference is kept too.
   const auto* api = reinterpret_cast<const DLPackExchange*>(header);
   return api->dltensor_from_py_object_no_sync != nullptr ? api : nullptr;
 }
@@ -332,7 +332,7 @@ struct TorchTypes {
   std::vector<std::pair<PyObject*, DType>> dtypes;
   PyObject* layout_name = PyUnicode_InternFromString("layout");
   std::optional<TensorAttr> dtype, is_contiguous, is_cpu, is_cuda, data_ptr, shape, get_device, is_neg;
-  const DLPackExchange* exchange = nullptr;  // torch.Tensor's DLPack exchange table (torch 2.10+), or null
+  const DLPackExchange* exchange = nullptr;  // torch.Tensor's DLPack exchange table, or null (torch 1.x)
 };
 
 const TorchTypes* torch_types() {
@@ -448,9 +448,6 @@ std::optional<Borrowed> from_torch_exchange(py::handle obj, const TorchTypes* t,
       if (dl.shape[i] != 1 && dl.strides[i] != expected) return std::nullopt;
       expected *= dl.shape[i];
     }
-  }
-  for (auto d : b.shape) {
-    if (d < 0) return std::nullopt;
   }
   const std::size_t n = element_count(b.shape, arg);
   b.view = BufferView(n == 0 ? nullptr : static_cast<char*>(dl.data) + dl.byte_offset, n, *dtype, kind, device);
