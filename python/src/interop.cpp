@@ -331,7 +331,7 @@ struct TorchTypes {
   PyObject* strided = nullptr;
   std::vector<std::pair<PyObject*, DType>> dtypes;
   PyObject* layout_name = PyUnicode_InternFromString("layout");
-  std::optional<TensorAttr> dtype, is_contiguous, is_cpu, is_cuda, data_ptr, shape, get_device, is_neg;
+  std::optional<TensorAttr> dtype, is_contiguous, is_cpu, is_cuda, data_ptr, shape, get_device;
   const DLPackExchange* exchange = nullptr;  // torch.Tensor's DLPack exchange table, or null (torch 1.x)
 };
 
@@ -368,7 +368,6 @@ const TorchTypes* torch_types() {
   t->data_ptr.emplace(t->tensor, "data_ptr");
   t->shape.emplace(t->tensor, "shape");
   t->get_device.emplace(t->tensor, "get_device");
-  t->is_neg.emplace(t->tensor, "is_neg");
   t->exchange = dlpack_exchange_of(t->tensor);
   types = t;
   return types;
@@ -455,13 +454,15 @@ std::optional<Borrowed> from_torch_exchange(py::handle obj, const TorchTypes* t,
   return b;
 }
 
-// A torch.Tensor (a Parameter too) of a supported dtype, strided, contiguous, not lazily negated,
-// on the CPU or a CUDA device: read through torch's DLPack exchange table where torch has one, or
-// from its attributes: six reads (dtype, is_neg(), is_contiguous(), is_cpu, shape, data_ptr()),
-// ~0.35 us, where the DLPack export (and the __cuda_array_interface__ probe a CPU tensor answers by
-// raising) cost ~4 us. The layout is read only when a read fails: every layout but strided has no
-// storage, so its data_ptr() raises (and CSR's is_contiguous()). The tensor itself is the owner. A
-// non-contiguous tensor is left to the general path, which names its strides.
+// A torch.Tensor (a Parameter too) of a supported dtype, strided, contiguous, on the CPU or a
+// CUDA device: read through torch's DLPack exchange table where torch has one, or from its
+// attributes: five reads (dtype, is_contiguous(), is_cpu, shape, data_ptr()), ~0.3 us, where the
+// DLPack export (and the __cuda_array_interface__ probe a CPU tensor answers by raising) cost
+// ~4 us. The layout is read only when a read fails: every layout but strided has no storage, so
+// its data_ptr() raises (and CSR's is_contiguous()). The tensor itself is the owner. A
+// non-contiguous tensor is left to the general path, which names its strides. Every read keeps the
+// GIL (getters and hand-written methods; torch's generated methods, is_neg() among them, release it
+// inside, which a borrow must not do), so torch's negative bit (x.conj().imag) is not read.
 std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
   const TorchTypes* t = torch_types();
   if (t == nullptr || !PyObject_TypeCheck(obj.ptr(), t->tensor)) return std::nullopt;
@@ -476,19 +477,8 @@ std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
     if (!v) fail_unreadable(obj, t, arg);
     return v;
   };
-  // A lazily negated tensor (x.conj().imag, and its detach(), .data or Parameter) holds the values
-  // it shows negated: its memory read as it is would be silently wrong.
-  auto refuse_negated = [&] {
-    GPUCLOUD_EXPECTS(call(t->is_neg).ptr() != Py_True, "gpucloud",
-                     std::string(arg) +
-                         ": a tensor with its negative bit set (a lazy negation, e.g. x.conj().imag): its memory "
-                         "holds the values negated; pass t.resolve_neg()");
-  };
   if (direct && t->exchange != nullptr) {
-    if (auto b = from_torch_exchange(obj, t, arg)) {
-      refuse_negated();
-      return b;
-    }
+    if (auto b = from_torch_exchange(obj, t, arg)) return b;
   }
   const py::object dtype_obj = get(t->dtype);
   std::optional<DType> dtype;
@@ -500,7 +490,6 @@ std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
                        ": not supported (float32, float64, float16, bfloat16, float8_e4m3fn, float8_e5m2, "
                        "int32, int64, uint8)");
   }
-  refuse_negated();
   if (call(t->is_contiguous).ptr() != Py_True) {
     // torch 2 answers False for a sparse COO tensor (1.13 raised): its layout is named here, before
     // the general path's DLPack export would raise torch's untyped error.
