@@ -41,12 +41,20 @@ def state_of(model, opt, scaler):
     return {"model": model, "optimizer": opt, "scaler": scaler}
 
 
+# The last report's gathered tensors stay referenced until exit: gloo's worker thread drops its own
+# references after dist.all_gather() returns, and a tensor whose last reference it drops while the
+# interpreter exits makes torch 2 take the GIL on a finalizing interpreter and abort the process.
+_last_report = None
+
+
 def report(comm, model, step, loss, scaler):
     """Rank 0 prints (``loss``: this rank's mean over the steps since the last report); every rank
     checks it holds the same weights as the others."""
+    global _last_report
     w = torch.cat([p.detach().flatten() for p in model.parameters()])
     everyone = [torch.empty_like(w) for _ in range(comm.size)]
     dist.all_gather(everyone, w)
+    _last_report = (everyone, w)  # referenced until exit: see _last_report's comment
     same = all(torch.equal(everyone[0], o) for o in everyone)
     if comm.rank == 0:
         print(f"step {step:5d}  loss {loss:.5f}  scale {scaler.get_scale():g}  ranks agree: {'yes' if same else 'NO'}",

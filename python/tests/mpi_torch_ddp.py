@@ -44,9 +44,22 @@ def train(rank, hook=None, state=None, optimizer="sgd", scaler=None, steps=20):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def same_on_every_rank(w):
+# The last gather's tensors stay referenced until exit: gloo's worker thread drops its own references
+# after dist.all_gather() returns, and a tensor whose last reference it drops while the interpreter
+# exits makes torch 2 take the GIL on a finalizing interpreter and abort the process.
+_last_gather = None
+
+
+def all_gathered(w):
+    global _last_gather
     everyone = [torch.empty_like(w) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, w)
+    _last_gather = (everyone, w)
+    return everyone
+
+
+def same_on_every_rank(w):
+    everyone = all_gathered(w)
     return all(torch.equal(everyone[0], o) for o in everyone)
 
 

@@ -108,9 +108,22 @@ def train_accumulated(model, opt, rank, ddp=None, steps=10):
     return flat(model)
 
 
-def same_on_every_rank(w):
+# The last gather's tensors stay referenced until exit: gloo's worker thread drops its own references
+# after dist.all_gather() returns, and a tensor whose last reference it drops while the interpreter
+# exits makes torch 2 take the GIL on a finalizing interpreter and abort the process.
+_last_gather = None
+
+
+def all_gathered(w):
+    global _last_gather
     everyone = [torch.empty_like(w) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, w)
+    _last_gather = (everyone, w)
+    return everyone
+
+
+def same_on_every_rank(w):
+    everyone = all_gathered(w)
     return all(torch.equal(everyone[0], o) for o in everyone)
 
 
@@ -190,9 +203,7 @@ def main():
                "t": torch.randn(3, 5, generator=g).t(), "count": torch.tensor(rank + 10)}
     gt.broadcast_parameters(buffers, comm, root=0)
     for key, value in buffers.items():
-        as_bytes = value.contiguous().reshape(-1).view(torch.uint8).clone()
-        everyone = [torch.empty_like(as_bytes) for _ in range(comm.size)]
-        dist.all_gather(everyone, as_bytes)
+        everyone = all_gathered(value.contiguous().reshape(-1).view(torch.uint8).clone())
         assert all(torch.equal(everyone[0], o) for o in everyone), key
     gt.broadcast_optimizer_state(opt, comm, root=0)
     assert same_on_every_rank(flat(model))
