@@ -94,7 +94,7 @@ def main():
             cells = ", ".join(f"{name} {med[name]:.1f}" for name in sides)
             print(f"{size:>10} B ({calls} calls): {cells}; {ratios}", flush=True)
     if torch is not None:
-        dist.barrier()  # gloo's workers release their last collective's tensors first (torch 2.x can abort at exit)
+        dist.barrier()  # every rank is done with the group before it ends
         dist.destroy_process_group()
 
 

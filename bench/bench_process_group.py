@@ -55,7 +55,7 @@ def worker(rounds, iters):
             ratios = [a / b for a, b in zip(raw_times, ours)]
             print(f"| {size} | {raw_us:.0f} | {our_us:.0f} | {statistics.median(ratios):.2f} "
                   f"({min(ratios):.2f}-{max(ratios):.2f}) | {our_us - raw_us:.0f} |", flush=True)
-    dist.barrier()  # gloo's workers release their last collective's tensors first (torch 2.x can abort at exit)
+    dist.barrier()  # every rank is done with the group before it ends
     dist.destroy_process_group()
 
 

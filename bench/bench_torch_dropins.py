@@ -137,7 +137,7 @@ def bench_hook(args):
     if comm.rank == 0:
         report("DDP step with the hook", ratios)
     del sides
-    dist.barrier()  # gloo's workers release their last collective's tensors first (torch 2.x can abort at exit)
+    dist.barrier()  # every rank is done with the group before it ends
     dist.destroy_process_group()
 
 

@@ -41,20 +41,13 @@ def state_of(model, opt, scaler):
     return {"model": model, "optimizer": opt, "scaler": scaler}
 
 
-# The last report's gathered tensors stay referenced until exit: gloo's worker thread drops its own
-# references after dist.all_gather() returns, and a tensor whose last reference it drops while the
-# interpreter exits makes torch 2 take the GIL on a finalizing interpreter and abort the process.
-_last_report = None
-
-
 def report(comm, model, step, loss, scaler):
     """Rank 0 prints (``loss``: this rank's mean over the steps since the last report); every rank
     checks it holds the same weights as the others."""
-    global _last_report
     w = torch.cat([p.detach().flatten() for p in model.parameters()])
     everyone = [torch.empty_like(w) for _ in range(comm.size)]
-    dist.all_gather(everyone, w)
-    _last_report = (everyone, w)  # referenced until exit: see _last_report's comment
+    with gpucloud.torch.settled(everyone, w):  # gloo lets go of them first (torch 2 aborts at exit otherwise)
+        dist.all_gather(everyone, w)
     same = all(torch.equal(everyone[0], o) for o in everyone)
     if comm.rank == 0:
         print(f"step {step:5d}  loss {loss:.5f}  scale {scaler.get_scale():g}  ranks agree: {'yes' if same else 'NO'}",
@@ -123,11 +116,10 @@ def serve_metrics(args, comm):
 
 
 def leave():
-    """Ends the process group, after a barrier: gloo's worker threads then hold no finished
-    collective whose tensors they still have to release (which takes the GIL). Otherwise torch
-    1.13 can deadlock at exit, when DDP's reducer destroys the group while the main thread holds
-    the GIL and a worker waits for it (seen once in the fault tests), and torch 2 can abort when
-    a worker releases them while the interpreter shuts down."""
+    """Ends the process group, after a barrier: torch 1.13 can deadlock at exit otherwise, when
+    DDP's reducer destroys the group while the main thread holds the GIL and a gloo worker waits
+    for it (seen once in the fault tests). The collectives on Python tensors are settled() for
+    torch 2, whose workers abort the process when they let go of one while it exits."""
     dist.barrier()
     dist.destroy_process_group()
 

@@ -44,17 +44,10 @@ def train(rank, hook=None, state=None, optimizer="sgd", scaler=None, steps=20):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-# The last gather's tensors stay referenced until exit: gloo's worker thread drops its own references
-# after dist.all_gather() returns, and a tensor whose last reference it drops while the interpreter
-# exits makes torch 2 take the GIL on a finalizing interpreter and abort the process.
-_last_gather = None
-
-
 def all_gathered(w):
-    global _last_gather
     everyone = [torch.empty_like(w) for _ in range(dist.get_world_size())]
-    dist.all_gather(everyone, w)
-    _last_gather = (everyone, w)
+    with gt.settled(everyone, w):  # gloo lets go of them before this returns (torch 2 aborts at exit otherwise)
+        dist.all_gather(everyone, w)
     return everyone
 
 
@@ -86,7 +79,7 @@ def main():
     assert scaler.get_scale() == 2.0**15, scaler.get_scale()  # backed off once, on every rank
     if rank == 0:
         print(f"torch ddp hooks on {comm.size} ranks ({comm.nodes} nodes): ok, worst difference to gloo {worst:.1e}")
-    dist.barrier()  # gloo's workers release their last collective's tensors first (torch 2.x can abort at exit)
+    dist.barrier()
     dist.destroy_process_group()
 
 

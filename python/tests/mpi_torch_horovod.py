@@ -108,17 +108,10 @@ def train_accumulated(model, opt, rank, ddp=None, steps=10):
     return flat(model)
 
 
-# The last gather's tensors stay referenced until exit: gloo's worker thread drops its own references
-# after dist.all_gather() returns, and a tensor whose last reference it drops while the interpreter
-# exits makes torch 2 take the GIL on a finalizing interpreter and abort the process.
-_last_gather = None
-
-
 def all_gathered(w):
-    global _last_gather
     everyone = [torch.empty_like(w) for _ in range(dist.get_world_size())]
-    dist.all_gather(everyone, w)
-    _last_gather = (everyone, w)
+    with gt.settled(everyone, w):  # gloo lets go of them before this returns (torch 2 aborts at exit otherwise)
+        dist.all_gather(everyone, w)
     return everyone
 
 
@@ -239,7 +232,7 @@ def main():
     if rank == 0:
         print(f"torch horovod-style API on {comm.size} ranks ({comm.nodes} nodes): ok, worst difference to DDP "
               f"{worst:.1e}")
-    dist.barrier()  # gloo's workers release their last collective's tensors first (torch 2.x can abort at exit)
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -602,6 +602,75 @@ def test_init_process_group_takes_a_gpucloud_communicator():
         gt.init_process_group("tcp://x:1")
 
 
+SETTLED = r"""
+import sys, time
+import torch, torch.distributed as dist
+import gpucloud as gc, gpucloud.torch as gt
+from gpucloud.torch.process_group import _cxx_owners_hold_a_python_reference
+
+comm = gc.Communicator.mpi_world()
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=comm.rank, world_size=comm.size)
+waits = _cxx_owners_hold_a_python_reference()  # torch 2.15; 1.13 keeps the tensors referenced instead
+assert waits == hasattr(torch.Tensor, "_use_count"), torch.__version__  # the two torch versions tested
+
+
+def references(tensors):
+    return [sys.getrefcount(t) for t in tensors]
+
+
+held = 0  # calls after which gloo still held a tensor: what settled() waits out
+for i in range(300):
+    w = torch.full((257,), float(comm.rank + i))
+    everyone = [torch.empty_like(w) for _ in range(comm.size)]
+    tensors = [w, *everyone]
+    before = references(tensors)
+    if i % 2:
+        with gt.settled(everyone, w):
+            dist.all_gather(everyone, w)
+        if waits:  # no C++ owner left but the Python object
+            assert references(tensors) == before, (i, references(tensors), before)
+            assert all(t._use_count() == 1 for t in tensors), [t._use_count() for t in tensors]
+    else:
+        dist.all_gather(everyone, w)
+        held += references(tensors) != before
+        while references(tensors) != before:  # the unsettled call's release, before the next one
+            time.sleep(0)
+    assert all(torch.equal(e, torch.full((257,), float(r + i))) for r, e in enumerate(everyone))
+w = torch.ones(3)
+if waits:
+    with gt.settled(w):
+        dist.all_reduce(w, async_op=True)  # its Work dropped unwaited: settled() waits for the collective
+    assert torch.equal(w, torch.full((3,), float(comm.size))), w
+    try:
+        with gt.settled(w, timeout=0.05):
+            kept = w  # a reference the block keeps: never settles
+        raise AssertionError("settled() returned with a new reference held")
+    except gc.CommunicationError as e:
+        assert "tensors [0]" in str(e) and "kept a reference" in str(e), e
+    del kept
+dist.barrier()
+dist.destroy_process_group()
+print(f"rank {comm.rank}: settled (waits: {waits}); gloo still held tensors after {held} of 150 unsettled calls",
+      flush=True)
+"""
+
+
+def test_settled_returns_once_gloo_has_let_go_of_a_collectives_tensors(tmp_path):
+    script = tmp_path / "settled.py"
+    script.write_text(SETTLED)
+    out = run_example(str(script), str(free_port()))
+    assert "rank 0: settled (waits: " in out and "rank 1: settled (waits: " in out, out
+
+
+def test_settled_checks_its_arguments():
+    with pytest.raises(TypeError, match="argument 1: expected a tensor or a list of tensors, got int"):
+        with gt.settled(torch.ones(2), [3]):
+            pass
+    with pytest.raises(gc.InvalidArgument, match="timeout must be > 0"):
+        with gt.settled(torch.ones(2), timeout=0):
+            pass
+
+
 def test_hook_state_is_checked():
     with pytest.raises(TypeError, match="comm"):
         gt.ddp.HookState("comm")

@@ -8,7 +8,9 @@
 - ``DistributedOptimizer``, ``broadcast_parameters``, ``broadcast_optimizer_state``: Horovod's API.
 - ``process_group_communicator()``: a gpucloud communicator over the job's ``torch.distributed``
   (gloo) process group, for jobs without MPI (torchrun on CPUs); ``init_process_group(comm)``:
-  torch's process group for a job mpirun or srun started, its rendezvous over ``comm``.
+  torch's process group for a job mpirun or srun started, its rendezvous over ``comm``;
+  ``settled(tensors)``: returns once gloo's worker threads let go of a collective's tensors (torch 2
+  can abort at exit otherwise).
 - ``Checkpointer``: checkpoints of a torch job's whole state (model, optimizer, scaler, scheduler,
   your own), one call each way: ``save_async(step, state)``, ``load(state)``.
 - ``stream(device)``: the gpucloud stream the drop-ins use for tensors on ``device``: the stream to
@@ -33,7 +35,7 @@ from .amp import GradScaler  # noqa: F401
 from .checkpoint import Checkpointer  # noqa: F401
 from .horovod import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters  # noqa: F401
 from ._streams import stream_for as _stream_for
-from .process_group import ProcessGroupTransport, init_process_group, process_group_communicator  # noqa: F401
+from .process_group import ProcessGroupTransport, init_process_group, process_group_communicator, settled  # noqa: F401
 
 
 def _torch_blas_beside_openmp():
@@ -73,4 +75,5 @@ def stream(device="cpu"):
 
 
 __all__ = ["Checkpointer", "DistributedOptimizer", "GradScaler", "ProcessGroupTransport", "broadcast_optimizer_state",
-           "broadcast_parameters", "ddp", "init_process_group", "optim", "process_group_communicator", "stream"]
+           "broadcast_parameters", "ddp", "init_process_group", "optim", "process_group_communicator", "settled",
+           "stream"]

@@ -15,14 +15,18 @@ they run; a mismatch is a ``CommunicationError`` on every rank) and then the dat
 Nodes are found from the ranks' host names; ``GPUCLOUD_LOCAL_SIZE`` simulates them.
 """
 import collections
+import contextlib
+import functools
 import os
+import sys
+import time
 
 import torch
 import torch.distributed as dist
 
 import gpucloud as _gc
 
-__all__ = ["ProcessGroupTransport", "init_process_group", "process_group_communicator"]
+__all__ = ["ProcessGroupTransport", "init_process_group", "process_group_communicator", "settled"]
 
 _DTYPES = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -38,6 +42,71 @@ def _tensor(memory, dtype):
     return torch.frombuffer(memory, dtype=_DTYPES[dtype])
 
 
+def _python_references(tensors):
+    return [sys.getrefcount(t) for t in tensors]
+
+
+@functools.lru_cache(maxsize=None)
+def _cxx_owners_hold_a_python_reference():
+    """Whether this torch keeps a tensor's Python object alive while C++ also owns the tensor (torch
+    2.15 does; 1.13 does not, and frees the object from the last C++ owner when Python has dropped
+    it). Probed: a view owns its base in C++."""
+    t = torch.zeros(1)
+    before = _python_references((t,))
+    view = t.view(1)
+    held = _python_references((t,)) > before
+    del view
+    return held
+
+
+# torch without that reference (1.13): the tensors of the latest settled() blocks, so that Python
+# still holds them when a worker drops its references (else the worker frees the Python object,
+# under the GIL).
+_recent = collections.deque(maxlen=16)
+
+
+@contextlib.contextmanager
+def settled(*tensors, timeout=60.0):
+    """A context manager around ``torch.distributed`` calls on ``tensors`` (tensors, or lists of
+    them as the calls take them; gloo): on leaving, it waits until torch's worker threads hold no
+    reference to them, so that no worker is left to release one while the interpreter exits, which
+    aborts the process ("terminate called without an active exception" from
+    ``ProcessGroupGloo::runLoop``; torch 2.15: a worker drops its references after the call has
+    returned, and dropping the last C++ reference to a tensor Python holds takes the GIL). The
+    block must not keep new references to ``tensors``; ``CommunicationError`` after ``timeout``
+    seconds. Where torch instead frees a tensor's Python object from its last C++ owner (1.13), it
+    keeps the last 16 blocks' tensors referenced, so that a worker never drops the last one::
+
+        with gpucloud.torch.settled(everyone, mine):
+            dist.all_gather(everyone, mine)
+    """
+    if not timeout > 0:
+        raise _gc.InvalidArgument(f"settled: timeout must be > 0 seconds, got {timeout!r}")
+    flat = []
+    for i, arg in enumerate(tensors):
+        for t in arg if isinstance(arg, (list, tuple)) else (arg,):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"settled: argument {i}: expected a tensor or a list of tensors, "
+                                f"got {type(t).__name__}")
+            flat.append(t)
+    tensors = tuple(flat)  # measured through the same tuple before and after: equal offsets
+    del flat
+    if not _cxx_owners_hold_a_python_reference():
+        _recent.append(tensors)
+        yield
+        return
+    before = _python_references(tensors)
+    yield
+    deadline = time.monotonic() + timeout
+    while any(now > then for now, then in zip(_python_references(tensors), before)):
+        if time.monotonic() > deadline:
+            held = [i for i, (now, then) in enumerate(zip(_python_references(tensors), before)) if now > then]
+            raise _gc.CommunicationError(
+                f"settled: tensors {held} still have {timeout:g} s later more references than before the "
+                "block: a collective still running, or the block kept a reference")
+        time.sleep(0)  # lets the worker take the GIL it releases its reference under
+
+
 class ProcessGroupTransport:
     """gpucloud.HostTransport's protocol over a torch.distributed process group: what
     ``gpucloud.Communicator.from_transport`` calls, on gpucloud's stream worker thread."""
@@ -47,11 +116,6 @@ class ProcessGroupTransport:
         self.ranks = list(ranks)  # global ranks of the group, in group rank order
         self._rank = dist.get_rank(group)
         self._size = dist.get_world_size(group)
-        # The tensors of the latest collectives, over memory Python owns: gloo's worker thread
-        # drops its references a moment after a collective returns, and must not be the last
-        # (freeing them takes the GIL, which a thread cannot take while Python exits: torch 1.13
-        # then ends the process with "terminate called without an active exception").
-        self._kept = collections.deque(maxlen=16)
 
     def rank(self):
         return self._rank
@@ -63,30 +127,31 @@ class ProcessGroupTransport:
         t = _tensor(data, dtype)
         if t.dtype == torch.bfloat16:  # gloo has no bfloat16 reductions: through fp32, rounded once
             wide = t.float()
-            self._kept.append(wide)
-            dist.all_reduce(wide, op=_OPS[op], group=self.group)
+            with settled(wide):
+                dist.all_reduce(wide, op=_OPS[op], group=self.group)
             t.copy_(wide)
         else:
-            self._kept.append(t)
-            dist.all_reduce(t, op=_OPS[op], group=self.group)
+            with settled(t):
+                dist.all_reduce(t, op=_OPS[op], group=self.group)
 
     def all_gather(self, send, recv, dtype):
         s, r = _tensor(send, dtype), _tensor(recv, dtype)
         chunks = list(r.chunk(self._size))
-        self._kept.append((s, r, chunks))
-        dist.all_gather(chunks, s, group=self.group)
+        with settled(s, *chunks):
+            dist.all_gather(chunks, s, group=self.group)
 
     def broadcast(self, data, dtype, root):
         t = _tensor(data, dtype)
-        self._kept.append(t)
-        dist.broadcast(t, src=self.ranks[root], group=self.group)
+        with settled(t):
+            dist.broadcast(t, src=self.ranks[root], group=self.group)
 
     def split(self, color, key):
         """The ranks of this group with the same color, by key then rank (a collective of the
         whole job: torch's new_group must be called by every process for every group)."""
         mine = torch.tensor([color, key, self._rank], dtype=torch.int64)
         every = [torch.zeros(3, dtype=torch.int64) for _ in range(self._size)]
-        dist.all_gather(every, mine, group=self.group)
+        with settled(mine, *every):
+            dist.all_gather(every, mine, group=self.group)
         colors = {}
         for c, k, r in (t.tolist() for t in every):
             colors.setdefault(c, []).append((k, r))
