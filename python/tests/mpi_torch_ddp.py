@@ -13,6 +13,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import gpucloud as gc
 import gpucloud.torch as gt
 from gpucloud.torch import ddp as gddp
+from torch_ranks import same_on_every_rank
 
 
 def make_model():
@@ -42,18 +43,6 @@ def train(rank, hook=None, state=None, optimizer="sgd", scaler=None, steps=20):
             scaler.step(opt)
             scaler.update()
     return torch.cat([p.detach().flatten() for p in model.parameters()])
-
-
-def all_gathered(w):
-    everyone = [torch.empty_like(w) for _ in range(dist.get_world_size())]
-    with gt.settled(everyone, w):  # gloo lets go of them before this returns (torch 2 aborts at exit otherwise)
-        dist.all_gather(everyone, w)
-    return everyone
-
-
-def same_on_every_rank(w):
-    everyone = all_gathered(w)
-    return all(torch.equal(everyone[0], o) for o in everyone)
 
 
 def main():

@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gpucloud as gc
 import gpucloud.torch as gt
+from torch_ranks import all_gathered, same_on_every_rank
 
 
 class _RunsCode:
@@ -106,18 +107,6 @@ def train_accumulated(model, opt, rank, ddp=None, steps=10):
                 (((model(xa) - ya) ** 2).mean() / 2).backward()
         opt.step()
     return flat(model)
-
-
-def all_gathered(w):
-    everyone = [torch.empty_like(w) for _ in range(dist.get_world_size())]
-    with gt.settled(everyone, w):  # gloo lets go of them before this returns (torch 2 aborts at exit otherwise)
-        dist.all_gather(everyone, w)
-    return everyone
-
-
-def same_on_every_rank(w):
-    everyone = all_gathered(w)
-    return all(torch.equal(everyone[0], o) for o in everyone)
 
 
 def main():
