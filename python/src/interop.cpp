@@ -84,27 +84,36 @@ Borrowed from_array_interface(py::handle obj, const py::dict& ai, bool cuda, con
   return b;
 }
 
-DType dtype_from_dl(DLDataType t, const char* arg) {
-  if (t.lanes != 1) fail_type(arg, "vector dtypes (lanes != 1) are not supported");
+// gpucloud's dtype for a DLPack one, if it has one (without raising).
+std::optional<DType> dtype_of_dl(DLDataType t) {
+  constexpr std::uint8_t float8_e4m3fn = 10, float8_e5m2 = 12;  // DLPack 1.1's codes (not in 0.6)
+  if (t.lanes != 1) return std::nullopt;
   switch (t.code) {
     case kDLFloat:
       if (t.bits == 32) return DType::float32;
       if (t.bits == 64) return DType::float64;
       if (t.bits == 16) return DType::float16;
-      break;
+      return std::nullopt;
     case kDLBfloat:
-      if (t.bits == 16) return DType::bfloat16;
-      break;
+      return t.bits == 16 ? std::optional(DType::bfloat16) : std::nullopt;
     case kDLInt:
       if (t.bits == 32) return DType::int32;
       if (t.bits == 64) return DType::int64;
-      break;
+      return std::nullopt;
     case kDLUInt:
-      if (t.bits == 8) return DType::uint8;
-      break;
+      return t.bits == 8 ? std::optional(DType::uint8) : std::nullopt;
+    case float8_e4m3fn:
+      return t.bits == 8 ? std::optional(DType::float8_e4m3) : std::nullopt;
+    case float8_e5m2:
+      return t.bits == 8 ? std::optional(DType::float8_e5m2) : std::nullopt;
     default:
-      break;
+      return std::nullopt;
   }
+}
+
+DType dtype_from_dl(DLDataType t, const char* arg) {
+  if (t.lanes != 1) fail_type(arg, "vector dtypes (lanes != 1) are not supported");
+  if (const std::optional<DType> dtype = dtype_of_dl(t)) return *dtype;
   fail_type(arg,
             "DLPack dtype (code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits) is not supported");
 }
@@ -392,33 +401,6 @@ void check_strided(py::handle obj, const TorchTypes* t, const char* arg) {
   fail_type(arg, std::string("a tensor torch cannot describe as strided memory: ") + reason.what());
 }
 
-// gpucloud's dtype for a DLPack one, if it has one (without raising).
-std::optional<DType> dtype_of_dl(DLDataType t) {
-  constexpr std::uint8_t float8_e4m3fn = 10, float8_e5m2 = 12;  // DLPack 1.1's codes (not in 0.6)
-  if (t.lanes != 1) return std::nullopt;
-  switch (t.code) {
-    case kDLFloat:
-      if (t.bits == 32) return DType::float32;
-      if (t.bits == 64) return DType::float64;
-      if (t.bits == 16) return DType::float16;
-      return std::nullopt;
-    case kDLBfloat:
-      return t.bits == 16 ? std::optional(DType::bfloat16) : std::nullopt;
-    case kDLInt:
-      if (t.bits == 32) return DType::int32;
-      if (t.bits == 64) return DType::int64;
-      return std::nullopt;
-    case kDLUInt:
-      return t.bits == 8 ? std::optional(DType::uint8) : std::nullopt;
-    case float8_e4m3fn:
-      return t.bits == 8 ? std::optional(DType::float8_e4m3) : std::nullopt;
-    case float8_e5m2:
-      return t.bits == 8 ? std::optional(DType::float8_e5m2) : std::nullopt;
-    default:
-      return std::nullopt;
-  }
-}
-
 // A torch.Tensor or Parameter (exactly: a subclass may override what a read sees) read in one C
 // call through torch's DLPack exchange table (~0.1 us, against ~0.4 us for five attribute reads on
 // torch 2), for the common case only: a supported dtype, contiguous, on the CPU or a CUDA device.
@@ -526,9 +508,7 @@ std::optional<Borrowed> from_torch(py::handle obj, const char* arg) {
 
 Borrowed borrow(py::handle obj, const char* arg) {
   // The tests in the order of what calls pass most, each a type check (no pybind lookup by name).
-  static auto* const buffer_type = reinterpret_cast<PyTypeObject*>(py::type::of<PyBuffer>().ptr());
-  static auto* const view_type = reinterpret_cast<PyTypeObject*>(py::type::of<PyView>().ptr());
-  if (PyObject_TypeCheck(obj.ptr(), buffer_type)) {
+  if (is_buffer(obj)) {
     auto& pb = obj.cast<PyBuffer&>();
     Borrowed b;
     b.view = pb.buffer.view();
@@ -537,7 +517,7 @@ Borrowed borrow(py::handle obj, const char* arg) {
     return b;
   }
   if (auto b = from_torch(obj, arg)) return std::move(*b);
-  if (PyObject_TypeCheck(obj.ptr(), view_type)) {
+  if (is_view(obj)) {
     auto& pv = obj.cast<PyView&>();
     return Borrowed{pv.view, pv.shape, false, py::reinterpret_borrow<py::object>(obj)};
   }

@@ -122,6 +122,32 @@ def test_ndarrays_the_fast_path_leaves_get_the_general_messages(host_stream):
     assert host_stream.query()
 
 
+class _DLPackOnly:
+    """The same memory offered through __dlpack__ alone (as a DLPack producer that is neither NumPy
+    nor torch offers it): the general DLPack path."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, stream=None):
+        return self._a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_producers_are_read_and_their_unsupported_dtypes_named(host_stream):
+    b = gc.Buffer(6, "float32")
+    gc.copy(b, _DLPackOnly(np.arange(6, dtype=np.float32)), host_stream)
+    host_stream.synchronize()
+    np.testing.assert_array_equal(np.asarray(b), np.arange(6, dtype=np.float32))
+    with pytest.raises(TypeError, match=r"src: DLPack dtype \(code 0, 16 bits\) is not supported"):
+        gc.copy(gc.Buffer(6, "int32"), _DLPackOnly(np.zeros(6, np.int16)), host_stream)
+    with pytest.raises(TypeError, match=r"DLPack dtype \(code 5, 64 bits\) is not supported"):
+        gc.copy(b, _DLPackOnly(np.zeros(6, np.complex64)), host_stream)
+    assert host_stream.query()  # nothing was enqueued
+
+
 def test_gpu_memory_on_a_host_stream_is_rejected():
     if gc.cuda_device_count() == 0:
         pytest.skip(f"needs a CUDA device: {gc.cuda_unavailable_reason()}")
