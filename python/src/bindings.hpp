@@ -87,6 +87,19 @@ struct PyBuffer {
   std::vector<std::int64_t> shape;
 };
 
+/// Whether @p obj is a gpucloud.Buffer (or a subclass): a check against the type itself, looked
+/// up once (py::isinstance<T> looks T up by name on each call).
+inline bool is_buffer(py::handle obj) {
+  static auto* const type = reinterpret_cast<PyTypeObject*>(py::type::of<PyBuffer>().ptr());
+  return PyObject_TypeCheck(obj.ptr(), type) != 0;
+}
+
+/// Whether @p obj is a gpucloud.View (or a subclass), as is_buffer().
+inline bool is_view(py::handle obj) {
+  static auto* const type = reinterpret_cast<PyTypeObject*>(py::type::of<PyView>().ptr());
+  return PyObject_TypeCheck(obj.ptr(), type) != 0;
+}
+
 /// Python's LossScaler: the scaler and the stream its state is ordered on (kept alive).
 struct PyScaler {
   std::unique_ptr<LossScaler> scaler;

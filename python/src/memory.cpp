@@ -96,7 +96,7 @@ py::dict array_interface(BufferView v, const std::vector<std::int64_t>& shape, b
 
 // The gpucloud.Stream a View made from @p self (a Buffer or a View) must wait for on export.
 py::object export_stream(py::handle self) {
-  if (py::isinstance<PyView>(self)) return self.cast<PyView&>().stream;
+  if (is_view(self)) return self.cast<PyView&>().stream;
   return self.cast<PyBuffer&>().stream;
 }
 

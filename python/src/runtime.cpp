@@ -189,14 +189,11 @@ void keep_alive_until_done(StreamView stream, std::vector<py::object> objects, s
   }
   PendingBorrow pending;
   pending.abandoned = std::move(abandoned);
-  // Type checks against the types themselves (py::isinstance<T> looks T up by name on each call).
-  static auto* const buffer_type = reinterpret_cast<PyTypeObject*>(py::type::of<PyBuffer>().ptr());
-  static auto* const view_type = reinterpret_cast<PyTypeObject*>(py::type::of<PyView>().ptr());
   for (const auto& o : objects) {
     pending.ids.push_back(o.ptr());
-    if (PyObject_TypeCheck(o.ptr(), buffer_type)) {
+    if (is_buffer(o)) {
       pending.ranges.push_back(range_of(o.cast<PyBuffer&>().buffer.view()));
-    } else if (PyObject_TypeCheck(o.ptr(), view_type)) {
+    } else if (is_view(o)) {
       const auto& v = o.cast<PyView&>();
       pending.ranges.push_back(range_of(v.view));
       pending.ids.push_back(v.owner.ptr());
@@ -214,7 +211,7 @@ void wait_for_work_on(py::handle self, BufferView view) {
   const auto mine = range_of(view);
   // The exported object and what it views: a View's owner, that owner's owner, ...
   std::vector<const PyObject*> chain{self.ptr()};
-  for (py::handle h = self; py::isinstance<PyView>(h);) {
+  for (py::handle h = self; is_view(h);) {
     h = h.cast<PyView&>().owner;
     chain.push_back(h.ptr());
   }
