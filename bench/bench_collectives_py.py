@@ -11,6 +11,7 @@ faster). mpi4py and torch are optional: a peer that does not import is left out.
 interop configuration's Python (Debian's python3-mpi4py and python3-torch).
 """
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -52,7 +53,12 @@ def main():
         stream.synchronize()
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{int(port[0])}", rank=comm.rank,
                                 world_size=comm.size)
-        peers["gloo"] = lambda a: dist.all_reduce(torch.from_numpy(a))
+        import gpucloud.torch as gt
+
+        # Each size's array as a tensor, made untimed before its calls: settled() then waits, once
+        # per size, until gloo has let go of it (torch 2 aborts at exit otherwise).
+        gloo_tensor = {}
+        peers["gloo"] = lambda a: dist.all_reduce(gloo_tensor[id(a)])
     except ImportError:
         torch = None
 
@@ -74,18 +80,23 @@ def main():
         n = max(1, size // 4)
         calls = max(10, min(args.calls, args.calls * 65536 // size))
         arrays = {name: np.ones(n, np.float32) for name in sides}
-        for name, f in sides.items():  # warm-up
-            f(arrays[name])
-        times = {name: [] for name in sides}
-        order = list(sides)
-        for i in range(calls):
-            for name in (order if i % 2 == 0 else order[::-1]):
-                arrays[name].fill(1.0)
-                if barrier:
-                    barrier()
-                start = time.perf_counter()
-                sides[name](arrays[name])
-                times[name].append(slowest(time.perf_counter() - start))
+        settled = contextlib.nullcontext()
+        if "gloo" in sides:
+            gloo_tensor = {id(arrays["gloo"]): torch.from_numpy(arrays["gloo"])}
+            settled = gt.settled(*gloo_tensor.values())
+        with settled:
+            for name, f in sides.items():  # warm-up
+                f(arrays[name])
+            times = {name: [] for name in sides}
+            order = list(sides)
+            for i in range(calls):
+                for name in (order if i % 2 == 0 else order[::-1]):
+                    arrays[name].fill(1.0)
+                    if barrier:
+                        barrier()
+                    start = time.perf_counter()
+                    sides[name](arrays[name])
+                    times[name].append(slowest(time.perf_counter() - start))
         for name in sides:  # every side summed the same ones
             assert np.all(arrays[name] == comm.size), name
         if comm.rank == 0:
