@@ -184,6 +184,13 @@ TEST(Collectives, AgreementMessagesAroundThePieceSizeArriveWhole) {
       "count", [&](gc::Communicator& comm, gc::Stream& st) { comm.all_reduce(split, split, gc::ReduceOp::sum, st); },
       [&](gc::Communicator& comm, gc::Stream& st) { comm.all_reduce(whole, whole, gc::ReduceOp::sum, st); });
   for (std::size_t i = 0; i < head / 4; ++i) EXPECT_EQ(load(split, i), value(c.rank(), i));
+  // Messages of several pieces each, of different lengths: each receiver posts the pieces the
+  // sender's header announces, and no piece is left over for the next collective (which
+  // expect_disagreement runs and checks).
+  gc::Buffer five = inputs(gc::DType::int32, 5000, c.rank()), nine = inputs(gc::DType::int32, 9000, c.rank());
+  expect_disagreement(
+      "count", [&](gc::Communicator& comm, gc::Stream& st) { comm.all_reduce(five, five, gc::ReduceOp::sum, st); },
+      [&](gc::Communicator& comm, gc::Stream& st) { comm.all_reduce(nine, nine, gc::ReduceOp::sum, st); });
 }
 
 TEST(Collectives, PartlyOverlappingSendAndRecvAreRejected) {
