@@ -237,6 +237,10 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size, bool l
     state.counters["predicted_flat_us"] = model->flat_seconds(count * 4) * 1e6;
     state.counters["predicted_hier_us"] = model->hierarchical_seconds(count * 4) * 1e6;
     state.counters["model_picks_hier"] = model->prefer_hierarchical(count * 4) ? 1 : 0;
+    state.counters["model_ties"] = model->ties(count * 4) ? 1 : 0;
+    // What all_reduce_auto took after the timed calls (where the model ties, what it measured):
+    // 0 flat, 1 hierarchical, 2 still measuring.
+    state.counters["auto_form"] = static_cast<double>(c.all_reduce_auto_form(count * 4));
   }
   static const char* names[] = {"all_reduce flat", "all_reduce hierarchical", "reduce_scatter", "all_gather",
                                 "broadcast",       "all_reduce auto"};

@@ -4,7 +4,8 @@
 # link shaped to RATE with tc tbf, ranks within a node on shared memory. Runs bench_collectives
 # --auto (the cost model measured on this job first, then flat, hierarchical and all_reduce_auto
 # interleaved with raw MPI_Allreduce) and prints, per size, the three medians, the model's
-# predictions and whether all_reduce_auto chose the faster form. Needs root.
+# predictions, the form all_reduce_auto took (measured where the predictions tie) and whether
+# it was the faster. Needs root.
 #
 #   bench/netns_allreduce.sh BUILD_DIR [NODES=2] [PPN=2] [RATE=1gbit] [OUT_JSON] [MAX_MIB=16]
 #
@@ -27,22 +28,13 @@ OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1 \
   --benchmark_filter="kind:(0|1|5)/bytes:($sizes)/" \
   --benchmark_out="$out" --benchmark_out_format=json >/dev/null
 python3 - "$out" "$nodes" "$ppn" "$rate" <<'PY'
-import json, re, sys
+import json, pathlib, sys
+sys.path.insert(0, "bench")
+from report import cost_model_table
 runs = json.load(open(sys.argv[1]))["benchmarks"]
-rows = {}
 for r in runs:
-    m = re.search(r"kind:(\d)/bytes:(\d+)", r["name"])
-    rows.setdefault(int(m.group(2)), {})[int(m.group(1))] = r
+    r["_file"] = pathlib.Path(sys.argv[1]).name
 print(f"all-reduce on {sys.argv[2]} nodes x {sys.argv[3]} ranks, inter-node links shaped to {sys.argv[4]}: "
-      "median µs per call (model's prediction)")
-print("| bytes | flat | hierarchical | faster | auto (model's pick) | auto picked the faster |")
-print("|---|---|---|---|---|---|")
-for size in sorted(rows):
-    k = rows[size]
-    flat, hier, auto = k[0]["median_us"], k[1]["median_us"], k[5]
-    faster = "hierarchical" if hier < flat else "flat"
-    pick = "hierarchical" if auto["model_picks_hier"] else "flat"
-    print(f"| {size} | {flat:.0f} ({auto['predicted_flat_us']:.0f}) | {hier:.0f} ({auto['predicted_hier_us']:.0f}) | "
-          f"{faster} {max(flat, hier) / min(flat, hier):.2f}x | {auto['median_us']:.0f} ({pick}) | "
-          f"{'yes' if pick == faster else 'no'} |")
+      "median µs per call (the model's prediction)")
+print("\n".join(cost_model_table(runs)))
 PY

@@ -14,7 +14,14 @@ import re
 import sys
 from pathlib import Path
 
-import gpucloud as gc
+
+def _gc():
+    """The gpucloud package, for the GPU spec figures: imported only by the tables that need them,
+    so the other tables (bench/netns_allreduce.sh prints one) work without it installed."""
+    import gpucloud
+
+    return gpucloud
+
 
 PCIE_GBS = {3: 16.0, 4: 32.0, 5: 64.0}  # x16, per direction, before protocol overhead
 
@@ -58,7 +65,7 @@ def busy_node_table(results):
 
 
 def spec_for(name):
-    return gc.find_gpu_spec(name) if name else None
+    return _gc().find_gpu_spec(name) if name else None
 
 
 def pct(value, peak):
@@ -84,7 +91,7 @@ def gemm_table(runs, spec):
         prec = re.search(r"(fp32|tf32|fp16|bf16|fp8)", label)
         if not m or not prec:
             continue
-        peak = gc.peak_tflops(spec, getattr(gc.Precision, prec.group(1))) if spec and "cuda" in label else 0
+        peak = _gc().peak_tflops(spec, getattr(_gc().Precision, prec.group(1))) if spec and "cuda" in label else 0
         direct = r.get("ratio_vs_openblas", r.get("ratio_vs_cublas"))
         ratio = f"{direct:.2f}" if direct is not None else "–"
         rows.append(f"| {'×'.join(m.groups())} | {label} | {r['TFLOPs']:.3f} | {pct(r['TFLOPs'], peak)} | {ratio} | "
@@ -99,7 +106,7 @@ def conv_table(runs, spec):
             continue
         label = r.get("label", "")
         dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(label.split(" ")[1] if " " in label else "")
-        peak = gc.peak_tflops(spec, getattr(gc.Precision, dtype)) if spec and dtype and "cuda" in label else 0
+        peak = _gc().peak_tflops(spec, getattr(_gc().Precision, dtype)) if spec and dtype and "cuda" in label else 0
         ratio = f"{r['ratio_vs_cudnn']:.2f}" if "ratio_vs_cudnn" in r else "–"
         batch = re.search(r"batch:(\d+)", r["name"])
         rows.append(f"| {label} | batch {batch.group(1) if batch else '?'} | {r['TFLOPs']:.3f} | "
@@ -149,23 +156,26 @@ def collectives_table(runs):
 
 
 def cost_model_table(runs):
-    """bench_collectives --auto: flat, hierarchical and all_reduce_auto per size, beside the model's predictions."""
+    """bench_collectives --auto: flat, hierarchical and all_reduce_auto per size, beside the model's
+    predictions; auto's form is the model's pick, or measured where the predictions tie."""
     by_size = {}
     for r in runs:
         m = re.search(r"BM_Collective/kind:(\d)/bytes:(\d+)", r["name"])
         if m and m.group(1) in "015":
             by_size.setdefault((r["_file"], int(m.group(2))), {})[int(m.group(1))] = r
-    rows = ["| run | bytes | flat µs (predicted) | hierarchical µs (predicted) | auto µs (model's pick) | picked the faster |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| run | bytes | flat µs (predicted) | hierarchical µs (predicted) | auto µs (its form, how chosen) "
+            "| took the faster |", "|---|---|---|---|---|---|"]
     for (file, size), k in sorted(by_size.items()):
         if not {0, 1, 5} <= set(k) or "model_picks_hier" not in k[5]:
             continue
         flat, hier, auto = k[0]["median_us"], k[1]["median_us"], k[5]
-        pick = "hierarchical" if auto["model_picks_hier"] else "flat"
+        form = auto.get("auto_form", auto["model_picks_hier"])  # runs from before auto_form: the model's pick
+        pick = ["flat", "hierarchical", "measuring"][int(form)]
+        how = "measured" if auto.get("model_ties") else "model"
         faster = "hierarchical" if hier < flat else "flat"
         rows.append(f"| {file} | {size} | {flat:.0f} ({auto['predicted_flat_us']:.0f}) | {hier:.0f} "
-                    f"({auto['predicted_hier_us']:.0f}) | {auto['median_us']:.0f} ({pick}) | "
-                    f"{'yes' if pick == faster else 'no'} |")
+                    f"({auto['predicted_hier_us']:.0f}) | {auto['median_us']:.0f} ({pick}, {how}) | "
+                    f"{'yes' if pick == faster else 'no'} {max(flat, hier) / min(flat, hier):.2f}x |")
     return rows if len(rows) > 2 else []
 
 
@@ -208,7 +218,7 @@ def train_step_table(runs):
 
 def spec_table():
     rows = ["| GPU | fp16 | bf16 | tf32 | fp32 | fp8 | memory | mem BW | NVLink | PCIe |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for s in gc.gpu_specs():
+    for s in _gc().gpu_specs():
         note = " (needs CUDA 12)" if s.needs_cuda12 else ""
         rows.append(f"| {s.name}{note} | {s.fp16_tflops:g} | {s.bf16_tflops:g} | {s.tf32_tflops:g} | {s.fp32_tflops:g} | "
                     f"{s.fp8_tflops:g} | {s.memory_gb:g} GB | {s.memory_bw_gbs:g} GB/s | {s.nvlink_gbs:g} GB/s | Gen{s.pcie_gen} |")

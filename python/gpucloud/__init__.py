@@ -16,6 +16,7 @@ _publish_wheel_library_dirs()  # before any GPU use: where the nvidia-* wheels' 
 
 from ._core import (  # noqa: E402, F401
     AllReduceCostModel,
+    AllReduceForm,
     AsyncPoolResource,
     Batch,
     Buffer,

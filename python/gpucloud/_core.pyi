@@ -24,7 +24,7 @@ class CheckpointError(Error):
     """A checkpoint cannot be written or read (I/O, truncation, checksum)."""
 class CheckpointMismatch(CheckpointError, ValueError):
     """A sound checkpoint that does not fit what it is loaded into; nothing was written."""
-__all__: list[str] = ['AllReduceCostModel', 'AsyncPoolResource', 'Batch', 'BindingAdvice', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceHealth', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuPlacement', 'GpuSpec', 'GradBucketer', 'Hierarchy', 'HostThreads', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryQuota', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'MigInstance', 'NumaNode', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'PrefetchWait', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Topology', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'binding_advice', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clear_memory_quota', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'host_threads', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'memory_quota', 'memory_quotas', 'mig_instances', 'mse_loss', 'nvml_unavailable_reason', 'parse_bytes', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'set_memory_fraction', 'set_memory_quota', 'supports', 'telemetry_job_labels', 'topology']
+__all__: list[str] = ['AllReduceCostModel', 'AllReduceForm', 'AsyncPoolResource', 'Batch', 'BindingAdvice', 'Buffer', 'BufferView', 'BuildInfo', 'CHECKPOINT_FORMAT_VERSION', 'CheckpointError', 'CheckpointManifest', 'CheckpointMismatch', 'CheckpointProgress', 'CheckpointTensorInfo', 'Checkpointer', 'Chunk', 'ChunkTimes', 'CommBackend', 'CommunicationError', 'Communicator', 'ConvLayout', 'CopyPipeline', 'DType', 'Device', 'DeviceError', 'DeviceHealth', 'DeviceKind', 'DeviceMetrics', 'DeviceProperties', 'Error', 'Event', 'FusedAdam', 'FusedSGD', 'GpuPlacement', 'GpuSpec', 'GradBucketer', 'Hierarchy', 'HostThreads', 'InvalidArgument', 'JobControl', 'LaunchInfo', 'LimitingAdaptor', 'LinkCost', 'LossScaler', 'LossScalerOptions', 'LossScalerState', 'MemoryAdvice', 'MemoryInfo', 'MemoryKind', 'MemoryQuota', 'MemoryResource', 'MemoryStatistics', 'MetricStats', 'MetricsMonitor', 'MetricsSummary', 'MigInstance', 'NumaNode', 'OutOfMemory', 'PREEMPTED_EXIT_CODE', 'PendingSave', 'PlainResource', 'PoolResource', 'Precision', 'PrefetchWait', 'Prefetcher', 'RestartInfo', 'StatisticsAdaptor', 'StepMetrics', 'StragglerReport', 'Stream', 'TelemetryExporter', 'TimedEvent', 'Topology', 'Unsupported', 'add_callback', 'advise', 'available_devices', 'bias_grad', 'binding_advice', 'build_info', 'cast', 'checkpoint_directory_name', 'checkpoint_find_latest', 'checkpoint_load', 'checkpoint_read_manifest', 'clear_memory_quota', 'clip_grad_norm', 'comm_group', 'conv2d_backward_data', 'conv2d_backward_filter', 'conv2d_forward', 'conv2d_output_size', 'copy', 'cuda_device_count', 'cuda_unavailable_reason', 'device_properties', 'dtype', 'elapsed_ms', 'fill', 'find_gpu_spec', 'gemm', 'global_norm', 'gpu_specs', 'host_threads', 'launch_host_func', 'launch_info_from_environment', 'memory_info', 'memory_quota', 'memory_quotas', 'mig_instances', 'mse_loss', 'nvml_unavailable_reason', 'parse_bytes', 'peak_tflops', 'prefetch', 'read_metrics', 'relu_backward', 'restart_info_from_environment', 'set_default_resource', 'set_memory_fraction', 'set_memory_quota', 'supports', 'telemetry_job_labels', 'topology']
 class _Noop:
     """
     A bare pybind11 class: the method and property baselines of the overhead bench.
@@ -1311,6 +1311,10 @@ class AllReduceCostModel:
         ...
     def prefer_hierarchical(self, bytes: typing.SupportsInt | typing.SupportsIndex) -> bool:
         ...
+    def ties(self, bytes: typing.SupportsInt | typing.SupportsIndex) -> bool:
+        """
+        Whether the predictions are within 10 % of each other (all_reduce_auto then times both).
+        """
     def to_json(self) -> str:
         ...
     @property
@@ -1324,6 +1328,56 @@ class AllReduceCostModel:
         ...
     @nodes.setter
     def nodes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class AllReduceForm:
+    """
+    Which form all_reduce_auto takes for a size.
+    
+    Members:
+    
+      flat
+    
+      hierarchical
+    
+      measuring
+    """
+    __members__: typing.ClassVar[dict[str, AllReduceForm]]
+    flat: typing.ClassVar[AllReduceForm]
+    hierarchical: typing.ClassVar[AllReduceForm]
+    measuring: typing.ClassVar[AllReduceForm]
+    @typing.overload
+    def __eq__(self, other: AllReduceForm) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: AllReduceForm) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
         ...
 class CommBackend:
     """
@@ -1422,7 +1476,11 @@ class Communicator:
         """
     def all_reduce_auto(self, send: numpy.typing.ArrayLike, recv: numpy.typing.ArrayLike, stream: Stream, *, op: str = 'sum') -> None:
         """
-        All-reduce, flat or hierarchical as the cost model predicts faster.
+        All-reduce, flat or hierarchical as the cost model predicts faster (where its predictions tie, the first calls of a size time both forms).
+        """
+    def all_reduce_auto_form(self, nbytes: typing.SupportsInt | typing.SupportsIndex) -> AllReduceForm:
+        """
+        The form all_reduce_auto takes for nbytes now: flat, hierarchical or measuring.
         """
     def barrier(self, stream: Stream) -> None:
         ...

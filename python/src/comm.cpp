@@ -155,9 +155,15 @@ void bind_comm(py::module_& m) {
       .def("flat_seconds", &AllReduceCostModel::flat_seconds, py::arg("bytes"))
       .def("hierarchical_seconds", &AllReduceCostModel::hierarchical_seconds, py::arg("bytes"))
       .def("prefer_hierarchical", &AllReduceCostModel::prefer_hierarchical, py::arg("bytes"))
+      .def("ties", &AllReduceCostModel::ties, py::arg("bytes"),
+           "Whether the predictions are within 10 % of each other (all_reduce_auto then times both).")
       .def("to_json", &AllReduceCostModel::to_json)
       .def_static("from_json", &AllReduceCostModel::from_json, py::arg("json"));
 
+  py::enum_<AllReduceForm>(m, "AllReduceForm", "Which form all_reduce_auto takes for a size.")
+      .value("flat", AllReduceForm::flat)
+      .value("hierarchical", AllReduceForm::hierarchical)
+      .value("measuring", AllReduceForm::measuring);
   py::enum_<CommBackend>(m, "CommBackend", "Which library moves a communicator's data.")
       .value("mpi", CommBackend::mpi)
       .value("nccl", CommBackend::nccl)
@@ -308,7 +314,10 @@ void bind_comm(py::module_& m) {
             collective(c, stream, {s, r}, [&] { c.all_reduce_auto(s.view, r.view, to_op(op), stream.view); });
           },
           py::arg("send"), py::arg("recv"), py::arg("stream"), py::kw_only(), py::arg("op") = "sum",
-          "All-reduce, flat or hierarchical as the cost model predicts faster.")
+          "All-reduce, flat or hierarchical as the cost model predicts faster (where its predictions tie, "
+          "the first calls of a size time both forms).")
+      .def("all_reduce_auto_form", &Communicator::all_reduce_auto_form, py::arg("nbytes"),
+           "The form all_reduce_auto takes for nbytes now: flat, hierarchical or measuring.")
       .def(
           "barrier", [](Communicator& c, PyStream& stream) { without_gil([&] { c.barrier(stream.view); }); },
           py::arg("stream"));

@@ -38,6 +38,26 @@ def main():
     comm.all_reduce_auto(auto, auto, s)
     s.synchronize()
     assert np.array_equal(auto, np.arange(100, dtype=np.int64) * (n * (n + 1) // 2))
+    # A model whose predictions tie (no latency, one link speed): the first 6 calls of a size time
+    # both forms, then every rank keeps the same one.
+    tie = gc.AllReduceCostModel.from_json(model.to_json())
+    tie.intra = tie.inter = gc.LinkCost(0.0, 1e-9)
+    comm.set_cost_model(tie)
+    chooses = comm.hierarchy.groups > 1 and comm.hierarchy.group_size > 1
+    big = np.empty(40000, np.int64)
+    assert tie.ties(big.nbytes)
+    assert comm.all_reduce_auto_form(big.nbytes) == (gc.AllReduceForm.measuring if chooses else gc.AllReduceForm.flat)
+    for call in range(7):
+        big[:] = np.arange(big.size) * (r + 1) + call
+        comm.all_reduce_auto(big, big, s)
+        s.synchronize()
+        assert np.array_equal(big, np.arange(big.size) * (n * (n + 1) // 2) + n * call), call
+    form = comm.all_reduce_auto_form(big.nbytes)
+    assert form != gc.AllReduceForm.measuring
+    forms = np.zeros(n, np.int64)
+    comm.all_gather(np.array([int(form)], np.int64), forms, s)
+    s.synchronize()
+    assert (forms == int(form)).all(), forms
     with np.testing.assert_raises(gc.InvalidArgument):
         comm.all_reduce(ints, ints, s, op="average")
     if r == 0:

@@ -1,8 +1,10 @@
 // Communicator's backend-independent layer: accessors, the timeout, the cost model and the
 // automatic flat/hierarchical choice; every operation forwards to the backend (MPI or NCCL).
 #include <gpucloud/comm/communicator.hpp>
+#include <gpucloud/movement/copy.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include "comm/auto_form.hpp"
 #include "comm/communicator_impl.hpp"
 #include "comm/cost_model_fit.hpp"
 #include "memory/access.hpp"
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -211,6 +214,7 @@ AllReduceCostModel Communicator::measure_cost_model(StreamView stream) {
   }
   detail::set_links(m, intra, inter);
   c.model = m;
+  c.forget_auto_trials();
   return m;
 }
 
@@ -221,17 +225,75 @@ void Communicator::set_cost_model(const AllReduceCostModel& model) {
                        std::to_string(model.local_size) + ", this job has " + std::to_string(g.groups) + " of " +
                        std::to_string(g.group_size) + " (groups: " + g.level + ")");
   impl_->model = model;
+  impl_->forget_auto_trials();
 }
 
+namespace {
+// Whether all_reduce_auto() chooses between the forms here (else it runs the flat one).
+bool auto_can_choose(const Communicator::Impl& c) {
+  return c.model && c.grouping.groups > 1 && c.grouping.group_size > 1 && c.uniform_groups;
+}
+}  // namespace
+
 void Communicator::all_reduce_auto(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
-  const Hierarchy& g = impl_->grouping;
-  const bool hierarchical = impl_->model && g.groups > 1 && g.group_size > 1 && impl_->uniform_groups &&
-                            impl_->model->prefer_hierarchical(send.size_bytes());
-  if (hierarchical) {
-    hierarchical_all_reduce(send, recv, op, stream);
-  } else {
-    all_reduce(send, recv, op, stream);
+  Impl& c = *impl_;
+  const std::size_t bytes = send.size_bytes();
+  auto run = [&](bool hierarchical) {
+    if (hierarchical) {
+      hierarchical_all_reduce(send, recv, op, stream);
+    } else {
+      all_reduce(send, recv, op, stream);
+    }
+  };
+  if (!auto_can_choose(c)) return run(false);
+  if (!c.model->ties(bytes)) return run(c.model->prefer_hierarchical(bytes));
+  // The predictions tie: the class's first calls alternate the forms, each timed from an idle
+  // stream to its end; the last of them combines every rank's times, so all decide alike.
+  bool measuring = false, hierarchical = false;
+  {
+    std::lock_guard<std::mutex> lock(c.auto_lock);
+    const detail::AutoFormTrials& t = c.auto_trials[detail::auto_size_class(bytes)];
+    measuring = t.form() == AllReduceForm::measuring;
+    hierarchical = t.next() == AllReduceForm::hierarchical;
   }
+  if (!measuring) return run(hierarchical);
+  stream.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  run(hierarchical);
+  stream.synchronize();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  detail::AutoFormTrials::Seconds times{};
+  {
+    std::lock_guard<std::mutex> lock(c.auto_lock);
+    detail::AutoFormTrials& t = c.auto_trials[detail::auto_size_class(bytes)];
+    if (!t.record(seconds)) return;
+    times = t.seconds();
+  }
+  // The slowest rank's time of each call, on every rank (a buffer where the backend's memory is).
+  Buffer host_times(times.size(), DType::float64);
+  std::copy(times.begin(), times.end(), static_cast<double*>(host_times.data()));
+  if (c.device.is_host()) {
+    all_reduce(host_times, host_times, ReduceOp::max, stream);
+  } else {
+    Buffer device_times(times.size(), DType::float64, c.device);
+    copy(device_times, host_times, stream);
+    all_reduce(device_times, device_times, ReduceOp::max, stream);
+    copy(host_times, device_times, stream);
+  }
+  stream.synchronize();
+  std::copy_n(static_cast<const double*>(host_times.data()), times.size(), times.begin());
+  std::lock_guard<std::mutex> lock(c.auto_lock);
+  c.auto_trials[detail::auto_size_class(bytes)].decide(times);
+}
+
+AllReduceForm Communicator::all_reduce_auto_form(std::size_t bytes) const {
+  const Impl& c = *impl_;
+  if (!auto_can_choose(c)) return AllReduceForm::flat;
+  if (!c.model->ties(bytes))
+    return c.model->prefer_hierarchical(bytes) ? AllReduceForm::hierarchical : AllReduceForm::flat;
+  std::lock_guard<std::mutex> lock(c.auto_lock);
+  const auto found = c.auto_trials.find(detail::auto_size_class(bytes));
+  return found == c.auto_trials.end() ? AllReduceForm::measuring : found->second.form();
 }
 
 }  // namespace gpucloud

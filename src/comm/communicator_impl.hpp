@@ -3,6 +3,8 @@
 
 #include <gpucloud/comm/communicator.hpp>
 
+#include "comm/auto_form.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace gpucloud {
@@ -38,6 +41,13 @@ struct Communicator::Impl {
   std::mutex order;                      // collectives on one communicator are issued in one order on every rank
   std::string where;                     // "host:rank N" for messages
   std::optional<AllReduceCostModel> model;
+  // all_reduce_auto's trials by size class where the model ties (cleared with a new model).
+  mutable std::mutex auto_lock;
+  std::unordered_map<int, detail::AutoFormTrials> auto_trials;
+  void forget_auto_trials() {
+    std::lock_guard<std::mutex> lock(auto_lock);
+    auto_trials.clear();
+  }
 
   /// Throws CommunicationError when an earlier timeout or failure broke the communicator.
   void check_usable(const char* op) const;

@@ -1,6 +1,7 @@
 #include <gpucloud/comm/cost_model.hpp>
 #include <gpucloud/runtime/error.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <regex>
@@ -31,6 +32,11 @@ double AllReduceCostModel::hierarchical_seconds(std::size_t bytes) const noexcep
   const int l = local_size;
   const double local_half = l > 1 ? (l - 1) * intra.alpha + (l - 1) * (s / l) * intra.beta : 0.0;
   return 2.0 * local_half + ring(nodes, s / l, inter);
+}
+
+bool AllReduceCostModel::ties(std::size_t bytes) const noexcept {
+  const double flat = flat_seconds(bytes), hier = hierarchical_seconds(bytes);
+  return std::abs(flat - hier) <= kTie * std::min(flat, hier);
 }
 
 std::string AllReduceCostModel::to_json() const {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/auto_form.hpp"
 #include "comm/cost_model_fit.hpp"
 
 #include <vector>
@@ -82,4 +83,54 @@ TEST(CostModel, RepeatedFitsTakeMediansAndKeepTheNodeFasterThanTheNetwork) {
   gc::detail::set_links(one, intra, {});
   EXPECT_DOUBLE_EQ(one.inter.beta, one.intra.beta);
   EXPECT_DOUBLE_EQ(one.intra.alpha, 3e-6);
+}
+
+// Predictions within 10 % of each other tie: all_reduce_auto() then times both forms. With no
+// latency and one link speed the two forms move the same bytes (a tie at every size); a network
+// ten times slower than the node makes the hierarchical form clearly faster.
+TEST(CostModel, PredictionsWithinATenthTie) {
+  gc::AllReduceCostModel m;
+  m.local_size = 2;
+  m.nodes = 2;
+  m.intra = m.inter = {0.0, 1e-9};
+  for (std::size_t bytes : {std::size_t{4096}, std::size_t{2} << 20, std::size_t{64} << 20}) {
+    EXPECT_TRUE(m.ties(bytes)) << bytes;
+  }
+  m.local_size = 4;
+  m.inter = {20e-6, 1e-8};
+  EXPECT_TRUE(m.prefer_hierarchical(std::size_t{16} << 20));
+  EXPECT_FALSE(m.ties(std::size_t{16} << 20));
+  // Latency alone: the ring over 4 ranks takes 6 alpha, the hierarchical form 2 + 2.
+  m.intra = m.inter = {1e-6, 0.0};
+  m.local_size = 2;
+  m.flat_halving = false;
+  EXPECT_FALSE(m.ties(8));
+  EXPECT_TRUE(m.prefer_hierarchical(8));
+}
+
+// The trials of one size class: flat first, alternating, three calls each; the slowest rank's
+// medians decide (one slow call, a first touch or a busy moment, does not), flat when equal.
+TEST(CostModel, AutoFormTrialsAlternateThenTheLowerMedianDecides) {
+  using gc::AllReduceForm;
+  gc::detail::AutoFormTrials t;
+  EXPECT_EQ(t.form(), AllReduceForm::measuring);
+  const double times[] = {5.0, 9.0, 5.1, 3.0, 4.9, 3.1};  // flat, hier, flat, ...: hier's median 3.1
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(t.next(), i % 2 == 0 ? AllReduceForm::flat : AllReduceForm::hierarchical) << i;
+    EXPECT_EQ(t.record(times[i]), i == 5) << i;
+  }
+  EXPECT_EQ(t.seconds()[1], 9.0);
+  EXPECT_EQ(t.form(), AllReduceForm::measuring);  // until every rank's times are combined
+  EXPECT_TRUE(t.record(1.0));                     // a retry after a failed combination adds nothing
+  EXPECT_EQ(t.seconds()[0], 5.0);
+  gc::detail::AutoFormTrials::Seconds slowest = {5.0, 9.0, 5.1, 3.0, 4.9, 3.1};
+  t.decide(slowest);
+  EXPECT_EQ(t.form(), AllReduceForm::hierarchical);
+  EXPECT_EQ(t.next(), AllReduceForm::hierarchical);
+  EXPECT_EQ(gc::detail::AutoFormTrials::faster({1.0, 1.0, 1.0, 1.0, 1.0, 1.0}), AllReduceForm::flat);
+  EXPECT_EQ(gc::detail::AutoFormTrials::faster({1.0, 0.5, 1.0, 9.0, 1.0, 9.0}), AllReduceForm::flat);
+  EXPECT_EQ(gc::detail::auto_size_class(0), 0);
+  EXPECT_EQ(gc::detail::auto_size_class(1), 0);
+  EXPECT_EQ(gc::detail::auto_size_class(2u << 20), 21);
+  EXPECT_EQ(gc::detail::auto_size_class((4u << 20) - 1), 21);
 }

@@ -125,6 +125,63 @@ TEST(CostModel, MeasuredOnThisJobAndUsedByAllReduceAuto) {
   EXPECT_THROW(c.set_cost_model(other), gc::InvalidArgument);
 }
 
+// Where the model's predictions tie (a model with no latency and one link speed ties at every
+// size), all_reduce_auto times both forms on the first six calls of a size class and then every
+// rank takes the same one: a rank that took the other form would meet mismatched collectives.
+// Every call's sum is exact; a new model starts the trials again.
+TEST(CostModel, AllReduceAutoTimesBothFormsWhereTheModelTiesAndEveryRankKeepsOne) {
+  auto& c = world();
+  gc::Stream s;
+  gc::AllReduceCostModel tie = c.measure_cost_model(s);
+  tie.intra = tie.inter = {0.0, 1e-9};
+  c.set_cost_model(tie);
+  const bool chooses = c.hierarchy().groups > 1 && c.hierarchy().group_size > 1;
+  const std::size_t n = 70001;  // int64: 560 KB, class 2^19
+  const std::size_t bytes = n * 8;
+  ASSERT_TRUE(tie.ties(bytes));
+  const gc::AllReduceForm before = c.all_reduce_auto_form(bytes);
+  EXPECT_EQ(before, chooses ? gc::AllReduceForm::measuring : gc::AllReduceForm::flat);
+  for (int call = 0; call < 9; ++call) {
+    gc::Buffer data = inputs(gc::DType::int64, n, c.rank() + call);
+    c.all_reduce_auto(data, data, gc::ReduceOp::sum, s);
+    s.synchronize();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (int r = 0; r < c.size(); ++r) want += value(r + call, i);
+      wrong += load(data, i) != want;
+    }
+    EXPECT_EQ(wrong, 0u) << "call " << call;
+    if (chooses) {
+      EXPECT_EQ(c.all_reduce_auto_form(bytes) == gc::AllReduceForm::measuring, call < 5) << "call " << call;
+    }
+  }
+  const gc::AllReduceForm form = c.all_reduce_auto_form(bytes);
+  // Every rank holds the same form (gathered), and a size class of its own is still measuring.
+  gc::Buffer mine(1, gc::DType::int64), all(static_cast<std::size_t>(c.size()), gc::DType::int64);
+  *static_cast<std::int64_t*>(mine.data()) = static_cast<std::int64_t>(form);
+  c.all_gather(mine, all, s);
+  s.synchronize();
+  for (int r = 0; r < c.size(); ++r) EXPECT_EQ(load(all, static_cast<std::size_t>(r)), static_cast<double>(form)) << r;
+  if (chooses) {
+    EXPECT_EQ(c.all_reduce_auto_form(bytes * 4), gc::AllReduceForm::measuring);
+    c.set_cost_model(tie);  // a model set again measures again
+    EXPECT_EQ(c.all_reduce_auto_form(bytes), gc::AllReduceForm::measuring);
+  }
+  // A model that does not tie takes its prediction at once (a ring sends the whole message across
+  // the slow network; halving and doubling on 2 x 2 would send what the hierarchical form sends).
+  gc::AllReduceCostModel apart = tie;
+  apart.inter = {1e-3, 1e-7};
+  apart.flat_halving = false;
+  c.set_cost_model(apart);
+  if (chooses) {
+    ASSERT_FALSE(apart.ties(bytes));
+    EXPECT_EQ(c.all_reduce_auto_form(bytes),
+              apart.prefer_hierarchical(bytes) ? gc::AllReduceForm::hierarchical : gc::AllReduceForm::flat);
+  }
+  c.measure_cost_model(s);
+}
+
 // A bucketer dropped right after wait() while the caller's stream is still busy: the error check
 // wait() enqueued holds the communication stream, so it runs on live memory.
 TEST(GradBuckets, ABucketerDroppedRightAfterWaitLeavesTheQueuedCheckValid) {

@@ -28,6 +28,13 @@ enum class CommBackend : std::uint8_t {
   transport,  ///< a HostTransport's host collectives (gloo through torch.distributed, your own)
 };
 
+/// @brief Which form all_reduce_auto() takes for a size.
+enum class AllReduceForm : std::uint8_t {
+  flat,          ///< all_reduce()
+  hierarchical,  ///< hierarchical_all_reduce()
+  measuring,     ///< the model's predictions tie: the next calls alternate the forms, timed
+};
+
 class HostTransport;
 
 /// @brief NCCL's unique id (ncclUniqueId): made by one rank, handed to all by the caller (a
@@ -160,8 +167,13 @@ class GPUCLOUD_API Communicator {
   /// @brief The cost model all_reduce_auto() uses (set one measured earlier, or measure one).
   void set_cost_model(const AllReduceCostModel& model);
   /// @brief All-reduce, flat or hierarchical as the cost model predicts faster for this size
-  ///        (flat when no model was set or measured).
+  ///        (flat when no model was set or measured). Where the predictions tie
+  ///        (AllReduceCostModel::ties), the first 6 calls of a size class (powers of two) alternate
+  ///        the forms, each waiting for @p stream before and after, and the slowest rank's
+  ///        median time of each decides the class on every rank alike.
   void all_reduce_auto(BufferView send, BufferView recv, ReduceOp op, StreamView stream);
+  /// @brief The form all_reduce_auto() takes for @p bytes now.
+  AllReduceForm all_reduce_auto_form(std::size_t bytes) const;
 
   /// @brief True after a timeout or a failed collective; every later operation raises.
   bool broken() const noexcept;

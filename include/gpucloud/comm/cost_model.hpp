@@ -42,6 +42,11 @@ struct GPUCLOUD_API AllReduceCostModel {
   bool prefer_hierarchical(std::size_t bytes) const noexcept {
     return hierarchical_seconds(bytes) < flat_seconds(bytes);
   }
+  /// @brief True when the two predictions for @p bytes are within kTie of each other: too close to
+  ///        choose by, so all_reduce_auto() times both forms instead.
+  bool ties(std::size_t bytes) const noexcept;
+  /// @brief The relative difference of the predictions below which they tie (10 %).
+  static constexpr double kTie = 0.10;
 
   /// @brief A one-line JSON object, to save a measurement and load it later.
   std::string to_json() const;
