@@ -191,15 +191,35 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size, bool l
     ours();
     if (has_raw) raw_call();
   }
+  // all_reduce_auto is timed beside both of its forms, interleaved (rows measured minutes apart
+  // drift with the machine more than the forms differ): which form it took, and at what cost.
+  auto form_call = [&](bool hierarchical) {
+    return [&c, &buf, &s, hierarchical] {
+      if (hierarchical) {
+        c.hierarchical_all_reduce(buf, buf, gc::ReduceOp::sum, s);
+      } else {
+        c.all_reduce(buf, buf, gc::ReduceOp::sum, s);
+      }
+      s.synchronize();
+    };
+  };
+  const auto flat_call = form_call(false), hier_call = form_call(true);
+  for (int i = 0; kind == kAuto && i < 2; ++i) {
+    flat_call();
+    hier_call();
+  }
   MPI_Barrier(MPI_COMM_WORLD);
-  std::vector<double> mine, theirs;
+  std::vector<double> mine, theirs, flat_times, hier_times;
   // The two alternate which goes first (ABBA), so neither always follows the other's last message.
   bool raw_first = false;
   for (auto _ : state) {
     if (has_raw && raw_first) theirs.push_back(timed(raw_call));
+    if (kind == kAuto && raw_first) flat_times.push_back(timed(flat_call));
     const double t = timed(ours);
     state.SetIterationTime(t);
     mine.push_back(t);
+    if (kind == kAuto) hier_times.push_back(timed(hier_call));
+    if (kind == kAuto && !raw_first) flat_times.push_back(timed(flat_call));
     if (has_raw && !raw_first) theirs.push_back(timed(raw_call));
     raw_first = !raw_first;
   }
@@ -241,6 +261,9 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size, bool l
     // What all_reduce_auto took after the timed calls (where the model ties, what it measured):
     // 0 flat, 1 hierarchical, 2 still measuring.
     state.counters["auto_form"] = static_cast<double>(c.all_reduce_auto_form(count * 4));
+    state.counters["interleaved_flat_us"] = median(flat_times) * 1e6;
+    state.counters["interleaved_hier_us"] = median(hier_times) * 1e6;
+    state.counters["auto_vs_faster"] = m / std::min(median(flat_times), median(hier_times));
   }
   static const char* names[] = {"all_reduce flat", "all_reduce hierarchical", "reduce_scatter", "all_gather",
                                 "broadcast",       "all_reduce auto"};
