@@ -475,6 +475,27 @@ def test_checkpoint_comparison_checks_every_side_loads_what_was_saved(tmp_path):
     assert not (tmp_path / "work").exists()
 
 
+def test_torch_checkpointer_comparison_checks_both_sides_load_what_was_saved(tmp_path):
+    """bench/bench_torch_checkpointer.py: gpucloud.torch.Checkpointer.load against safetensors +
+    load_state_dict, each result compared with the state saved (a wrong one ends the run)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("safetensors")
+    script = Path(__file__).resolve().parents[2] / "bench" / "bench_torch_checkpointer.py"
+    out = tmp_path / "checkpointer.json"
+    r = subprocess.run([sys.executable, str(script), "--mib", "2", "--layers", "2", "--rounds", "2",
+                        "--dir", str(tmp_path / "work"), "--json", str(out)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [b] = json.loads(out.read_text())["benchmarks"]
+    assert b["name"] == "torch checkpointer/load (cached)/vs safetensors + load_state_dict"
+    assert b["ratio_min"] <= b["ratio_vs_peer"] <= b["ratio_max"] and b["rounds"] == 2
+    assert not (tmp_path / "work").exists()
+
+
 def test_convolution_comparison_checks_every_pass_against_aten(tmp_path):
     """bench/bench_conv_torch.py: forward and both backward passes on both sides, each of
     gpucloud's outputs compared with aten's (a wrong one ends the run)."""

@@ -104,6 +104,49 @@ def test_tensors_of_every_dtype_and_plain_tensors_are_loaded_in_place(tmp_path):
         assert torch.equal(into[k], v) and into[k].data_ptr() == addresses[k], k
 
 
+def test_a_modules_parameters_and_buffers_are_loaded_into_themselves(tmp_path, monkeypatch):
+    # One copy, not two: the C++ load writes the parameters and buffers themselves (nothing is
+    # allocated for those of a dtype the format keeps), load_state_dict's copy of each onto itself changes nothing, and the
+    # optimizer's state, which has no live tensors of its own to load into here, is allocated.
+    job = make_job(torch_optimizer=True)
+    steps(job, 0, 3)
+    gt.Checkpointer(tmp_path).save(3, state_of(job))
+    saved = weights(job)
+    fresh = make_job(seed=5, torch_optimizer=True)
+    params = {k: (v, v.data_ptr()) for k, v in fresh[0].state_dict(keep_vars=True).items()}
+    allocated = []
+    real_empty = torch.empty
+
+    def counting_empty(*args, **kwargs):
+        allocated.append(args)
+        return real_empty(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", counting_empty)
+    assert gt.Checkpointer(tmp_path).load({"model": fresh[0]}) == 3
+    assert sorted(allocated) == [((4,),), ((5,),)]  # only the int8 and bool buffers, stored as their bytes
+    for k, (t, address) in params.items():
+        assert fresh[0].state_dict(keep_vars=True)[k] is t and t.data_ptr() == address, k
+        assert torch.equal(t, saved[k]), k
+    allocated.clear()
+    assert gt.Checkpointer(tmp_path).load(state_of(fresh)) == 3
+    # the two byte-stored buffers, and every tensor of the optimizer's (and scaler's, scheduler's) state
+    def tensors(value):
+        if isinstance(value, torch.Tensor):
+            return 1
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+        return sum(tensors(v) for v in items)
+
+    assert len(allocated) == 2 + sum(tensors(x.state_dict()) for x in job[1:]) > 2, allocated
+    steps(job, 3, 5)
+    steps(fresh, 3, 5)
+    for k, v in weights(job).items():
+        assert torch.equal(weights(fresh)[k], v), k
+    # A module whose keys differ from the saved ones loads through load_state_dict as before: its error.
+    other = torch.nn.Sequential(torch.nn.Linear(6, 16))
+    with pytest.raises(RuntimeError, match="Missing key|Unexpected key"):
+        gt.Checkpointer(tmp_path).load({"model": other})
+
+
 def test_the_files_load_with_torch_and_safetensors_alone(tmp_path):
     pytest.importorskip("safetensors.torch")
     job = make_job()

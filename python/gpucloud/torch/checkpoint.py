@@ -159,18 +159,31 @@ class Checkpointer:
         except (KeyError, ValueError, TypeError, IndexError) as e:
             raise _ck.CheckpointError(f"Checkpointer.load: {directory}: a malformed '{STRUCTURE_KEY}': "
                                       f"{type(e).__name__}: {e}") from None
-        into = {}
+        # A tensor goes straight into the live tensor it is loaded into (a module's parameter or
+        # buffer, a tensor entry) when that fits it exactly, so one copy is made, not two; the C++
+        # load verifies every tensor before it writes any. The rest are allocated here.
+        live = _live_destinations(wanted, state)
+        into, same, used = {}, {}, set()
         for name in names:
             info = manifest.tensors.get(name)
             if info is None:
                 raise _ck.CheckpointError(f"Checkpointer.load: {directory}: '{STRUCTURE_KEY}' names tensor "
                                           f"'{name}', which the checkpoint does not hold")
-            into[name] = torch.empty(tuple(info.shape), dtype=_torch_dtype(info.dtype))
+            dtype = _torch_dtype(info.dtype)
+            target = live.get(name)
+            if (target is not None and _fits(target, dtype, info.shape) and target.data_ptr() not in used):
+                used.add(target.data_ptr())
+                same[name] = target
+                into[name] = target.detach().reshape(tuple(info.shape))  # a view: a 0-d tensor is stored as [1]
+            else:
+                into[name] = torch.empty(tuple(info.shape), dtype=dtype)
         stream = stream_for(torch.device("cpu"))
         _ck.load(directory, into, stream, strict=False)
         finish(stream, torch.device("cpu"))
 
         def tensor(stub):
+            if stub["__tensor__"] in same:  # loaded in place: load_state_dict's copy_ of it onto itself is a no-op
+                return same[stub["__tensor__"]]
             t = into[stub["__tensor__"]]
             dtype = _plain.DTYPES.get(stub.get("dtype"), t.dtype)
             if t.dtype != dtype:  # stored as its bytes
@@ -194,6 +207,45 @@ class Checkpointer:
             else:
                 state[key] = values[key]
         return manifest.step
+
+
+def _live_destinations(wanted, state):
+    """{tensor name: the live tensor it loads into} for the entries whose load would copy each stored
+    tensor into a tensor that exists now: a tensor entry, and a module whose state dict has exactly
+    the saved keys (its parameters and buffers themselves, keep_vars=True). Others load as before."""
+    live = {}
+    for key, entry in wanted.items():
+        current = _unwrapped(state[key])
+        value = entry["value"]
+        if entry["kind"] == "tensor" and isinstance(current, torch.Tensor) and isinstance(value, dict) \
+                and "__tensor__" in value and list(current.shape) == value.get("shape"):
+            live[value["__tensor__"]] = current
+        elif entry["kind"] == "stateful" and isinstance(current, torch.nn.Module) and isinstance(value, dict) \
+                and isinstance(value.get("__dict__"), list):
+            now = current.state_dict(keep_vars=True)
+            pairs = value["__dict__"]
+            if sorted(str(k) for k, _ in pairs if isinstance(k, str)) != sorted(now) or len(pairs) != len(now):
+                continue
+            for k, stub in pairs:
+                t = now[k]
+                if isinstance(stub, dict) and "__tensor__" in stub and isinstance(t, torch.Tensor) \
+                        and list(t.shape) == stub.get("shape") and _plain.DTYPES.get(stub.get("dtype")) == t.dtype:
+                    live[stub["__tensor__"]] = t
+    return live
+
+
+def _fits(t, dtype, shape):
+    """Whether the C++ load may write tensor ``t`` in place: on the CPU, dense and contiguous, of the
+    stored dtype (one the format keeps as itself) and element count."""
+    return (t.device.type == "cpu" and t.layout == torch.strided and t.is_contiguous() and not t.is_conj()
+            and not t.is_neg() and t.dtype == dtype and t.dtype in _NATIVE and t.numel() == _numel(shape))
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def _torch_dtype(name):
