@@ -12,6 +12,21 @@ import gpucloud as gc
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (Debian: python3-torch)")
 
 
+def run_bench(script, *args, out=None):
+    """Runs bench/``script`` with ``args`` (and ``--json out``); returns the process, and the JSON
+    results when ``out`` is given."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / script
+    r = subprocess.run([sys.executable, str(path), *map(str, args), *(["--json", str(out)] if out else [])],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r, (json.loads(out.read_text())["benchmarks"] if out else None)
+
+
 def test_torch_tensors_are_borrowed_without_copying():
     s = gc.Stream()
     t = torch.arange(10, dtype=torch.float32)
@@ -225,21 +240,13 @@ def test_clip_grad_norm_matches_torch(host_stream):
 
 def test_training_step_comparison_runs_both_trainers_on_the_same_math(tmp_path):
     """bench/bench_train_step_torch.py: same weights, same batches, so the same loss at the end."""
-    import json
     import re
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "bench" / "bench_train_step_torch.py"
-    out = tmp_path / "step.json"
-    r = subprocess.run([sys.executable, str(script), "--batch", "64", "--hidden", "32", "--steps", "3", "--rounds", "2",
-                        "--json", str(out)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r, runs = run_bench("bench_train_step_torch.py", "--batch", 64, "--hidden", 32, "--steps", 3, "--rounds", 2,
+                        out=tmp_path / "step.json")
     losses = re.search(r"gpucloud ([0-9.]+), torch ([0-9.]+)", r.stdout)
     assert losses, r.stdout
     assert float(losses.group(1)) == pytest.approx(float(losses.group(2)), rel=1e-3)
-    runs = json.loads(out.read_text())["benchmarks"]
     assert [b["name"].split("/")[1] for b in runs] == ["gpucloud", "torch"]
     assert runs[0]["ratio_to_torch"] == pytest.approx(runs[0]["items_per_second"] / runs[1]["items_per_second"])
 
@@ -441,32 +448,16 @@ if launch.launcher == "torchrun":  # the end docs/launch.md gives a gloo job (to
 
 
 def test_the_per_call_benchmark_runs_and_checks_its_results():
-    import subprocess
-    import sys
-
-    bench = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "bench_torch_calls.py")
-    r = subprocess.run([sys.executable, bench, "--rounds", "1", "--calls", "20"], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r, _ = run_bench("bench_torch_calls.py", "--rounds", 1, "--calls", 20)
     assert "gemm 64^3: gpucloud on torch tensors" in r.stdout and "fill 64x64" in r.stdout, r.stdout
 
 
 def test_checkpoint_comparison_checks_every_side_loads_what_was_saved(tmp_path):
     """bench/bench_checkpoint_torch.py: saves and loads (cached and cold) on both sides, each result
     compared with the state saved (a side that loaded wrong bytes ends the run)."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
     pytest.importorskip("safetensors")
-    script = Path(__file__).resolve().parents[2] / "bench" / "bench_checkpoint_torch.py"
-    out = tmp_path / "checkpoint.json"
-    r = subprocess.run([sys.executable, str(script), "--mib", "4", "--tensors", "3", "--rounds", "2",
-                        "--dir", str(tmp_path / "work"), "--json", str(out)], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    runs = json.loads(out.read_text())["benchmarks"]
+    _, runs = run_bench("bench_checkpoint_torch.py", "--mib", 4, "--tensors", 3, "--rounds", 2, "--dir",
+                        tmp_path / "work", out=tmp_path / "checkpoint.json")
     assert [b["name"] for b in runs] == ["checkpoint/save/vs torch.save", "checkpoint/load (cached)/vs safetensors",
                                          "checkpoint/load (cached)/vs torch.load",
                                          "checkpoint/load (cold)/vs safetensors", "checkpoint/load (cold)/vs torch.load"]
@@ -478,19 +469,9 @@ def test_checkpoint_comparison_checks_every_side_loads_what_was_saved(tmp_path):
 def test_torch_checkpointer_comparison_checks_both_sides_load_what_was_saved(tmp_path):
     """bench/bench_torch_checkpointer.py: gpucloud.torch.Checkpointer.load against safetensors +
     load_state_dict, each result compared with the state saved (a wrong one ends the run)."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
     pytest.importorskip("safetensors")
-    script = Path(__file__).resolve().parents[2] / "bench" / "bench_torch_checkpointer.py"
-    out = tmp_path / "checkpointer.json"
-    r = subprocess.run([sys.executable, str(script), "--mib", "2", "--layers", "2", "--rounds", "2",
-                        "--dir", str(tmp_path / "work"), "--json", str(out)], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    [b] = json.loads(out.read_text())["benchmarks"]
+    _, [b] = run_bench("bench_torch_checkpointer.py", "--mib", 2, "--layers", 2, "--rounds", 2, "--dir",
+                       tmp_path / "work", out=tmp_path / "checkpointer.json")
     assert b["name"] == "torch checkpointer/load (cached)/vs safetensors + load_state_dict"
     assert b["ratio_min"] <= b["ratio_vs_peer"] <= b["ratio_max"] and b["rounds"] == 2
     assert not (tmp_path / "work").exists()
@@ -499,17 +480,8 @@ def test_torch_checkpointer_comparison_checks_both_sides_load_what_was_saved(tmp
 def test_convolution_comparison_checks_every_pass_against_aten(tmp_path):
     """bench/bench_conv_torch.py: forward and both backward passes on both sides, each of
     gpucloud's outputs compared with aten's (a wrong one ends the run)."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[2] / "bench" / "bench_conv_torch.py"
-    out = tmp_path / "conv.json"
-    r = subprocess.run([sys.executable, str(script), "--batch", "1", "--repeats", "2", "--layers", "res5_3x3",
-                        "--json", str(out)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    runs = json.loads(out.read_text())["benchmarks"]
+    _, runs = run_bench("bench_conv_torch.py", "--batch", 1, "--repeats", 2, "--layers", "res5_3x3",
+                        out=tmp_path / "conv.json")
     assert [b["name"].split("/")[2] for b in runs] == ["forward", "backward_data", "backward_filter"]
     for b in runs:
         assert b["ratio_min"] <= b["ratio_vs_torch"] <= b["ratio_max"]
