@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace gpucloud {
@@ -229,9 +230,14 @@ void Communicator::set_cost_model(const AllReduceCostModel& model) {
 }
 
 namespace {
-// Whether all_reduce_auto() chooses between the forms here (else it runs the flat one).
-bool auto_can_choose(const Communicator::Impl& c) {
-  return c.model && c.grouping.groups > 1 && c.grouping.group_size > 1 && c.uniform_groups;
+// all_reduce_auto()'s form for @p bytes without measuring: flat where it has no choice (no model,
+// one group, groups of one, unequal groups), else the model's pick; nullopt where the model ties.
+std::optional<AllReduceForm> predicted_form(const Communicator::Impl& c, std::size_t bytes) {
+  if (!c.model || c.grouping.groups <= 1 || c.grouping.group_size <= 1 || !c.uniform_groups) {
+    return AllReduceForm::flat;
+  }
+  if (c.model->ties(bytes)) return std::nullopt;
+  return c.model->prefer_hierarchical(bytes) ? AllReduceForm::hierarchical : AllReduceForm::flat;
 }
 }  // namespace
 
@@ -245,8 +251,7 @@ void Communicator::all_reduce_auto(BufferView send, BufferView recv, ReduceOp op
       all_reduce(send, recv, op, stream);
     }
   };
-  if (!auto_can_choose(c)) return run(false);
-  if (!c.model->ties(bytes)) return run(c.model->prefer_hierarchical(bytes));
+  if (const auto form = predicted_form(c, bytes)) return run(*form == AllReduceForm::hierarchical);
   // The predictions tie: the class's first calls alternate the forms, each timed from an idle
   // stream to its end; the last of them combines every rank's times, so all decide alike.
   bool measuring = false, hierarchical = false;
@@ -288,9 +293,7 @@ void Communicator::all_reduce_auto(BufferView send, BufferView recv, ReduceOp op
 
 AllReduceForm Communicator::all_reduce_auto_form(std::size_t bytes) const {
   const Impl& c = *impl_;
-  if (!auto_can_choose(c)) return AllReduceForm::flat;
-  if (!c.model->ties(bytes))
-    return c.model->prefer_hierarchical(bytes) ? AllReduceForm::hierarchical : AllReduceForm::flat;
+  if (const auto form = predicted_form(c, bytes)) return *form;
   std::lock_guard<std::mutex> lock(c.auto_lock);
   const auto found = c.auto_trials.find(detail::auto_size_class(bytes));
   return found == c.auto_trials.end() ? AllReduceForm::measuring : found->second.form();

@@ -19,6 +19,7 @@ On disk it is gpucloud's checkpoint format: safetensors files and manifest.json,
 that load it with torch and safetensors alone.
 """
 import json
+import math
 
 import torch
 
@@ -238,14 +239,7 @@ def _fits(t, dtype, shape):
     """Whether the C++ load may write tensor ``t`` in place: on the CPU, dense and contiguous, of the
     stored dtype (one the format keeps as itself) and element count."""
     return (t.device.type == "cpu" and t.layout == torch.strided and t.is_contiguous() and not t.is_conj()
-            and not t.is_neg() and t.dtype == dtype and t.dtype in _NATIVE and t.numel() == _numel(shape))
-
-
-def _numel(shape):
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+            and not t.is_neg() and t.dtype == dtype and t.dtype in _NATIVE and t.numel() == math.prod(int(d) for d in shape))
 
 
 def _torch_dtype(name):
