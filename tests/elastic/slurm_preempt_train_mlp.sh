@@ -45,10 +45,10 @@ round() { # round NAME HOW: submit, preempt HOW while it trains, expect the requ
   [ "$nodes" -eq 2 ] || layout=(-N "$nodes" --ntasks-per-node $((4 / nodes)))
   job=$("$slurm" run env TRAINER="$trainer" CHECKPOINT_DIR="$work/$name-checkpoints" \
     sbatch --parsable "${layout[@]}" -o "$log" "$root/deploy/slurm/train_mlp_cpu.sbatch" \
-    --steps 6000 --log-every 2000 --checkpoint-every 1000)
+    --steps 3000 --log-every 1000 --checkpoint-every 500)
   job=${job%%;*}
   echo "$name: job $job"
-  wait_for 120 "the job to train" in_log "$log" "checkpoint: step 1000"
+  wait_for 120 "the job to train" in_log "$log" "checkpoint: step 500"
   case "$how" in
     notice) "$slurm" run scancel --signal=USR1 --batch "$job" ;;
     requeue) "$slurm" run scontrol requeue "$job" ;;
@@ -66,7 +66,7 @@ round() { # round NAME HOW: submit, preempt HOW while it trains, expect the requ
   wait_for 360 "the requeued job to finish" done_training "$log"
   in_log "$log" "resumed from .*step-0*$stopped at step $stopped \(written by 4 rank\(s\)\)" ||
     fail "$name: the requeued job did not resume at the stop step $stopped (steps lost)"
-  in_log "$log" "checkpoint: step 6000" || fail "$name: the requeued job did not finish its checkpoints"
+  in_log "$log" "checkpoint: step 3000" || fail "$name: the requeued job did not finish its checkpoints"
   echo "$name: preempted at step $stopped, requeued, resumed at step $stopped, finished"
 }
 
