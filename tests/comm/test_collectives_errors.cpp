@@ -145,6 +145,50 @@ TEST(Collectives, AnInlineSizeAgainstAFullSizeIsAnErrorOnEveryRank) {
       [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(small, 0, s); });
 }
 
+// A broadcast above the inline size on 2 ranks: the root sends its data with its agreement, before
+// it knows the other rank agrees. A disagreement in any field, with either rank the sender, or both,
+// is still an error on every rank that changes no rank's data, and no segment is left over for a
+// later collective: a large broadcast after each arrives whole. (On more ranks the same calls check
+// the agreement of broadcasts whose data follows it.)
+TEST(Collectives, ABroadcastSentWithItsAgreementIsDrainedOnADisagreement) {
+  const int me = world().rank();
+  const std::size_t n = (std::size_t{8} << 20) / 4 + 5;  // fp32: two messages, the second short
+  gc::Buffer x = inputs(gc::DType::float32, n, me), longer = inputs(gc::DType::float32, n + 1, me);
+  gc::Buffer ints = inputs(gc::DType::int32, n, me), small = inputs(gc::DType::float32, 10, me);
+  auto unchanged = [&](const gc::Buffer& b) {
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < b.size(); ++i) wrong += load(b, i) != value(me, i);
+    EXPECT_EQ(wrong, 0u);
+  };
+  auto arrives_whole = [&](int root) {
+    gc::Stream s;
+    gc::Buffer after = inputs(gc::DType::float32, n, me);
+    world().broadcast(after, root, s);
+    s.synchronize();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += load(after, i) != value(root, i);
+    EXPECT_EQ(wrong, 0u);
+  };
+  auto bcast = [](gc::Buffer& b, int root) {
+    return [&b, root](gc::Communicator& c, gc::Stream& s) { c.broadcast(b, root, s); };
+  };
+  expect_disagreement("root", bcast(x, 0), bcast(x, 1));  // each its own root: both send
+  expect_disagreement("root", bcast(x, 1), bcast(x, 0));  // neither sends
+  arrives_whole(1);
+  expect_disagreement("count", bcast(x, 0), bcast(longer, 0));
+  expect_disagreement("dtype", bcast(x, 0), bcast(ints, 0));
+  expect_disagreement("count", bcast(x, 0), bcast(small, 0));  // the other rank's data is inline
+  arrives_whole(0);
+  expect_disagreement("operation", bcast(x, 0),
+                      [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(x, x, gc::ReduceOp::sum, s); });
+  expect_disagreement(
+      "operation", [&](gc::Communicator& c, gc::Stream& s) { c.barrier(s); }, bcast(x, 1));
+  expect_disagreement(
+      "operation", [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(x, x, gc::ReduceOp::sum, s); }, bcast(x, 1));
+  arrives_whole(1);
+  for (const gc::Buffer* b : {&x, &longer, &ints, &small}) unchanged(*b);
+}
+
 // An agreement message goes as eager-sized pieces of 4032 bytes (the first holds the 96-byte header)
 // and a last, shorter one: messages one element short of a piece, exactly one (an empty last
 // piece), one past it, exactly two and past two, for each collective (the inline all-gather and

@@ -3,10 +3,11 @@
 // more, all-reduces on one node from max(384 KiB, (p - 2) x 256 KiB)) in a polled ring of
 // point-to-point messages, all-reduces on 4, 8 or 16 ranks below that (or on several nodes) in
 // polled halving and doubling, reduce-scatters and all-gathers on one node in halving/doubling or
-// the ring at every size, broadcasts on 3+ ranks in a binomial tree (all on the caller's thread
-// when the stream is idle), the rest in MPI's blocking collectives on the stream's worker under a
-// watchdog; fp16/bf16 reduce through custom MPI ops. Each polled schedule has a second route,
-// MPI's nonblocking collective polled the same way, taken when rank 0's timings say it is faster
+// the ring at every size, broadcasts on 3+ ranks in a binomial tree and on 2 as one send that goes
+// with the agreement (DirectBroadcast; all on the caller's thread when the stream is idle), the
+// rest in MPI's blocking collectives on the stream's worker under a watchdog; fp16/bf16 reduce
+// through custom MPI ops. Each polled schedule but the 2-rank broadcast has a second route, MPI's
+// nonblocking collective polled the same way, taken when rank 0's timings say it is faster
 // (route_choice.hpp; c.route_now).
 #include "comm/mpi/mpi_communicator.hpp"
 
@@ -327,6 +328,10 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
               MPI_Ibcast(buffer.data(), static_cast<int>(n), mpi_type(buffer.dtype(), call), root, c.world, &q));
           return wait_request(poll, q);
         }
+        if (c.size == 2) {  // the receiving rank (the root's part went with the agreement)
+          detail::DirectBroadcast receive(buffer.data(), buffer.size_bytes(), root, c.rank, c.agreement);
+          return poll([&] { return receive.test(); });
+        }
         if (ring || tree)
           return run_ring(c, poll, c.agreement, ring ? detail::RingKind::broadcast : detail::RingKind::broadcast_tree,
                           buffer.data(), buffer.data(), n, buffer.dtype(), ReduceOp::sum, root);
@@ -337,7 +342,11 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
                                        type, root, c.world));
         });
       },
-      ring || tree ? buffer.size_bytes() : 0, /*routed=*/true);
+      ring || tree ? buffer.size_bytes() : 0, /*routed=*/true,
+      // On 2 ranks the root's data goes with its agreement (sends_with_agreement): its whole part.
+      [buffer, root](MpiCommunicator& c) {
+        c.early_send.emplace(buffer.data(), buffer.size_bytes(), root, c.rank, c.agreement);
+      });
 }
 
 void MpiCommunicator::barrier(StreamView stream) {

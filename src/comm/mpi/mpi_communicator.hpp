@@ -162,6 +162,41 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return halving_workspace.get();
   }
 
+  // A 2-rank broadcast above the inline size sends its data with its agreement: the root posts its
+  // whole buffer (a DirectBroadcast, here) right behind its agreement message instead of after the
+  // reply, and the other rank posts the receives into its buffer only once the headers agree. The
+  // round trip saved is, on cores shared with busy processes, often a scheduler tick
+  // (docs/collectives.md). On a disagreement the rank that did not take the data drains it into
+  // the scratch (drain_early), so the sender's messages complete and none is left for a later
+  // collective. `order` held.
+  std::optional<detail::DirectBroadcast> early_send;
+  // Whether the rank @p sender, whose agreement header is @p fields, sent its data with it.
+  bool sends_with_agreement(const std::int64_t* fields, int sender) const {
+    return size == 2 && fields[0] == static_cast<std::int64_t>(Collective::broadcast) && fields[2] == sender &&
+           fields[5] == 0;
+  }
+  // After a disagreement: receives into the scratch, and drops, the data the other rank sent with
+  // its agreement (its header, in peer_agreement, says how much: a DirectBroadcast's
+  // messages), through @p poll, calling @p progress (this rank's own early sends) as it waits.
+  template <class Progress>
+  void drain_early(const Poll& poll, const Progress& progress) {
+    const int peer = 1 - rank;
+    const Agreement& theirs = *peer_agreement;
+    if (size != 2 || !sends_with_agreement(theirs.high, peer)) return;
+    const std::size_t bytes = static_cast<std::size_t>(theirs.high[3]) * dtype_size(static_cast<DType>(theirs.high[4]));
+    for (std::size_t at = 0; at < bytes; at += detail::kDirectPieceBytes) {  // DirectBroadcast's messages
+      const auto n = static_cast<int>(std::min(detail::kDirectPieceBytes, bytes - at));
+      MPI_Request request;
+      GPUCLOUD_MPI_CHECK(MPI_Irecv(scratch(), n, MPI_BYTE, peer, detail::kDirectTag, agreement, &request));
+      poll([&] {
+        int done = 0;
+        (void)progress();
+        GPUCLOUD_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+        return done != 0;
+      });
+    }
+  }
+
   // A collective run by the calling thread when @p stream is idle and no other collective of this
   // communicator is in flight: no hand-off to the worker, which on busy cores costs more than the
   // message. Either its data fits in the agreement (@p inline_bytes: the agreement is the whole
@@ -170,40 +205,53 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // timeout the pending messages are left to MPI (their buffers never freed: the missing rank may
   // still write them) and the stream holds the CommunicationError, as when the worker's call is
   // abandoned. False: enqueue it.
-  template <class Pack, class Unpack, class Body>
+  template <class Pack, class Unpack, class Body, class Early>
   bool run_in_place(StreamView stream, const char* call, const Signature& sig, std::size_t inline_bytes,
-                    std::size_t routed_bytes, const Pack& pack, const Unpack& unpack, const Body& body) {
+                    std::size_t routed_bytes, const Pack& pack, const Unpack& unpack, const Body& body,
+                    const Early& early) {
     std::unique_lock<std::mutex> lock(order, std::try_to_lock);
     if (!lock.owns_lock()) return false;
     return static_cast<detail::HostStream&>(*stream.impl()).run_now_if_idle([&] {
-      run_on_caller(call, sig, inline_bytes, routed_bytes, pack, unpack, body);
+      run_on_caller(call, sig, inline_bytes, routed_bytes, pack, unpack, body, early);
     });
   }
   // The collective on the calling thread (`order` held), polled against the timeout.
-  template <class Pack, class Unpack, class Body>
+  template <class Pack, class Unpack, class Body, class Early>
   void run_on_caller(const char* call, const Signature& sig, std::size_t inline_bytes, std::size_t routed_bytes,
-                     const Pack& pack, const Unpack& unpack, const Body& body) {
+                     const Pack& pack, const Unpack& unpack, const Body& body, const Early& early) {
     detail::NvtxRange range(call);
     check_usable(call);
     const Poll poll{*this, call, std::chrono::steady_clock::now()};
-    run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body);
+    run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body, early);
   }
 
   // The collective, `order` held: the agreement (with rank 0's route when @p routed_bytes is not
   // 0), then the inline result or @p body, all waited for through @p poll; rank 0 times a routed
   // body for the route chooser.
-  template <class Pack, class Unpack, class Body>
+  template <class Pack, class Unpack, class Body, class Early>
   void run_agreed(const Poll& poll, const Signature& sig, std::size_t inline_bytes, std::size_t routed_bytes,
-                  const Pack& pack, const Unpack& unpack, const Body& body) {
+                  const Pack& pack, const Unpack& unpack, const Body& body, const Early& early) {
     Agreement& a = make_agreement(sig, inline_bytes, pack);
     a.route = rank == 0 && routed_bytes != 0 ? static_cast<std::int64_t>(pick_route(sig.kind, routed_bytes)) : -1;
     AgreementExchange exchange(a, *peer_agreement, *out_agreement, agreement, rank, size);
-    poll([&] { return exchange.test(); });
+    const bool early_sent = sends_with_agreement(a.high, rank);
+    if (early_sent) {
+      exchange.test();  // this rank's agreement message first, its data right behind it
+      early(*this);
+    }
+    // (Both ranks may have sent data: each drains the other's while its own go.)
+    const auto progress = [&] { return !early_sent || early_send->test(); };
+    poll([&] {
+      (void)progress();
+      return exchange.test();
+    });
+    if (!consistent(a)) drain_early(poll, progress);
+    poll(progress);
     detail::check_agreement(poll.call, where, a.high, a.low);
     route_now = routed_bytes != 0 && a.route == static_cast<std::int64_t>(Route::mpi) ? Route::mpi : Route::schedule;
     if (inline_bytes <= kInlineBytes) {
       unpack(*this, a.payload);
-    } else {
+    } else if (!early_sent) {  // (a sender's part is done)
       const auto began = std::chrono::steady_clock::now();
       body(*this, poll);
       if (rank == 0 && routed_bytes != 0 && !forced()) {
@@ -233,19 +281,22 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // runs it too; on the worker it holds this communicator and runs under the timeout's deadline: a
   // watchdog abandons the worker of a collective that never completes, and the stream's waiters
   // get the CommunicationError.
-  template <class Pack, class Unpack, class Body>
+  struct NoEarly {
+    void operator()(MpiCommunicator&) const {}
+  };
+  template <class Pack, class Unpack, class Body, class Early = NoEarly>
   void enqueue(StreamView stream, const char* call, Signature sig, std::size_t inline_bytes, Pack pack, Unpack unpack,
-               Body body, std::size_t polled_bytes = 0, bool routed = false) {
+               Body body, std::size_t polled_bytes = 0, bool routed = false, Early early = {}) {
     // Routed: every rank decides the same from the agreed kind and count (MPI's counts are int).
     const std::size_t routed_bytes = routed && detail::routed(route_policy, sig.kind, size) && polled_bytes != 0 &&
                                              inline_bytes > kInlineBytes && sig.count <= max_count
                                          ? polled_bytes
                                          : 0;
     if ((inline_bytes <= kInlineBytes || (polled_bytes != 0 && polled_bytes <= kInPlaceRingBytes)) &&
-        run_in_place(stream, call, sig, inline_bytes, routed_bytes, pack, unpack, body))
+        run_in_place(stream, call, sig, inline_bytes, routed_bytes, pack, unpack, body, early))
       return;
     auto self = shared_from_this();
-    auto on_worker = [self, call, sig, inline_bytes, routed_bytes, pack, unpack, body] {
+    auto on_worker = [self, call, sig, inline_bytes, routed_bytes, pack, unpack, body, early] {
       detail::NvtxRange range(call);
       self->check_usable(call);
       const Poll poll{*self, call, std::chrono::steady_clock::now(), true};  // busy_seconds' timing too
@@ -254,7 +305,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
           [&] {
             std::lock_guard<std::mutex> lock(self->order);  // inside the deadline: its holder may be stuck
             self->check_usable(call);
-            self->run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body);
+            self->run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body, early);
           },
           [&] { return self->timed_out(call, poll.began, kEnds); });
     };
@@ -264,13 +315,13 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     }
     // Polled: a thread waiting in synchronize() before the worker starts it runs it in place.
     static_cast<detail::HostStream&>(*stream.impl())
-        .launch_host_func_or_help(std::move(on_worker),
-                                  [self, call, sig, inline_bytes, routed_bytes, pack, unpack, body] {
-                                    std::unique_lock<std::mutex> lock(self->order, std::try_to_lock);
-                                    if (!lock.owns_lock()) return false;
-                                    self->run_on_caller(call, sig, inline_bytes, routed_bytes, pack, unpack, body);
-                                    return true;
-                                  });
+        .launch_host_func_or_help(
+            std::move(on_worker), [self, call, sig, inline_bytes, routed_bytes, pack, unpack, body, early] {
+              std::unique_lock<std::mutex> lock(self->order, std::try_to_lock);
+              if (!lock.owns_lock()) return false;
+              self->run_on_caller(call, sig, inline_bytes, routed_bytes, pack, unpack, body, early);
+              return true;
+            });
   }
 
   // Runs @p one(offset, count) over [0, n) in pieces of at most max_count elements.

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace gpucloud::detail {
 
@@ -61,6 +62,29 @@ constexpr std::size_t kRingSegmentBytes = std::size_t{512} << 10;
 constexpr std::size_t kRingScratchBytes = 2 * kRingSlots * kRingSegmentBytes;
 /// The first message tag a ring uses (tags [kRingFirstTag, kRingFirstTag + kRingSlots)).
 constexpr int kRingFirstTag = 1;
+
+/// Bytes of one message of a DirectBroadcast (and of the scratch that drains one).
+constexpr std::size_t kDirectPieceBytes = kRingScratchBytes;
+/// The tag of a DirectBroadcast's messages.
+constexpr int kDirectTag = kRingFirstTag;
+
+/// A broadcast over 2 ranks, unpipelined: the root posts its whole buffer at once, as messages of
+/// kDirectPieceBytes (the last shorter) under kDirectTag, and the other rank posts the receives
+/// of all of them. With a single-copy transport each message moves as one read by the receiver,
+/// with no further step of the root's: beside a busy core the root need not run again (a chain of
+/// 512 KiB segments, 8 in flight, needs the root once per 4 MiB). @p data must stay put until it
+/// completes, or for ever if it is abandoned.
+class DirectBroadcast {
+ public:
+  DirectBroadcast(void* data, std::size_t bytes, int root, int rank, MPI_Comm comm);
+  DirectBroadcast(const DirectBroadcast&) = delete;
+  DirectBroadcast& operator=(const DirectBroadcast&) = delete;
+  /// Progresses without blocking; true once this rank's messages have completed.
+  bool test();
+
+ private:
+  std::vector<MPI_Request> requests_;
+};
 
 /// Which collective a RingCollective runs, and how.
 enum class RingKind { all_reduce, reduce_scatter, all_gather, broadcast, all_reduce_halving, broadcast_tree };
