@@ -145,12 +145,13 @@ TEST(Collectives, AnInlineSizeAgainstAFullSizeIsAnErrorOnEveryRank) {
       [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(small, 0, s); });
 }
 
-// A broadcast above the inline size on 2 ranks: the root sends its data with its agreement, before
-// it knows the other rank agrees. A disagreement in any field, with either rank the sender, or both,
-// is still an error on every rank that changes no rank's data, and no segment is left over for a
-// later collective: a large broadcast after each arrives whole. (On more ranks the same calls check
-// the agreement of broadcasts whose data follows it.)
-TEST(Collectives, ABroadcastSentWithItsAgreementIsDrainedOnADisagreement) {
+// A broadcast or all-gather above the inline size on 2 ranks: the root (both ranks of the
+// all-gather) sends its data with its agreement, before it knows the other rank agrees. A
+// disagreement in any field, with either rank the sender, or both, is still an error on every rank
+// that changes no rank's data, and no message is left over for a later collective: a large
+// broadcast or all-gather after each arrives whole. (On more ranks the same calls check the
+// agreement of collectives whose data follows it.)
+TEST(Collectives, DataSentWithTheAgreementIsDrainedOnADisagreement) {
   const int me = world().rank();
   const std::size_t n = (std::size_t{8} << 20) / 4 + 5;  // fp32: two messages, the second short
   gc::Buffer x = inputs(gc::DType::float32, n, me), longer = inputs(gc::DType::float32, n + 1, me);
@@ -186,7 +187,39 @@ TEST(Collectives, ABroadcastSentWithItsAgreementIsDrainedOnADisagreement) {
   expect_disagreement(
       "operation", [&](gc::Communicator& c, gc::Stream& s) { c.all_reduce(x, x, gc::ReduceOp::sum, s); }, bcast(x, 1));
   arrives_whole(1);
+  // All-gathers: every rank sends. recv is all ranks' blocks of n; a disagreement leaves it as it was.
+  const auto ranks = static_cast<std::size_t>(world().size());
+  gc::Buffer gathered = inputs(gc::DType::float32, n * ranks, me), gathered_ints(n * ranks, gc::DType::int32);
+  gc::Buffer gathered_small(10 * ranks, gc::DType::float32);
+  auto gather = [](gc::Buffer& send, gc::Buffer& recv) {
+    return [&send, &recv](gc::Communicator& c, gc::Stream& s) { c.all_gather(send, recv, s); };
+  };
+  auto gathers_whole = [&] {
+    gc::Stream s;
+    gc::Buffer mine = inputs(gc::DType::float32, n, me), all(n * ranks, gc::DType::float32);
+    world().all_gather(mine, all, s);
+    s.synchronize();
+    std::size_t wrong = 0;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      for (std::size_t i = 0; i < n; ++i) wrong += load(all, r * n + i) != value(static_cast<int>(r), i);
+    }
+    EXPECT_EQ(wrong, 0u);
+  };
+  gc::Buffer longer_gathered(ranks * (n + 1), gc::DType::float32);
+  expect_disagreement("count", gather(x, gathered), gather(longer, longer_gathered));
+  expect_disagreement("dtype", gather(x, gathered), gather(ints, gathered_ints));
+  expect_disagreement("count", gather(x, gathered), gather(small, gathered_small));
+  gathers_whole();
+  expect_disagreement("operation", gather(x, gathered), bcast(x, 1));  // both send
+  expect_disagreement("operation", gather(x, gathered), bcast(x, 0));  // only rank 0 sends
+  expect_disagreement(
+      "operation", [&](gc::Communicator& c, gc::Stream& s) { c.barrier(s); }, gather(x, gathered));
+  arrives_whole(0);
+  gathers_whole();
   for (const gc::Buffer* b : {&x, &longer, &ints, &small}) unchanged(*b);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < gathered.size(); ++i) wrong += load(gathered, i) != value(me, i);
+  EXPECT_EQ(wrong, 0u);
 }
 
 // An agreement message goes as eager-sized pieces of 4032 bytes (the first holds the 96-byte header)

@@ -122,15 +122,16 @@ TEST(RouteChooser, ByDefaultSumsOverThreeOrMoreRanksKeepOneRoute) {
   EXPECT_TRUE(routed(RoutePolicy::mpi, Collective::reduce_scatter, 3));
 }
 
-// A 2-rank broadcast's root sends its data with the agreement, before rank 0's route could reach
-// it: one route under every policy.
-TEST(RouteChooser, ATwoRankBroadcastHasOneRoute) {
+// A 2-rank broadcast's root, and both ranks of a 2-rank all-gather, send their data with the
+// agreement, before rank 0's route could reach them: one route under every policy.
+TEST(RouteChooser, TwoRankBroadcastsAndAllGathersHaveOneRoute) {
   using gpucloud::detail::routed;
   using gpucloud::detail::RoutePolicy;
   for (RoutePolicy p : {RoutePolicy::automatic, RoutePolicy::fastest, RoutePolicy::schedule, RoutePolicy::mpi}) {
     EXPECT_FALSE(routed(p, Collective::broadcast, 2));
+    EXPECT_FALSE(routed(p, Collective::all_gather, 2));
     EXPECT_TRUE(routed(p, Collective::broadcast, 3));
-    EXPECT_TRUE(routed(p, Collective::all_gather, 2));
+    EXPECT_TRUE(routed(p, Collective::all_gather, 4));
   }
 }
 

@@ -3,12 +3,12 @@
 // more, all-reduces on one node from max(384 KiB, (p - 2) x 256 KiB)) in a polled ring of
 // point-to-point messages, all-reduces on 4, 8 or 16 ranks below that (or on several nodes) in
 // polled halving and doubling, reduce-scatters and all-gathers on one node in halving/doubling or
-// the ring at every size, broadcasts on 3+ ranks in a binomial tree and on 2 as one send that goes
-// with the agreement (DirectBroadcast; all on the caller's thread when the stream is idle), the
-// rest in MPI's blocking collectives on the stream's worker under a watchdog; fp16/bf16 reduce
-// through custom MPI ops. Each polled schedule but the 2-rank broadcast has a second route, MPI's
-// nonblocking collective polled the same way, taken when rank 0's timings say it is faster
-// (route_choice.hpp; c.route_now).
+// the ring at every size, broadcasts on 3+ ranks in a binomial tree, 2-rank broadcasts and
+// all-gathers as one send that goes with the agreement (DirectTransfer; all on the caller's thread
+// when the stream is idle), the rest in MPI's blocking collectives on the stream's worker under a
+// watchdog; fp16/bf16 reduce through custom MPI ops. Each polled schedule but the 2-rank ones sent
+// with the agreement has a second route, MPI's nonblocking collective polled the same way, taken
+// when rank 0's timings say it is faster (route_choice.hpp; c.route_now).
 #include "comm/mpi/mpi_communicator.hpp"
 
 #include <gpucloud/comm/communicator.hpp>
@@ -282,6 +282,14 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
                                             type, c.world, &q));
           return wait_request(poll, q);
         }
+        if (c.size == 2) {  // this rank's block went with its agreement: the other's into its slot
+          const std::size_t block = send.size_bytes();
+          auto* slots = static_cast<unsigned char*>(recv.data());
+          copy_bytes(slots + static_cast<std::size_t>(c.rank) * block, send.data(), block);
+          detail::DirectTransfer receive(nullptr, slots + static_cast<std::size_t>(1 - c.rank) * block, block,
+                                         1 - c.rank, c.agreement);
+          return poll([&] { return receive.test(); });
+        }
         if (ring)
           return run_ring(c, poll, c.agreement, detail::RingKind::all_gather, send.data(), recv.data(), n, recv.dtype(),
                           ReduceOp::sum);
@@ -295,7 +303,10 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
         GPUCLOUD_MPI_CHECK(
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
       },
-      ring || doubling ? recv.size_bytes() : 0, /*routed=*/true);
+      ring || doubling ? recv.size_bytes() : 0, /*routed=*/true,
+      [send](MpiCommunicator& c) {  // on 2 ranks (sends_with_agreement)
+        c.early_send.emplace(send.data(), nullptr, send.size_bytes(), 1 - c.rank, c.agreement);
+      });
 }
 
 void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) {
@@ -328,8 +339,9 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
               MPI_Ibcast(buffer.data(), static_cast<int>(n), mpi_type(buffer.dtype(), call), root, c.world, &q));
           return wait_request(poll, q);
         }
-        if (c.size == 2) {  // the receiving rank (the root's part went with the agreement)
-          detail::DirectBroadcast receive(buffer.data(), buffer.size_bytes(), root, c.rank, c.agreement);
+        if (c.size == 2) {  // the root's data went with its agreement
+          if (c.rank == root) return;
+          detail::DirectTransfer receive(nullptr, buffer.data(), buffer.size_bytes(), root, c.agreement);
           return poll([&] { return receive.test(); });
         }
         if (ring || tree)
@@ -344,8 +356,8 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
       },
       ring || tree ? buffer.size_bytes() : 0, /*routed=*/true,
       // On 2 ranks the root's data goes with its agreement (sends_with_agreement): its whole part.
-      [buffer, root](MpiCommunicator& c) {
-        c.early_send.emplace(buffer.data(), buffer.size_bytes(), root, c.rank, c.agreement);
+      [buffer](MpiCommunicator& c) {  // the root's
+        c.early_send.emplace(buffer.data(), nullptr, buffer.size_bytes(), 1 - c.rank, c.agreement);
       });
 }
 

@@ -162,29 +162,30 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return halving_workspace.get();
   }
 
-  // A 2-rank broadcast above the inline size sends its data with its agreement: the root posts its
-  // whole buffer (a DirectBroadcast, here) right behind its agreement message instead of after the
-  // reply, and the other rank posts the receives into its buffer only once the headers agree. The
-  // round trip saved is, on cores shared with busy processes, often a scheduler tick
-  // (docs/collectives.md). On a disagreement the rank that did not take the data drains it into
-  // the scratch (drain_early), so the sender's messages complete and none is left for a later
-  // collective. `order` held.
-  std::optional<detail::DirectBroadcast> early_send;
+  // A 2-rank broadcast or all-gather above the inline size sends its data with its agreement: the
+  // sender (the broadcast's root, both ranks of an all-gather) posts its buffer (a DirectTransfer,
+  // here) right behind its agreement message instead of after the reply, and the receiver posts the
+  // receives into its buffer only once the headers agree (the collective's body). The round trip
+  // saved is, on cores shared with busy processes, often a scheduler tick (docs/collectives.md). On
+  // a disagreement a rank drains what the other sent into the scratch (drain_early), so the sends
+  // complete, no data changes and no message is left for a later collective. `order` held.
+  std::optional<detail::DirectTransfer> early_send;
   // Whether the rank @p sender, whose agreement header is @p fields, sent its data with it.
   bool sends_with_agreement(const std::int64_t* fields, int sender) const {
-    return size == 2 && fields[0] == static_cast<std::int64_t>(Collective::broadcast) && fields[2] == sender &&
-           fields[5] == 0;
+    const auto kind = static_cast<Collective>(fields[0]);
+    return size == 2 && fields[5] == 0 &&
+           ((kind == Collective::broadcast && fields[2] == sender) || kind == Collective::all_gather);
   }
   // After a disagreement: receives into the scratch, and drops, the data the other rank sent with
-  // its agreement (its header, in peer_agreement, says how much: a DirectBroadcast's
-  // messages), through @p poll, calling @p progress (this rank's own early sends) as it waits.
+  // its agreement (its header, in peer_agreement, says how much: a DirectTransfer of count
+  // elements), through @p poll, calling @p progress (this rank's own early sends) as it waits.
   template <class Progress>
   void drain_early(const Poll& poll, const Progress& progress) {
     const int peer = 1 - rank;
     const Agreement& theirs = *peer_agreement;
     if (size != 2 || !sends_with_agreement(theirs.high, peer)) return;
     const std::size_t bytes = static_cast<std::size_t>(theirs.high[3]) * dtype_size(static_cast<DType>(theirs.high[4]));
-    for (std::size_t at = 0; at < bytes; at += detail::kDirectPieceBytes) {  // DirectBroadcast's messages
+    for (std::size_t at = 0; at < bytes; at += detail::kDirectPieceBytes) {  // DirectTransfer's messages
       const auto n = static_cast<int>(std::min(detail::kDirectPieceBytes, bytes - at));
       MPI_Request request;
       GPUCLOUD_MPI_CHECK(MPI_Irecv(scratch(), n, MPI_BYTE, peer, detail::kDirectTag, agreement, &request));
@@ -245,13 +246,15 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
       (void)progress();
       return exchange.test();
     });
-    if (!consistent(a)) drain_early(poll, progress);
-    poll(progress);
+    if (!consistent(a)) {
+      drain_early(poll, progress);
+      poll(progress);  // (the other rank drains this one's)
+    }
     detail::check_agreement(poll.call, where, a.high, a.low);
     route_now = routed_bytes != 0 && a.route == static_cast<std::int64_t>(Route::mpi) ? Route::mpi : Route::schedule;
     if (inline_bytes <= kInlineBytes) {
       unpack(*this, a.payload);
-    } else if (!early_sent) {  // (a sender's part is done)
+    } else {
       const auto began = std::chrono::steady_clock::now();
       body(*this, poll);
       if (rank == 0 && routed_bytes != 0 && !forced()) {
@@ -259,6 +262,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
       }
     }
+    poll(progress);  // this rank's data sent with the agreement
     busy_ns.fetch_add(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - poll.began).count(),
         std::memory_order_relaxed);

@@ -294,22 +294,22 @@ bool RingCollective::test() {
   return live_ == 0;
 }
 
-DirectBroadcast::DirectBroadcast(void* data, std::size_t bytes, int root, int rank, MPI_Comm comm) {
-  auto* at = static_cast<unsigned char*>(data);
-  const int peer = 1 - rank;
+DirectTransfer::DirectTransfer(const void* send, void* recv, std::size_t bytes, int peer, MPI_Comm comm) {
   requests_.resize(std::max<std::size_t>(1, (bytes + kDirectPieceBytes - 1) / kDirectPieceBytes));
   for (std::size_t i = 0; i < requests_.size(); ++i) {
     const std::size_t offset = i * kDirectPieceBytes;
     const int n = static_cast<int>(std::min(kDirectPieceBytes, bytes - offset));
-    if (rank == root) {
-      GPUCLOUD_MPI_CHECK(MPI_Isend(at + offset, n, MPI_BYTE, peer, kDirectTag, comm, &requests_[i]));
+    if (send != nullptr) {
+      GPUCLOUD_MPI_CHECK(MPI_Isend(static_cast<const unsigned char*>(send) + offset, n, MPI_BYTE, peer, kDirectTag,
+                                   comm, &requests_[i]));
     } else {
-      GPUCLOUD_MPI_CHECK(MPI_Irecv(at + offset, n, MPI_BYTE, peer, kDirectTag, comm, &requests_[i]));
+      GPUCLOUD_MPI_CHECK(
+          MPI_Irecv(static_cast<unsigned char*>(recv) + offset, n, MPI_BYTE, peer, kDirectTag, comm, &requests_[i]));
     }
   }
 }
 
-bool DirectBroadcast::test() {
+bool DirectTransfer::test() {
   int complete = 0;
   GPUCLOUD_MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &complete, MPI_STATUSES_IGNORE));
   return complete != 0;

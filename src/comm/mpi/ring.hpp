@@ -63,23 +63,24 @@ constexpr std::size_t kRingScratchBytes = 2 * kRingSlots * kRingSegmentBytes;
 /// The first message tag a ring uses (tags [kRingFirstTag, kRingFirstTag + kRingSlots)).
 constexpr int kRingFirstTag = 1;
 
-/// Bytes of one message of a DirectBroadcast (and of the scratch that drains one).
+/// Bytes of one message of a DirectTransfer (and of the scratch that drains one).
 constexpr std::size_t kDirectPieceBytes = kRingScratchBytes;
-/// The tag of a DirectBroadcast's messages.
+/// The tag of a DirectTransfer's messages.
 constexpr int kDirectTag = kRingFirstTag;
 
-/// A broadcast over 2 ranks, unpipelined: the root posts its whole buffer at once, as messages of
-/// kDirectPieceBytes (the last shorter) under kDirectTag, and the other rank posts the receives
-/// of all of them. With a single-copy transport each message moves as one read by the receiver,
-/// with no further step of the root's: beside a busy core the root need not run again (a chain of
-/// 512 KiB segments, 8 in flight, needs the root once per 4 MiB). @p data must stay put until it
-/// completes, or for ever if it is abandoned.
-class DirectBroadcast {
+/// One buffer sent to, or received from, the other rank of a 2-rank communicator, unpipelined (a
+/// 2-rank broadcast's or all-gather's data): every message posted at once, kDirectPieceBytes each
+/// (the last shorter), under kDirectTag. With a single-copy transport each moves as one read by
+/// the receiver, with no further step of the sender's: beside a busy core the sender need not run
+/// again (a chain of 512 KiB segments, 8 in flight, needs it once per 4 MiB). Exactly one of
+/// @p send and @p recv is not null; it must stay put until the transfer completes, or for ever if
+/// it is abandoned.
+class DirectTransfer {
  public:
-  DirectBroadcast(void* data, std::size_t bytes, int root, int rank, MPI_Comm comm);
-  DirectBroadcast(const DirectBroadcast&) = delete;
-  DirectBroadcast& operator=(const DirectBroadcast&) = delete;
-  /// Progresses without blocking; true once this rank's messages have completed.
+  DirectTransfer(const void* send, void* recv, std::size_t bytes, int peer, MPI_Comm comm);
+  DirectTransfer(const DirectTransfer&) = delete;
+  DirectTransfer& operator=(const DirectTransfer&) = delete;
+  /// Progresses without blocking; true once every message has completed.
   bool test();
 
  private:

@@ -19,7 +19,9 @@ RoutePolicy route_policy_from_environment() {
 }
 
 bool routed(RoutePolicy policy, Collective kind, int ranks) {
-  if (kind == Collective::broadcast && ranks == 2) return false;  // one route: its data goes with the agreement
+  if ((kind == Collective::broadcast || kind == Collective::all_gather) && ranks == 2) {
+    return false;  // one route: the data goes with the agreement
+  }
   const bool reduces = kind == Collective::all_reduce || kind == Collective::reduce_scatter;
   return !(policy == RoutePolicy::automatic && reduces && ranks > 2);
 }
