@@ -145,11 +145,11 @@ TEST(Collectives, AnInlineSizeAgainstAFullSizeIsAnErrorOnEveryRank) {
       [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(small, 0, s); });
 }
 
-// A broadcast or all-gather above the inline size on 2 ranks: the root (both ranks of the
-// all-gather) sends its data with its agreement, before it knows the other rank agrees. A
+// A broadcast, all-gather or all-reduce above the inline size on 2 ranks: the root (both ranks of
+// the others) sends its data with its agreement, before it knows the other rank agrees. A
 // disagreement in any field, with either rank the sender, or both, is still an error on every rank
 // that changes no rank's data, and no message is left over for a later collective: a large
-// broadcast or all-gather after each arrives whole. (On more ranks the same calls check the
+// collective after each arrives whole. (On more ranks the same calls check the
 // agreement of collectives whose data follows it.)
 TEST(Collectives, DataSentWithTheAgreementIsDrainedOnADisagreement) {
   const int me = world().rank();
@@ -216,6 +216,27 @@ TEST(Collectives, DataSentWithTheAgreementIsDrainedOnADisagreement) {
       "operation", [&](gc::Communicator& c, gc::Stream& s) { c.barrier(s); }, gather(x, gathered));
   arrives_whole(0);
   gathers_whole();
+  // All-reduces up to 16 MiB: every rank sends the half of its values the other reduces.
+  auto reduce = [](gc::Buffer& b, gc::ReduceOp op) {
+    return [&b, op](gc::Communicator& c, gc::Stream& s) { c.all_reduce(b, b, op, s); };
+  };
+  gc::Buffer huge = inputs(gc::DType::float32, (std::size_t{16} << 20) / 4 + 1, me);  // past it: the ring
+  expect_disagreement("count", reduce(x, gc::ReduceOp::sum), reduce(longer, gc::ReduceOp::sum));
+  expect_disagreement("dtype", reduce(x, gc::ReduceOp::sum), reduce(ints, gc::ReduceOp::sum));
+  expect_disagreement("reduce op", reduce(x, gc::ReduceOp::sum), reduce(x, gc::ReduceOp::max));
+  expect_disagreement("count", reduce(x, gc::ReduceOp::sum), reduce(huge, gc::ReduceOp::sum));
+  expect_disagreement("operation", reduce(x, gc::ReduceOp::sum), gather(x, gathered));
+  {
+    gc::Stream s;
+    gc::Buffer sum = inputs(gc::DType::float32, n, me);
+    world().all_reduce(sum, sum, gc::ReduceOp::sum, s);
+    s.synchronize();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += load(sum, i) != expected(gc::ReduceOp::sum, world().size(), i);
+    EXPECT_EQ(wrong, 0u);
+  }
+  arrives_whole(1);
+  unchanged(huge);
   for (const gc::Buffer* b : {&x, &longer, &ints, &small}) unchanged(*b);
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < gathered.size(); ++i) wrong += load(gathered, i) != value(me, i);

@@ -138,14 +138,42 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
   // call here, and abandonable on any thread); where it applies is the same on every rank.
   // 4, 8 or 16 ranks halve and double instead below the ring's sizes, or on more than one node;
   // other rank counts on one node take the ring from 384 KiB or more (all_reduce_ring_applies).
+  // 2 ranks up to 16 MiB: two direct exchanges, the first sent with the agreement (below).
+  const bool direct = detail::direct_all_reduce_applies(recv.size_bytes(), size, kInlineBytes);
   const bool halving = detail::halving_applies(recv.size_bytes(), size, nodes, kInlineBytes);
-  const bool ring = detail::all_reduce_ring_applies(recv.size_bytes(), size, nodes, kInlineBytes);
+  const bool ring = !direct && detail::all_reduce_ring_applies(recv.size_bytes(), size, nodes, kInlineBytes);
   enqueue(
       stream, call,
       {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
       inline_size(n, 1, recv.dtype()), pack_whole(send), unpack_reduced(recv, op),
-      [send, recv, op, n, ring, halving](MpiCommunicator& c, const auto& poll) {
-        if ((ring || halving) && c.route_now == Route::mpi) {
+      [send, recv, op, n, ring, halving, direct](MpiCommunicator& c, const auto& poll) {
+        if (direct) {  // the other rank's half of its send for this rank's block, reduce, swap the results
+          const int peer = 1 - c.rank;
+          const std::size_t elem = dtype_size(recv.dtype());
+          std::int64_t at = 0, len = 0, peer_at = 0, peer_len = 0;
+          detail::direct_block(n, c.rank, at, len);
+          detail::direct_block(n, peer, peer_at, peer_len);
+          const auto bytes = [elem](std::int64_t k) { return static_cast<std::size_t>(k) * elem; };
+          unsigned char* theirs = c.scratch();
+          auto* out = static_cast<unsigned char*>(recv.data());
+          const auto* mine = static_cast<const unsigned char*>(send.data()) + bytes(at);
+          {
+            detail::DirectTransfer in(nullptr, theirs, bytes(len), peer, c.agreement);
+            poll([&] { return in.test(); });
+          }
+          if (peer < c.rank) {  // the lower rank's values first, as the ring: the same bits on both
+            detail::reduce_elements(theirs, mine, out + bytes(at), len, recv.dtype(), op);
+          } else {
+            detail::reduce_elements(mine, theirs, out + bytes(at), len, recv.dtype(), op);
+          }
+          poll([&] { return c.early_send->test(); });  // (in place, the other's result lands on it)
+          detail::DirectTransfer result(out + bytes(at), nullptr, bytes(len), peer, c.agreement);
+          detail::DirectTransfer other(nullptr, out + bytes(peer_at), bytes(peer_len), peer, c.agreement);
+          poll([&] {
+            const bool sent = result.test();
+            return other.test() && sent;
+          });
+        } else if ((ring || halving) && c.route_now == Route::mpi) {
           MPI_Request q;
           GPUCLOUD_MPI_CHECK(MPI_Iallreduce(send.data() == recv.data() ? MPI_IN_PLACE : send.data(), recv.data(),
                                             static_cast<int>(n), mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()),
@@ -167,7 +195,15 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring || halving ? recv.size_bytes() : 0, /*routed=*/true);
+      ring || halving || direct ? recv.size_bytes() : 0, /*routed=*/!direct,
+      [send, n](MpiCommunicator& c) {  // direct: the other rank's block of this rank's values
+        const int peer = 1 - c.rank;
+        const std::size_t elem = dtype_size(send.dtype());
+        std::int64_t at = 0, len = 0;
+        detail::direct_block(n, peer, at, len);
+        c.early_send.emplace(static_cast<const unsigned char*>(send.data()) + static_cast<std::size_t>(at) * elem,
+                             nullptr, static_cast<std::size_t>(len) * elem, peer, c.agreement);
+      });
 }
 
 void MpiCommunicator::hierarchical_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView stream) {
@@ -304,7 +340,7 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
       },
       ring || doubling ? recv.size_bytes() : 0, /*routed=*/true,
-      [send](MpiCommunicator& c) {  // on 2 ranks (sends_with_agreement)
+      [send](MpiCommunicator& c) {  // on 2 ranks (sent_with_agreement)
         c.early_send.emplace(send.data(), nullptr, send.size_bytes(), 1 - c.rank, c.agreement);
       });
 }
@@ -355,7 +391,7 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
         });
       },
       ring || tree ? buffer.size_bytes() : 0, /*routed=*/true,
-      // On 2 ranks the root's data goes with its agreement (sends_with_agreement): its whole part.
+      // On 2 ranks the root's data goes with its agreement (sent_with_agreement): its whole part.
       [buffer](MpiCommunicator& c) {  // the root's
         c.early_send.emplace(buffer.data(), nullptr, buffer.size_bytes(), 1 - c.rank, c.agreement);
       });

@@ -162,29 +162,37 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return halving_workspace.get();
   }
 
-  // A 2-rank broadcast or all-gather above the inline size sends its data with its agreement: the
-  // sender (the broadcast's root, both ranks of an all-gather) posts its buffer (a DirectTransfer,
-  // here) right behind its agreement message instead of after the reply, and the receiver posts the
-  // receives into its buffer only once the headers agree (the collective's body). The round trip
-  // saved is, on cores shared with busy processes, often a scheduler tick (docs/collectives.md). On
-  // a disagreement a rank drains what the other sent into the scratch (drain_early), so the sends
-  // complete, no data changes and no message is left for a later collective. `order` held.
+  // A 2-rank broadcast, all-gather or all-reduce above the inline size sends its data with its
+  // agreement: the sender (the broadcast's root, both ranks of the others) posts its buffer (the
+  // all-reduce: the half of send the other rank reduces) as a DirectTransfer, here, right behind
+  // its agreement message instead of after the reply, and the receiver posts the receives only
+  // once the headers agree (the collective's body: into its buffer, or the all-reduce's scratch).
+  // The round trip saved is, on cores shared with busy processes, often a scheduler tick
+  // (docs/collectives.md). On a disagreement a rank drains what the other sent into the scratch
+  // (drain_early), so the sends complete, no data changes and no message is left for a later
+  // collective. `order` held.
   std::optional<detail::DirectTransfer> early_send;
-  // Whether the rank @p sender, whose agreement header is @p fields, sent its data with it.
-  bool sends_with_agreement(const std::int64_t* fields, int sender) const {
+  // The bytes the rank @p sender, whose agreement header is @p fields, sent with it (0: none).
+  std::size_t sent_with_agreement(const std::int64_t* fields, int sender) const {
+    if (size != 2 || fields[5] != 0) return 0;  // (inline data travels in the agreement itself)
     const auto kind = static_cast<Collective>(fields[0]);
-    return size == 2 && fields[5] == 0 &&
-           ((kind == Collective::broadcast && fields[2] == sender) || kind == Collective::all_gather);
+    const bool broadcast = kind == Collective::broadcast && fields[2] == sender;
+    if (!broadcast && kind != Collective::all_gather && kind != Collective::all_reduce) return 0;
+    const std::size_t elem = dtype_size(static_cast<DType>(fields[4]));
+    if (kind != Collective::all_reduce) return static_cast<std::size_t>(fields[3]) * elem;
+    if (!detail::direct_all_reduce_applies(static_cast<std::size_t>(fields[3]) * elem, size, kInlineBytes)) return 0;
+    std::int64_t offset = 0, length = 0;
+    detail::direct_block(fields[3], 1 - sender, offset, length);  // the other rank's block
+    return static_cast<std::size_t>(length) * elem;
   }
   // After a disagreement: receives into the scratch, and drops, the data the other rank sent with
-  // its agreement (its header, in peer_agreement, says how much: a DirectTransfer of count
-  // elements), through @p poll, calling @p progress (this rank's own early sends) as it waits.
+  // its agreement (its header, in peer_agreement, says how much: one DirectTransfer), through @p poll, calling @p
+  // progress (this rank's own early sends) as it waits.
   template <class Progress>
   void drain_early(const Poll& poll, const Progress& progress) {
     const int peer = 1 - rank;
     const Agreement& theirs = *peer_agreement;
-    if (size != 2 || !sends_with_agreement(theirs.high, peer)) return;
-    const std::size_t bytes = static_cast<std::size_t>(theirs.high[3]) * dtype_size(static_cast<DType>(theirs.high[4]));
+    const std::size_t bytes = sent_with_agreement(theirs.high, peer);
     for (std::size_t at = 0; at < bytes; at += detail::kDirectPieceBytes) {  // DirectTransfer's messages
       const auto n = static_cast<int>(std::min(detail::kDirectPieceBytes, bytes - at));
       MPI_Request request;
@@ -235,7 +243,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     Agreement& a = make_agreement(sig, inline_bytes, pack);
     a.route = rank == 0 && routed_bytes != 0 ? static_cast<std::int64_t>(pick_route(sig.kind, routed_bytes)) : -1;
     AgreementExchange exchange(a, *peer_agreement, *out_agreement, agreement, rank, size);
-    const bool early_sent = sends_with_agreement(a.high, rank);
+    const bool early_sent = sent_with_agreement(a.high, rank) != 0;
     if (early_sent) {
       exchange.test();  // this rank's agreement message first, its data right behind it
       early(*this);

@@ -294,6 +294,16 @@ bool RingCollective::test() {
   return live_ == 0;
 }
 
+bool direct_all_reduce_applies(std::size_t bytes, int size, std::size_t inline_limit) {
+  return size == 2 && bytes > inline_limit && bytes <= 2 * kDirectPieceBytes;
+}
+
+void direct_block(std::int64_t count, int r, std::int64_t& offset, std::int64_t& length) {
+  const std::int64_t q = count / 2, m = count % 2;
+  offset = r * q + std::min<std::int64_t>(r, m);
+  length = q + (r < m ? 1 : 0);
+}
+
 DirectTransfer::DirectTransfer(const void* send, void* recv, std::size_t bytes, int peer, MPI_Comm comm) {
   requests_.resize(std::max<std::size_t>(1, (bytes + kDirectPieceBytes - 1) / kDirectPieceBytes));
   for (std::size_t i = 0; i < requests_.size(); ++i) {
