@@ -34,8 +34,8 @@ RoutePolicy route_policy_from_environment();
 
 /// Whether a collective of @p kind over @p ranks ranks takes a measured (or forced) route under
 /// @p policy; every rank decides the same. A 2-rank broadcast or all-gather has one route under
-/// every policy: its data goes with the agreement (MpiCommunicator::sends_with_agreement), the
-/// sends MPI's own would make.
+/// every policy: its data goes with the agreement (MpiCommunicator::sent_with_agreement); so does a
+/// 2-rank all-reduce up to 16 MiB, which its caller leaves unrouted (it depends on the size).
 bool routed(RoutePolicy policy, Collective kind, int ranks);
 
 /// Rank 0's choice between the routes, per collective and size class (powers of two). Each route's
