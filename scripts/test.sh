@@ -18,7 +18,7 @@
 #          in a virtual environment of its own: every test that uses torch, so that both torch
 #          1.13 (interop) and torch 2 (TORCH2_VERSION) are tested
 #   host   GPUCLOUD_CUDA=OFF: the library without any CUDA, all tests but the Slurm ones and the
-#          trainer's process-level fault tests (main runs both: that code holds no CUDA)
+#          trainer's process-level fault tests (label faults; main runs both: that code holds no CUDA)
 #   asan   host tests under AddressSanitizer + UndefinedBehaviorSanitizer (not packaging; the MPI
 #          ones in a second run with leak detection off: OpenMPI's initialisation leaks by design,
 #          and what it checks there is the abandoned collectives of the timeout and stall tests,
@@ -179,9 +179,10 @@ installable_wheel python
 ((quick)) && { echo "the main configuration passed (${SECONDS} s)"; exit 0; }
 WHEEL_FROM=python GPUCLOUD_SLURM_TESTS=1 GPUCLOUD_FAULT_TRIALS=4 python_package interop /usr/bin/python3 --system-site-packages # + the Slurm tests
 GPUCLOUD_FAULT_TRIALS=0 torch2_tests # the fault trials: python and interop
-# host: Slurm in main only; the trainer's process-level fault tests (kill -9, preemption, a node lost:
-# the elastic layer and the MPI backend, which hold no CUDA code) run in main, with more trials.
-configure_build_test host "-E ^train_mlp_(faults_.*|preempt_mid_step|node_kill|node_cut)$" -DGPUCLOUD_CUDA=OFF \
+# host: Slurm in main only; the trainer's process-level fault tests (label `faults`: kill -9,
+# preemption, a node lost: the elastic layer and the MPI backend, which hold no CUDA code) run in
+# main, with more trials.
+configure_build_test host "-LE faults" -DGPUCLOUD_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_SLURM_TESTS=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
