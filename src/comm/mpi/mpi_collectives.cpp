@@ -1,14 +1,15 @@
 // The MPI backend's collectives: host buffers; every collective after an agreement of the ranks
-// on it. Small ones travel inside the agreement, large ones (on 2 ranks; from (p - 2) x 512 KiB on
-// more, all-reduces on one node from max(384 KiB, (p - 2) x 256 KiB)) in a polled ring of
-// point-to-point messages, all-reduces on 4, 8 or 16 ranks below that (or on several nodes) in
-// polled halving and doubling, reduce-scatters and all-gathers on one node in halving/doubling or
-// the ring at every size, broadcasts on 3+ ranks in a binomial tree, 2-rank broadcasts and
-// all-gathers as one send that goes with the agreement (DirectTransfer; all on the caller's thread
-// when the stream is idle), the rest in MPI's blocking collectives on the stream's worker under a
-// watchdog; fp16/bf16 reduce through custom MPI ops. Each polled schedule but the 2-rank ones sent
-// with the agreement has a second route, MPI's nonblocking collective polled the same way, taken
-// when rank 0's timings say it is faster (route_choice.hpp; c.route_now).
+// on it. Small ones travel inside the agreement, large ones (on 2 ranks reduce-scatters and
+// all-reduces above 16 MiB; from (p - 2) x 512 KiB on more, all-reduces on one node from
+// max(384 KiB, (p - 2) x 256 KiB)) in a polled ring of point-to-point messages, all-reduces on 4,
+// 8 or 16 ranks below that (or on several nodes) in polled halving and doubling, reduce-scatters
+// and all-gathers on one node in halving/doubling or the ring at every size, broadcasts on 3+
+// ranks in a binomial tree, 2-rank broadcasts, all-gathers and all-reduces (up to 16 MiB) as sends
+// that go with the agreement (DirectTransfer; all on the caller's thread when the stream is idle),
+// the rest in MPI's blocking collectives on the stream's worker under a watchdog; fp16/bf16 reduce
+// through custom MPI ops. Each polled schedule but the 2-rank ones sent with the agreement has a
+// second route, MPI's nonblocking collective polled the same way, taken when rank 0's timings say
+// it is faster (route_choice.hpp; c.route_now).
 #include "comm/mpi/mpi_communicator.hpp"
 
 #include <gpucloud/comm/communicator.hpp>

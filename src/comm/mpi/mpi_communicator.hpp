@@ -186,8 +186,8 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return static_cast<std::size_t>(length) * elem;
   }
   // After a disagreement: receives into the scratch, and drops, the data the other rank sent with
-  // its agreement (its header, in peer_agreement, says how much: one DirectTransfer), through @p poll, calling @p
-  // progress (this rank's own early sends) as it waits.
+  // its agreement (its header, in peer_agreement, says how much: one DirectTransfer), through
+  // @p poll, calling @p progress (this rank's own early sends) as it waits.
   template <class Progress>
   void drain_early(const Poll& poll, const Progress& progress) {
     const int peer = 1 - rank;
@@ -281,6 +281,10 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return routes.pick(kind, bytes);
   }
 
+  // What a collective sends with its agreement (the 2-rank ones: sent_with_agreement): nothing.
+  struct NoEarly {
+    void operator()(MpiCommunicator&) const {}
+  };
   // The one way a collective is issued: in one order per communicator, after every rank agreed on
   // @p sig. When its data fits in kInlineBytes (@p inline_bytes), @p pack writes it into the
   // agreement's payload and @p unpack reads the result from it: the agreement was the whole
@@ -293,9 +297,6 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // runs it too; on the worker it holds this communicator and runs under the timeout's deadline: a
   // watchdog abandons the worker of a collective that never completes, and the stream's waiters
   // get the CommunicationError.
-  struct NoEarly {
-    void operator()(MpiCommunicator&) const {}
-  };
   template <class Pack, class Unpack, class Body, class Early = NoEarly>
   void enqueue(StreamView stream, const char* call, Signature sig, std::size_t inline_bytes, Pack pack, Unpack unpack,
                Body body, std::size_t polled_bytes = 0, bool routed = false, Early early = {}) {

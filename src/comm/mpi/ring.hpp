@@ -65,7 +65,8 @@ constexpr int kRingFirstTag = 1;
 
 /// Bytes of one message of a DirectTransfer (and of the scratch that drains one).
 constexpr std::size_t kDirectPieceBytes = kRingScratchBytes;
-/// The tag of a DirectTransfer's messages.
+/// The tag of a DirectTransfer's messages: the ring's first, on the same communicator (MPI matches
+/// same-tag messages from one rank in order, and every rank runs its collectives in one order).
 constexpr int kDirectTag = kRingFirstTag;
 
 /// Whether an all-reduce of @p bytes over @p size ranks runs as a direct 2-rank exchange (its data
@@ -77,7 +78,7 @@ bool direct_all_reduce_applies(std::size_t bytes, int size, std::size_t inline_l
 void direct_block(std::int64_t count, int r, std::int64_t& offset, std::int64_t& length);
 
 /// One buffer sent to, or received from, the other rank of a 2-rank communicator, unpipelined (a
-/// 2-rank broadcast's or all-gather's data): every message posted at once, kDirectPieceBytes each
+/// 2-rank broadcast's, all-gather's or all-reduce's data): every message posted at once, kDirectPieceBytes each
 /// (the last shorter), under kDirectTag. With a single-copy transport each moves as one read by
 /// the receiver, with no further step of the sender's: beside a busy core the sender need not run
 /// again (a chain of 512 KiB segments, 8 in flight, needs it once per 4 MiB). Exactly one of
