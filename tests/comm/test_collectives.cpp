@@ -314,6 +314,42 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
   }
 }
 
+// An all-reduce over 3 or more ranks on one node up to 16 MiB has two routes, the ring and the
+// direct all-reduce, measured by rank 0 from the first calls (which alternate) and re-measured
+// when the machine gets busier: both add in the ring's order, so repeated calls give the same
+// bytes whichever runs (a rerun or a resumed job reproduces its sums), on every rank. A fresh
+// communicator, so its first calls try both routes. (Forced to MPI's route, the sums are MPI's.)
+TEST(Collectives, SumsOverThreeOrMoreRanksRepeatBitForBitOnEitherRoute) {
+  const char* route = std::getenv("GPUCLOUD_COLLECTIVE_ROUTE");
+  if (route != nullptr && std::string(route) == "mpi") GTEST_SKIP() << "MPI's own route forced";
+  gc::Communicator c = gc::communicator_from_mpi(MPI_COMM_WORLD);
+  if (c.size() < 3) GTEST_SKIP() << "2 ranks send their data with the agreement";
+  gc::Stream s;
+  for (auto [t, bytes] :
+       {std::pair{gc::DType::float32, std::size_t{2} << 20}, std::pair{gc::DType::float16, (std::size_t{3} << 20) + 6},
+        std::pair{gc::DType::bfloat16, (std::size_t{12} << 20) + 2}}) {
+    const std::size_t n = bytes / gc::dtype_size(t);
+    gc::Buffer in(n, t), first(n, t), out(n, t);
+    for (std::size_t i = 0; i < n; ++i) {
+      store(in, i, (i % 3 == 0 ? -1.0 : 1.0) / (3.0 + static_cast<double>((i * 7 + c.rank() * 13) % 101)));
+    }
+    std::size_t differ = 0;
+    for (int call = 0; call < 10; ++call) {
+      c.all_reduce(in, call == 0 ? first : out, gc::ReduceOp::sum, s);
+      s.synchronize();
+      if (call > 0) differ += std::memcmp(first.data(), out.data(), first.size_bytes()) != 0;
+    }
+    EXPECT_EQ(differ, 0u) << gc::dtype_name(t) << ": calls gave different bytes";
+    std::uint64_t sum = 0;
+    const auto* b = static_cast<const unsigned char*>(first.data());
+    for (std::size_t i = 0; i < first.size_bytes(); ++i) sum = sum * 1099511628211ull + b[i];
+    std::uint64_t low = sum, high = sum;
+    MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(low, high) << gc::dtype_name(t) << ": the ranks' results differ";
+  }
+}
+
 // The NCCL backend across the same ranks, one GPU each, when the machine has that many GPUs.
 TEST(Collectives, NcclBackendAgreesWithTheExactAnswers) {
   auto& c = world();

@@ -2,7 +2,8 @@
 // ranks mpirun starts: the ring all-reduce, its two halves run one after the other (the
 // hierarchical all-reduce's node phases), recursive halving and doubling (power-of-two rank
 // counts) and its halves (their reduce-scatter and all-gather), reduce-scatter, all-gather, and
-// broadcast along the chain and the binomial tree. Which one a collective takes depends on the
+// broadcast along the chain and the binomial tree, and the direct all-reduce (3+ ranks) against
+// the ring's bytes. Which one a collective takes depends on the
 // size and the nodes (test_collectives covers the routing); here every schedule runs at every
 // size, so none goes untested on a rank count the routing never gives it.
 #include "comm/mpi/ring.hpp"
@@ -140,6 +141,70 @@ TEST(RingSchedules, FractionsComeOutAsTheSameBytesOnEveryRank) {
         MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
         EXPECT_EQ(low, high) << "kind " << static_cast<int>(kind) << ", " << gc::dtype_name(t) << ", one node "
                              << one_node;
+      }
+    }
+  }
+}
+
+// Runs a DirectAllReduce to completion on a duplicate of MPI_COMM_WORLD.
+void run_direct(const void* send, void* recv, std::int64_t n, gc::DType t, gc::ReduceOp op) {
+  std::vector<unsigned char> workspace(gd::DirectAllReduce::workspace_bytes(n, t, size_of()) + 1);
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  {
+    gd::DirectAllReduce d(send, recv, n, t, op, comm, rank_of(), size_of(), workspace.data());
+    for (unsigned k = 1; !d.test(); ++k) {
+      if (k % 4 == 0) std::this_thread::yield();
+    }
+  }
+  MPI_Comm_free(&comm);
+}
+
+// The direct all-reduce (3 or more ranks) is the ring's other route: it must give the ring's bytes
+// exactly, for sums whose rounding depends on the order (fractions in fp32, fp16, bf16), for max
+// over them, for exact integer sums, in and out of place, at counts that leave blocks empty or
+// uneven, with send untouched.
+TEST(RingSchedules, TheDirectAllReduceGivesTheRingsBytes) {
+  const int p = size_of(), me = rank_of();
+  if (p < 3) GTEST_SKIP() << "the direct all-reduce runs on 3 to 16 ranks";
+  for (const std::int64_t n : {std::int64_t{1}, static_cast<std::int64_t>(p) + 1, counts()[2], counts()[3]}) {
+    for (const gc::DType t : {gc::DType::float32, gc::DType::float16, gc::DType::bfloat16, gc::DType::int32}) {
+      for (const auto op : {gc::ReduceOp::sum, gc::ReduceOp::max}) {
+        const std::size_t elem = gc::dtype_size(t), bytes = static_cast<std::size_t>(n) * elem;
+        std::vector<unsigned char> send(bytes);
+        for (std::int64_t i = 0; i < n; ++i) {
+          const float x = 1.0f / static_cast<float>(3 + (i * 7 + me * 13) % 101) * (i % 3 == 0 ? -1.0f : 1.0f);
+          if (t == gc::DType::float32) {
+            std::memcpy(send.data() + i * 4, &x, 4);
+          } else if (t == gc::DType::int32) {
+            const std::int32_t v = value(me, i);
+            std::memcpy(send.data() + i * 4, &v, 4);
+          } else {
+            const std::uint16_t h = t == gc::DType::float16 ? gd::float_to_half_bits(x) : gd::float_to_bfloat16_bits(x);
+            std::memcpy(send.data() + i * 2, &h, 2);
+          }
+        }
+        std::vector<unsigned char> ring(bytes), direct(bytes, 0xab), in_place = send;
+        run(gd::RingKind::all_reduce, send.data(), ring.data(), n, t, op);
+        run_direct(send.data(), direct.data(), n, t, op);
+        run_direct(in_place.data(), in_place.data(), n, t, op);
+        EXPECT_EQ(std::memcmp(ring.data(), direct.data(), bytes), 0)
+            << gc::dtype_name(t) << ", op " << static_cast<int>(op) << ", n " << n;
+        EXPECT_EQ(std::memcmp(ring.data(), in_place.data(), bytes), 0)
+            << "in place: " << gc::dtype_name(t) << ", op " << static_cast<int>(op) << ", n " << n;
+        if (t == gc::DType::int32 && op == gc::ReduceOp::sum) {
+          std::size_t wrong = 0;
+          for (std::int64_t i = 0; i < n; ++i) {
+            std::int32_t got = 0, want = 0;
+            std::memcpy(&got, direct.data() + i * 4, 4);
+            for (int r = 0; r < p; ++r) want += value(r, i);
+            wrong += got != want;
+          }
+          EXPECT_EQ(wrong, 0u) << "n " << n;
+        }
+        std::vector<unsigned char> again(bytes);  // send untouched: the same result again
+        run_direct(send.data(), again.data(), n, t, op);
+        EXPECT_EQ(std::memcmp(again.data(), direct.data(), bytes), 0);
       }
     }
   }

@@ -122,6 +122,28 @@ TEST(RouteChooser, ByDefaultSumsOverThreeOrMoreRanksKeepOneRoute) {
   EXPECT_TRUE(routed(RoutePolicy::mpi, Collective::reduce_scatter, 3));
 }
 
+// Where a sum's other route is the direct all-reduce, which adds as the ring does, the default
+// measures both: a rerun reproduces its sums whichever runs.
+TEST(RouteChooser, SumsWhoseOtherRouteAddsAsTheRingAreMeasured) {
+  using gpucloud::detail::routed;
+  using gpucloud::detail::RoutePolicy;
+  EXPECT_TRUE(routed(RoutePolicy::automatic, Collective::all_reduce, 3, Route::direct));
+  EXPECT_TRUE(routed(RoutePolicy::automatic, Collective::all_reduce, 16, Route::direct));
+  EXPECT_FALSE(routed(RoutePolicy::automatic, Collective::all_reduce, 3, Route::mpi));
+  RouteChooser c;
+  int direct = 0;
+  for (int i = 0; i < 2 * (1 + RouteChooser::kWarmUp) + 10; ++i) {
+    const Route r = c.pick(Collective::all_reduce, kBytes, Route::direct);
+    ASSERT_NE(r, Route::mpi);
+    direct += r == Route::direct ? 1 : 0;
+    c.record(Collective::all_reduce, kBytes, r, r == Route::direct ? 1e-3 : 3e-3, Route::direct);
+  }
+  EXPECT_EQ(direct, 1 + RouteChooser::kWarmUp + 10);
+  EXPECT_EQ(c.chosen(Collective::all_reduce, kBytes, Route::direct), Route::direct);
+  // A class per other route: the same size against MPI's route is not measured yet.
+  EXPECT_EQ(c.chosen(Collective::all_reduce, kBytes, Route::mpi), std::nullopt);
+}
+
 // A 2-rank broadcast's root, and both ranks of a 2-rank all-gather, send their data with the
 // agreement, before rank 0's route could reach them: one route under every policy.
 TEST(RouteChooser, TwoRankBroadcastsAndAllGathersHaveOneRoute) {

@@ -8,8 +8,9 @@
 // that go with the agreement (DirectTransfer; all on the caller's thread when the stream is idle),
 // the rest in MPI's blocking collectives on the stream's worker under a watchdog; fp16/bf16 reduce
 // through custom MPI ops. Each polled schedule but the 2-rank ones sent with the agreement has a
-// second route, MPI's nonblocking collective polled the same way, taken when rank 0's timings say
-// it is faster (route_choice.hpp; c.route_now).
+// second route, MPI's nonblocking collective polled the same way (the all-reduce's ring on 3-16
+// ranks of one node up to 16 MiB: the direct all-reduce, which gives the ring's bits), taken when
+// rank 0's timings say it is faster (route_choice.hpp; c.route_now).
 #include "comm/mpi/mpi_communicator.hpp"
 
 #include <gpucloud/comm/communicator.hpp>
@@ -143,6 +144,9 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
   const bool direct = detail::direct_all_reduce_applies(recv.size_bytes(), size, kInlineBytes);
   const bool halving = detail::halving_applies(recv.size_bytes(), size, nodes, kInlineBytes);
   const bool ring = !direct && detail::all_reduce_ring_applies(recv.size_bytes(), size, nodes, kInlineBytes);
+  // 3-16 ranks on one node up to 16 MiB: the ring, or two rounds of direct messages (the same bits)
+  // when rank 0 measured them faster (beside busy cores; route_choice.hpp).
+  const bool direct_many = detail::all_reduce_direct_applies(recv.size_bytes(), size, nodes, kInlineBytes);
   enqueue(
       stream, call,
       {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
@@ -180,6 +184,10 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
                                             static_cast<int>(n), mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()),
                                             c.world, &q));
           wait_request(poll, q);
+        } else if (c.route_now == Route::direct) {  // two rounds, the ring's bits
+          detail::DirectAllReduce d(send.data(), recv.data(), n, recv.dtype(), op, c.agreement, c.rank, c.size,
+                                    c.workspace(detail::DirectAllReduce::workspace_bytes(n, recv.dtype(), c.size)));
+          poll([&] { return d.test(); });
         } else if (ring || halving) {
           run_ring(c, poll, c.agreement, ring ? detail::RingKind::all_reduce : detail::RingKind::all_reduce_halving,
                    send.data(), recv.data(), n, recv.dtype(), op);
@@ -196,7 +204,8 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring || halving || direct ? recv.size_bytes() : 0, /*routed=*/!direct,
+      ring || halving || direct ? recv.size_bytes() : 0,
+      direct ? Route::schedule : (direct_many ? Route::direct : Route::mpi),
       [send, n](MpiCommunicator& c) {  // direct: the other rank's block of this rank's values
         const int peer = 1 - c.rank;
         const std::size_t elem = dtype_size(send.dtype());
@@ -286,7 +295,7 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring || halving ? send.size_bytes() : 0, /*routed=*/true);
+      ring || halving ? send.size_bytes() : 0, Route::mpi);
 }
 
 void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView stream) {
@@ -340,7 +349,7 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
         GPUCLOUD_MPI_CHECK(
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
       },
-      ring || doubling ? recv.size_bytes() : 0, /*routed=*/true,
+      ring || doubling ? recv.size_bytes() : 0, Route::mpi,
       [send](MpiCommunicator& c) {  // on 2 ranks (sent_with_agreement)
         c.early_send.emplace(send.data(), nullptr, send.size_bytes(), 1 - c.rank, c.agreement);
       });
@@ -391,7 +400,7 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
                                        type, root, c.world));
         });
       },
-      ring || tree ? buffer.size_bytes() : 0, /*routed=*/true,
+      ring || tree ? buffer.size_bytes() : 0, Route::mpi,
       // On 2 ranks the root's data goes with its agreement (sent_with_agreement): its whole part.
       [buffer](MpiCommunicator& c) {  // the root's
         c.early_send.emplace(buffer.data(), nullptr, buffer.size_bytes(), 1 - c.rank, c.agreement);

@@ -66,6 +66,11 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   RouteChooser routes;
   RoutePolicy route_policy = RoutePolicy::automatic;
   Route route_now = Route::schedule;
+  // A routed collective's bytes for the route chooser (0: not routed) and its other route.
+  struct Routing {
+    std::size_t bytes = 0;
+    Route other = Route::mpi;
+  };
   // Elements per MPI call (MPI counts are int): larger all-reduces and broadcasts are split, larger
   // per-rank reduce-scatters and all-gathers are refused. GPUCLOUD_MPI_MAX_COUNT lowers it (tests).
   std::int64_t max_count = std::numeric_limits<int>::max();
@@ -148,9 +153,10 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     if (!ring_scratch) ring_scratch.reset(new unsigned char[detail::kRingScratchBytes]);
     return ring_scratch.get();
   }
-  // The halving reduce-scatter's whole vector of partial results (at least @p bytes), grown when a
-  // larger one comes (`order` held; nothing is in flight then) and, like the scratch, never freed
-  // once a timeout broke the communicator. At most the ring's smallest size (on 16 ranks 7 MiB).
+  // The halving reduce-scatter's whole vector of partial results, or the other ranks' blocks a
+  // direct all-reduce receives (at least @p bytes), grown when a larger one comes (`order` held;
+  // nothing is in flight then) and, like the scratch, never freed once a timeout broke the
+  // communicator. At most 15 MiB (a direct all-reduce of 16 MiB on 16 ranks).
   std::unique_ptr<unsigned char[]> halving_workspace;
   std::size_t halving_workspace_bytes = 0;
   unsigned char* workspace(std::size_t bytes) {
@@ -216,32 +222,31 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // abandoned. False: enqueue it.
   template <class Pack, class Unpack, class Body, class Early>
   bool run_in_place(StreamView stream, const char* call, const Signature& sig, std::size_t inline_bytes,
-                    std::size_t routed_bytes, const Pack& pack, const Unpack& unpack, const Body& body,
-                    const Early& early) {
+                    Routing routing, const Pack& pack, const Unpack& unpack, const Body& body, const Early& early) {
     std::unique_lock<std::mutex> lock(order, std::try_to_lock);
     if (!lock.owns_lock()) return false;
     return static_cast<detail::HostStream&>(*stream.impl()).run_now_if_idle([&] {
-      run_on_caller(call, sig, inline_bytes, routed_bytes, pack, unpack, body, early);
+      run_on_caller(call, sig, inline_bytes, routing, pack, unpack, body, early);
     });
   }
   // The collective on the calling thread (`order` held), polled against the timeout.
   template <class Pack, class Unpack, class Body, class Early>
-  void run_on_caller(const char* call, const Signature& sig, std::size_t inline_bytes, std::size_t routed_bytes,
+  void run_on_caller(const char* call, const Signature& sig, std::size_t inline_bytes, Routing routing,
                      const Pack& pack, const Unpack& unpack, const Body& body, const Early& early) {
     detail::NvtxRange range(call);
     check_usable(call);
     const Poll poll{*this, call, std::chrono::steady_clock::now()};
-    run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body, early);
+    run_agreed(poll, sig, inline_bytes, routing, pack, unpack, body, early);
   }
 
-  // The collective, `order` held: the agreement (with rank 0's route when @p routed_bytes is not
-  // 0), then the inline result or @p body, all waited for through @p poll; rank 0 times a routed
+  // The collective, `order` held: the agreement (with rank 0's route when @p routing's bytes are
+  // not 0), then the inline result or @p body, all waited for through @p poll; rank 0 times a routed
   // body for the route chooser.
   template <class Pack, class Unpack, class Body, class Early>
-  void run_agreed(const Poll& poll, const Signature& sig, std::size_t inline_bytes, std::size_t routed_bytes,
-                  const Pack& pack, const Unpack& unpack, const Body& body, const Early& early) {
+  void run_agreed(const Poll& poll, const Signature& sig, std::size_t inline_bytes, Routing routing, const Pack& pack,
+                  const Unpack& unpack, const Body& body, const Early& early) {
     Agreement& a = make_agreement(sig, inline_bytes, pack);
-    a.route = rank == 0 && routed_bytes != 0 ? static_cast<std::int64_t>(pick_route(sig.kind, routed_bytes)) : -1;
+    a.route = rank == 0 && routing.bytes != 0 ? static_cast<std::int64_t>(pick_route(sig.kind, routing)) : -1;
     AgreementExchange exchange(a, *peer_agreement, *out_agreement, agreement, rank, size);
     const bool early_sent = sent_with_agreement(a.high, rank) != 0;
     if (early_sent) {
@@ -259,15 +264,15 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
       poll(progress);  // (the other rank drains this one's)
     }
     detail::check_agreement(poll.call, where, a.high, a.low);
-    route_now = routed_bytes != 0 && a.route == static_cast<std::int64_t>(Route::mpi) ? Route::mpi : Route::schedule;
+    route_now = routing.bytes != 0 && a.route > 0 ? static_cast<Route>(a.route) : Route::schedule;
     if (inline_bytes <= kInlineBytes) {
       unpack(*this, a.payload);
     } else {
       const auto began = std::chrono::steady_clock::now();
       body(*this, poll);
-      if (rank == 0 && routed_bytes != 0 && !forced()) {
-        routes.record(sig.kind, routed_bytes, route_now,
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+      if (rank == 0 && routing.bytes != 0 && !forced()) {
+        routes.record(sig.kind, routing.bytes, route_now,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(), routing.other);
       }
     }
     poll(progress);  // this rank's data sent with the agreement
@@ -276,9 +281,9 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
         std::memory_order_relaxed);
   }
   bool forced() const { return route_policy == RoutePolicy::schedule || route_policy == RoutePolicy::mpi; }
-  Route pick_route(Collective kind, std::size_t bytes) {
+  Route pick_route(Collective kind, Routing routing) {
     if (forced()) return route_policy == RoutePolicy::mpi ? Route::mpi : Route::schedule;
-    return routes.pick(kind, bytes);
+    return routes.pick(kind, routing.bytes, routing.other);
   }
 
   // What a collective sends with its agreement (the 2-rank ones: sent_with_agreement): nothing.
@@ -291,25 +296,26 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // collective, run in place when the stream is idle (run_in_place). Otherwise @p body(comm, poll)
   // runs after the agreement: either MPI's blocking (tuned) collectives, or (@p polled_bytes, its
   // bytes in all, non-zero) it only waits through `poll`: a RingCollective or, where the
-  // collective is routed (@p routed), MPI's nonblocking collective when rank 0's route chooser
-  // says so (route_now). A polled collective runs in place when the stream is idle up to
-  // kInPlaceRingBytes, and a thread that waits in synchronize() before the worker has started it
-  // runs it too; on the worker it holds this communicator and runs under the timeout's deadline: a
-  // watchdog abandons the worker of a collective that never completes, and the stream's waiters
-  // get the CommunicationError.
+  // collective is routed (@p other not Route::schedule), its other route (MPI's nonblocking
+  // collective, or the direct all-reduce) when rank 0's route chooser says so (route_now). A
+  // polled collective runs in place when the stream is idle up to kInPlaceRingBytes, and a thread
+  // that waits in synchronize() before the worker has started it runs it too; on the worker it
+  // holds this communicator and runs under the timeout's deadline: a watchdog abandons the worker
+  // of a collective that never completes, and the stream's waiters get the CommunicationError.
   template <class Pack, class Unpack, class Body, class Early = NoEarly>
   void enqueue(StreamView stream, const char* call, Signature sig, std::size_t inline_bytes, Pack pack, Unpack unpack,
-               Body body, std::size_t polled_bytes = 0, bool routed = false, Early early = {}) {
+               Body body, std::size_t polled_bytes = 0, Route other = Route::schedule, Early early = {}) {
     // Routed: every rank decides the same from the agreed kind and count (MPI's counts are int).
-    const std::size_t routed_bytes = routed && detail::routed(route_policy, sig.kind, size) && polled_bytes != 0 &&
-                                             inline_bytes > kInlineBytes && sig.count <= max_count
-                                         ? polled_bytes
-                                         : 0;
+    const Routing routing{other != Route::schedule && detail::routed(route_policy, sig.kind, size, other) &&
+                                  polled_bytes != 0 && inline_bytes > kInlineBytes && sig.count <= max_count
+                              ? polled_bytes
+                              : 0,
+                          other};
     if ((inline_bytes <= kInlineBytes || (polled_bytes != 0 && polled_bytes <= kInPlaceRingBytes)) &&
-        run_in_place(stream, call, sig, inline_bytes, routed_bytes, pack, unpack, body, early))
+        run_in_place(stream, call, sig, inline_bytes, routing, pack, unpack, body, early))
       return;
     auto self = shared_from_this();
-    auto on_worker = [self, call, sig, inline_bytes, routed_bytes, pack, unpack, body, early] {
+    auto on_worker = [self, call, sig, inline_bytes, routing, pack, unpack, body, early] {
       detail::NvtxRange range(call);
       self->check_usable(call);
       const Poll poll{*self, call, std::chrono::steady_clock::now(), true};  // busy_seconds' timing too
@@ -318,7 +324,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
           [&] {
             std::lock_guard<std::mutex> lock(self->order);  // inside the deadline: its holder may be stuck
             self->check_usable(call);
-            self->run_agreed(poll, sig, inline_bytes, routed_bytes, pack, unpack, body, early);
+            self->run_agreed(poll, sig, inline_bytes, routing, pack, unpack, body, early);
           },
           [&] { return self->timed_out(call, poll.began, kEnds); });
     };
@@ -328,13 +334,13 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     }
     // Polled: a thread waiting in synchronize() before the worker starts it runs it in place.
     static_cast<detail::HostStream&>(*stream.impl())
-        .launch_host_func_or_help(
-            std::move(on_worker), [self, call, sig, inline_bytes, routed_bytes, pack, unpack, body, early] {
-              std::unique_lock<std::mutex> lock(self->order, std::try_to_lock);
-              if (!lock.owns_lock()) return false;
-              self->run_on_caller(call, sig, inline_bytes, routed_bytes, pack, unpack, body, early);
-              return true;
-            });
+        .launch_host_func_or_help(std::move(on_worker),
+                                  [self, call, sig, inline_bytes, routing, pack, unpack, body, early] {
+                                    std::unique_lock<std::mutex> lock(self->order, std::try_to_lock);
+                                    if (!lock.owns_lock()) return false;
+                                    self->run_on_caller(call, sig, inline_bytes, routing, pack, unpack, body, early);
+                                    return true;
+                                  });
   }
 
   // Runs @p one(offset, count) over [0, n) in pieces of at most max_count elements.

@@ -294,6 +294,113 @@ bool RingCollective::test() {
   return live_ == 0;
 }
 
+bool all_reduce_direct_applies(std::size_t bytes, int size, int nodes, std::size_t inline_limit) {
+  return size > 2 && size <= 16 && nodes == 1 && bytes <= 2 * kDirectPieceBytes &&
+         all_reduce_ring_applies(bytes, size, nodes, inline_limit);
+}
+
+std::size_t DirectAllReduce::workspace_bytes(std::int64_t count, DType t, int size) {
+  const std::int64_t longest = count / size + (count % size != 0 ? 1 : 0);
+  return static_cast<std::size_t>(size - 1) * static_cast<std::size_t>(longest) * dtype_size(t);
+}
+
+DirectAllReduce::DirectAllReduce(const void* send, void* recv, std::int64_t count, DType t, ReduceOp op, MPI_Comm comm,
+                                 int rank, int size, unsigned char* workspace)
+    : send_(static_cast<const unsigned char*>(send)),
+      recv_(static_cast<unsigned char*>(recv)),
+      count_(count),
+      dtype_(t),
+      op_(op),
+      elem_(dtype_size(t)),
+      comm_(comm),
+      rank_(rank),
+      size_(size),
+      workspace_(workspace) {
+  GPUCLOUD_EXPECTS(size_ > 2 && size_ <= 16, "DirectAllReduce", "needs 3 to 16 ranks, not " + std::to_string(size_));
+  const auto bytes = [this](std::int64_t n) { return static_cast<int>(static_cast<std::size_t>(n) * elem_); };
+  std::int64_t mine_at = 0, mine_n = 0;
+  block(rank_, mine_at, mine_n);
+  receives_.resize(static_cast<std::size_t>(size_ - 1));
+  sends_.resize(static_cast<std::size_t>(size_ - 1));
+  for (int k = 1; k < size_; ++k) {  // the nearest ranks first: their values are reduced first
+    const int q = (rank_ + k) % size_;
+    GPUCLOUD_MPI_CHECK(MPI_Irecv(slot(q), bytes(mine_n), MPI_BYTE, q, kDirectTag, comm_, &receives_[k - 1]));
+  }
+  for (int k = 1; k < size_; ++k) {  // each rank's block of this rank's values to it
+    const int q = (rank_ + size_ - k) % size_;
+    std::int64_t at = 0, n = 0;
+    block(q, at, n);
+    GPUCLOUD_MPI_CHECK(MPI_Isend(send_ + static_cast<std::size_t>(at) * elem_, bytes(n), MPI_BYTE, q, kDirectTag, comm_,
+                                 &sends_[k - 1]));
+  }
+}
+
+void DirectAllReduce::block(int b, std::int64_t& offset, std::int64_t& length) const {
+  const std::int64_t q = count_ / size_, m = count_ % size_;
+  offset = b * q + std::min<std::int64_t>(b, m);
+  length = q + (b < m ? 1 : 0);
+}
+
+unsigned char* DirectAllReduce::slot(int q) const {
+  const int k = (q - rank_ + size_) % size_;  // 1 .. size - 1
+  const std::int64_t longest = count_ / size_ + (count_ % size_ != 0 ? 1 : 0);
+  return workspace_ + static_cast<std::size_t>(k - 1) * static_cast<std::size_t>(longest) * elem_;
+}
+
+// Block rank_ as the ring reduces it: rank + 1's values with rank + 2's, that with rank + 3's, ...,
+// this rank's own last, each partial result the first operand (in the slot of rank + 1).
+void DirectAllReduce::reduce() {
+  std::int64_t at = 0, n = 0;
+  block(rank_, at, n);
+  unsigned char* partial = slot((rank_ + 1) % size_);
+  for (int k = 2; k < size_; ++k) reduce_elements(partial, slot((rank_ + k) % size_), partial, n, dtype_, op_);
+  const std::size_t offset = static_cast<std::size_t>(at) * elem_;
+  reduce_elements(partial, send_ + offset, recv_ + offset, n, dtype_, op_);
+}
+
+// This rank's result to every rank, theirs into recv (this rank's sends of its values have
+// completed: in place those are the bytes the results land on).
+void DirectAllReduce::gather() {
+  const auto bytes = [this](std::int64_t n) { return static_cast<int>(static_cast<std::size_t>(n) * elem_); };
+  std::int64_t mine_at = 0, mine_n = 0;
+  block(rank_, mine_at, mine_n);
+  for (int k = 1; k < size_; ++k) {
+    const int q = (rank_ + k) % size_;
+    std::int64_t at = 0, n = 0;
+    block(q, at, n);
+    GPUCLOUD_MPI_CHECK(MPI_Irecv(recv_ + static_cast<std::size_t>(at) * elem_, bytes(n), MPI_BYTE, q, kDirectTag, comm_,
+                                 &receives_[k - 1]));
+  }
+  for (int k = 1; k < size_; ++k) {
+    const int q = (rank_ + size_ - k) % size_;
+    GPUCLOUD_MPI_CHECK(MPI_Isend(recv_ + static_cast<std::size_t>(mine_at) * elem_, bytes(mine_n), MPI_BYTE, q,
+                                 kDirectTag, comm_, &sends_[k - 1]));
+  }
+}
+
+bool DirectAllReduce::test() {
+  const auto done = [](std::vector<MPI_Request>& r) {
+    int complete = 0;
+    GPUCLOUD_MPI_CHECK(MPI_Testall(static_cast<int>(r.size()), r.data(), &complete, MPI_STATUSES_IGNORE));
+    return complete != 0;
+  };
+  if (phase_ == 0) {  // the other ranks' values of this rank's block
+    if (!done(receives_)) {
+      (void)done(sends_);
+      return false;
+    }
+    reduce();
+    phase_ = 1;
+  }
+  if (phase_ == 1) {  // this rank's values sent: the results may land
+    if (!done(sends_)) return false;
+    gather();
+    phase_ = 2;
+  }
+  const bool sent = done(sends_);
+  return done(receives_) && sent;
+}
+
 bool direct_all_reduce_applies(std::size_t bytes, int size, std::size_t inline_limit) {
   return size == 2 && bytes > inline_limit && bytes <= 2 * kDirectPieceBytes;
 }

@@ -96,6 +96,49 @@ class DirectTransfer {
   std::vector<MPI_Request> requests_;
 };
 
+/// Whether an all-reduce of @p bytes over @p size ranks may run as a DirectAllReduce: 3 to 16
+/// ranks on one node, where the ring applies (all_reduce_ring_applies), up to 2 x kDirectPieceBytes
+/// (16 MiB) in all, so that the blocks received from the other ranks fit a bounded workspace.
+bool all_reduce_direct_applies(std::size_t bytes, int size, int nodes, std::size_t inline_limit);
+
+/// An all-reduce over 3 or more ranks in two rounds of direct messages, with the ring's blocks and
+/// the ring's bits: every rank sends block q of its values to rank q and receives every other rank's
+/// values of its own block into @p workspace ((size - 1) blocks), reduces them in the ring's order
+/// and operand order (block b: ((x[b+1] op x[b+2]) op ...) op x[b], so every rank ends with what
+/// RingKind::all_reduce gives, bit for bit), then sends its result to every rank and receives
+/// theirs. Two synchronisations where the ring takes 2 (size - 1): beside busy cores each one risks a
+/// descheduled peer's scheduler tick (docs/collectives.md). Messages under kDirectTag. The buffers
+/// and @p workspace must stay put until it completes, or for ever if it is abandoned. Average is not
+/// divided here.
+class DirectAllReduce {
+ public:
+  DirectAllReduce(const void* send, void* recv, std::int64_t count, DType t, ReduceOp op, MPI_Comm comm, int rank,
+                  int size, unsigned char* workspace);
+  DirectAllReduce(const DirectAllReduce&) = delete;
+  DirectAllReduce& operator=(const DirectAllReduce&) = delete;
+  /// Progresses without blocking; true once this rank has the result.
+  bool test();
+  /// Bytes of the workspace an all-reduce of @p count elements of @p t over @p size ranks needs.
+  static std::size_t workspace_bytes(std::int64_t count, DType t, int size);
+
+ private:
+  void block(int b, std::int64_t& offset, std::int64_t& length) const;  // the ring's blocks
+  unsigned char* slot(int q) const;  // where rank q's values of this rank's block arrive
+  void reduce();
+  void gather();
+
+  const unsigned char* send_;
+  unsigned char* recv_;
+  std::int64_t count_;
+  DType dtype_;
+  ReduceOp op_;
+  std::size_t elem_;
+  MPI_Comm comm_;
+  int rank_, size_, phase_ = 0;
+  unsigned char* workspace_;
+  std::vector<MPI_Request> receives_, sends_;
+};
+
 /// Which collective a RingCollective runs, and how.
 enum class RingKind { all_reduce, reduce_scatter, all_gather, broadcast, all_reduce_halving, broadcast_tree };
 

@@ -18,27 +18,32 @@
 
 namespace gpucloud::detail {
 
-/// The two ways a routed collective runs (their values travel in the agreement).
-enum class Route : std::int64_t { schedule = 0, mpi = 1 };
+/// The ways a routed collective runs (their values travel in the agreement): the library's polled
+/// schedule, MPI's nonblocking collective, or (an all-reduce over 3-16 ranks on one node up to 16
+/// MiB: ring.hpp's DirectAllReduce) two rounds of direct messages with the ring's bits. A
+/// collective has two: the schedule and one other, the same for every call of its size.
+enum class Route : std::int64_t { schedule = 0, mpi = 1, direct = 2 };
 
 /// How routes are picked (GPUCLOUD_COLLECTIVE_ROUTE): `auto` (the default) measures where both
-/// routes give the same bits (data movement; reductions on 2 ranks, where a + b == b + a) and keeps
-/// the schedule for reductions over more ranks, which the two routes add in different orders, so
-/// a rerun or a resumed job reproduces its sums bit for bit; `fastest` measures everywhere;
-/// `schedule` and `mpi` force one route.
+/// routes give the same bits (data movement; reductions on 2 ranks, where a + b == b + a; the
+/// direct all-reduce against the ring) and keeps the schedule for reductions over more ranks whose
+/// other route is MPI's, which adds in a different order, so a rerun or a resumed job reproduces
+/// its sums bit for bit; `fastest` measures everywhere; `schedule` and `mpi` force one route
+/// (`mpi`: MPI's nonblocking collective, also where the other route is the direct one).
 enum class RoutePolicy { automatic, fastest, schedule, mpi };
 
 /// The policy GPUCLOUD_COLLECTIVE_ROUTE names (unset or empty: automatic). Throws
 /// InvalidArgument naming the variable for any other value.
 RoutePolicy route_policy_from_environment();
 
-/// Whether a collective of @p kind over @p ranks ranks takes a measured (or forced) route under
-/// @p policy; every rank decides the same. A 2-rank broadcast or all-gather has one route under
-/// every policy: its data goes with the agreement (MpiCommunicator::sent_with_agreement); so does a
-/// 2-rank all-reduce up to 16 MiB, which its caller leaves unrouted (it depends on the size).
-bool routed(RoutePolicy policy, Collective kind, int ranks);
+/// Whether a collective of @p kind over @p ranks ranks whose other route is @p other takes a
+/// measured (or forced) route under @p policy; every rank decides the same. A 2-rank broadcast or
+/// all-gather has one route under every policy: its data goes with the agreement
+/// (MpiCommunicator::sent_with_agreement); so does a 2-rank all-reduce up to 16 MiB, which its
+/// caller leaves unrouted (it depends on the size).
+bool routed(RoutePolicy policy, Collective kind, int ranks, Route other = Route::mpi);
 
-/// Rank 0's choice between the routes, per collective and size class (powers of two). Each route's
+/// Rank 0's choice between the routes, per collective, other route and size class (powers of two). Each route's
 /// first call of a class is not timed (first touches, MPI's schedule set-up); while either route
 /// has fewer than kWarmUp timings the two alternate; then the one with the lower mean of its last
 /// kWindow timings runs (the mean: beside busy cores a call meets a scheduler tick or not, and a
@@ -52,12 +57,12 @@ class RouteChooser {
   static constexpr int kWindow = 8;
   static constexpr std::uint32_t kFirstProbe = 64, kLastProbe = 4096, kRemeasureEvery = 64;
 
-  /// The route the next @p kind collective of @p bytes takes.
-  Route pick(Collective kind, std::size_t bytes);
-  /// One timing: a @p kind collective of @p bytes took @p seconds on @p route.
-  void record(Collective kind, std::size_t bytes, Route route, double seconds);
-  /// The route chosen for the class of @p bytes, once both are measured.
-  std::optional<Route> chosen(Collective kind, std::size_t bytes) const;
+  /// The route the next @p kind collective of @p bytes takes: the schedule or @p other.
+  Route pick(Collective kind, std::size_t bytes, Route other = Route::mpi);
+  /// One timing: a @p kind collective of @p bytes whose other route is @p other took @p seconds on @p route.
+  void record(Collective kind, std::size_t bytes, Route route, double seconds, Route other = Route::mpi);
+  /// The route chosen for the class of @p bytes (other route @p other), once both are measured.
+  std::optional<Route> chosen(Collective kind, std::size_t bytes, Route other = Route::mpi) const;
 
  private:
   struct Timings {
@@ -68,12 +73,12 @@ class RouteChooser {
     double mean() const;
   };
   struct Class {
-    std::array<Timings, 2> timings;
+    std::array<Timings, 2> timings;  // the schedule's, the other route's
     std::optional<Route> chosen;
     double chosen_mean = 0;  // the chosen route's mean when it was chosen or last re-measured against
     std::uint32_t since_probe = 0, probe_every = kFirstProbe, since_change = 0;
   };
-  static std::int64_t key(Collective kind, std::size_t bytes);
+  static std::int64_t key(Collective kind, std::size_t bytes, Route other);
   std::unordered_map<std::int64_t, Class> classes_;
 };
 
