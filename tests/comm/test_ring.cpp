@@ -147,12 +147,12 @@ TEST(RingSchedules, FractionsComeOutAsTheSameBytesOnEveryRank) {
 }
 
 // Runs a DirectAllReduce to completion on a duplicate of MPI_COMM_WORLD.
-void run_direct(const void* send, void* recv, std::int64_t n, gc::DType t, gc::ReduceOp op) {
+void run_direct(const void* send, void* recv, std::int64_t n, gc::DType t, gc::ReduceOp op, bool scatter_only = false) {
   std::vector<unsigned char> workspace(gd::DirectAllReduce::workspace_bytes(n, t, size_of()) + 1);
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   {
-    gd::DirectAllReduce d(send, recv, n, t, op, comm, rank_of(), size_of(), workspace.data());
+    gd::DirectAllReduce d(send, recv, n, t, op, comm, rank_of(), size_of(), workspace.data(), scatter_only);
     for (unsigned k = 1; !d.test(); ++k) {
       if (k % 4 == 0) std::this_thread::yield();
     }
@@ -161,9 +161,9 @@ void run_direct(const void* send, void* recv, std::int64_t n, gc::DType t, gc::R
 }
 
 // The direct all-reduce (3 or more ranks) is the ring's other route: it must give the ring's bytes
-// exactly, for sums whose rounding depends on the order (fractions in fp32, fp16, bf16), for max
-// over them, for exact integer sums, in and out of place, at counts that leave blocks empty or
-// uneven, with send untouched.
+// exactly (and its first round the ring reduce-scatter's), for sums whose rounding depends on the order (fractions in
+// fp32, fp16, bf16), for max over them, for exact integer sums, in and out of place, at counts that leave blocks empty
+// or uneven, with send untouched.
 TEST(RingSchedules, TheDirectAllReduceGivesTheRingsBytes) {
   const int p = size_of(), me = rank_of();
   if (p < 3) GTEST_SKIP() << "the direct all-reduce runs on 3 to 16 ranks";
@@ -205,6 +205,15 @@ TEST(RingSchedules, TheDirectAllReduceGivesTheRingsBytes) {
         std::vector<unsigned char> again(bytes);  // send untouched: the same result again
         run_direct(send.data(), again.data(), n, t, op);
         EXPECT_EQ(std::memcmp(again.data(), direct.data(), bytes), 0);
+        // The reduce-scatter's first round alone: n elements per rank, RingKind::reduce_scatter's bytes.
+        std::vector<unsigned char> all(bytes * static_cast<std::size_t>(p));
+        for (int b = 0; b < p; ++b) std::memcpy(all.data() + static_cast<std::size_t>(b) * bytes, send.data(), bytes);
+        for (std::size_t i = 0; i < all.size(); i += 2 * elem) all[i] ^= static_cast<unsigned char>(i / bytes + 1);
+        std::vector<unsigned char> ring_block(bytes), direct_block(bytes, 0xcd);
+        run(gd::RingKind::reduce_scatter, all.data(), ring_block.data(), n, t, op);
+        run_direct(all.data(), direct_block.data(), n * p, t, op, /*scatter_only=*/true);
+        EXPECT_EQ(std::memcmp(ring_block.data(), direct_block.data(), bytes), 0)
+            << "reduce-scatter: " << gc::dtype_name(t) << ", op " << static_cast<int>(op) << ", n " << n;
       }
     }
   }

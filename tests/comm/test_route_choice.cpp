@@ -122,13 +122,15 @@ TEST(RouteChooser, ByDefaultSumsOverThreeOrMoreRanksKeepOneRoute) {
   EXPECT_TRUE(routed(RoutePolicy::mpi, Collective::reduce_scatter, 3));
 }
 
-// Where a sum's other route is the direct all-reduce, which adds as the ring does, the default
-// measures both: a rerun reproduces its sums whichever runs.
+// Where a sum's other route is the direct all-reduce or reduce-scatter, which adds as the ring
+// does, the default measures both: a rerun reproduces its sums whichever runs.
 TEST(RouteChooser, SumsWhoseOtherRouteAddsAsTheRingAreMeasured) {
   using gpucloud::detail::routed;
   using gpucloud::detail::RoutePolicy;
   EXPECT_TRUE(routed(RoutePolicy::automatic, Collective::all_reduce, 3, Route::direct));
   EXPECT_TRUE(routed(RoutePolicy::automatic, Collective::all_reduce, 16, Route::direct));
+  EXPECT_TRUE(routed(RoutePolicy::automatic, Collective::reduce_scatter, 4, Route::direct));
+  EXPECT_TRUE(routed(RoutePolicy::automatic, Collective::all_gather, 4, Route::direct));
   EXPECT_FALSE(routed(RoutePolicy::automatic, Collective::all_reduce, 3, Route::mpi));
   RouteChooser c;
   int direct = 0;
@@ -144,16 +146,18 @@ TEST(RouteChooser, SumsWhoseOtherRouteAddsAsTheRingAreMeasured) {
   EXPECT_EQ(c.chosen(Collective::all_reduce, kBytes, Route::mpi), std::nullopt);
 }
 
-// A 2-rank broadcast's root, and both ranks of a 2-rank all-gather, send their data with the
-// agreement, before rank 0's route could reach them: one route under every policy.
-TEST(RouteChooser, TwoRankBroadcastsAndAllGathersHaveOneRoute) {
+// A 2-rank broadcast's root, and both ranks of a 2-rank all-gather or all-reduce up to 16 MiB,
+// send their data with the agreement, before rank 0's route could reach them: their call sites
+// give no other route (Route::schedule), which is one route under every policy.
+TEST(RouteChooser, CollectivesWithoutAnotherRouteHaveOne) {
   using gpucloud::detail::routed;
   using gpucloud::detail::RoutePolicy;
   for (RoutePolicy p : {RoutePolicy::automatic, RoutePolicy::fastest, RoutePolicy::schedule, RoutePolicy::mpi}) {
-    EXPECT_FALSE(routed(p, Collective::broadcast, 2));
-    EXPECT_FALSE(routed(p, Collective::all_gather, 2));
+    EXPECT_FALSE(routed(p, Collective::broadcast, 2, Route::schedule));
+    EXPECT_FALSE(routed(p, Collective::all_gather, 2, Route::schedule));
+    EXPECT_FALSE(routed(p, Collective::all_reduce, 2, Route::schedule));
     EXPECT_TRUE(routed(p, Collective::broadcast, 3));
-    EXPECT_TRUE(routed(p, Collective::all_gather, 4));
+    EXPECT_TRUE(routed(p, Collective::all_gather, 4, Route::direct));
   }
 }
 

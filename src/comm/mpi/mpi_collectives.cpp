@@ -8,9 +8,9 @@
 // that go with the agreement (DirectTransfer; all on the caller's thread when the stream is idle),
 // the rest in MPI's blocking collectives on the stream's worker under a watchdog; fp16/bf16 reduce
 // through custom MPI ops. Each polled schedule but the 2-rank ones sent with the agreement has a
-// second route, MPI's nonblocking collective polled the same way (the all-reduce's ring on 3-16
-// ranks of one node up to 16 MiB: the direct all-reduce, which gives the ring's bits), taken when
-// rank 0's timings say it is faster (route_choice.hpp; c.route_now).
+// second route, MPI's nonblocking collective polled the same way (on 3-16 ranks of one node up to
+// 16 MiB: direct messages, the all-reduce's and reduce-scatter's with the ring's bits), taken
+// when rank 0's timings say it is faster (route_choice.hpp; c.route_now).
 #include "comm/mpi/mpi_communicator.hpp"
 
 #include <gpucloud/comm/communicator.hpp>
@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <deque>
 #include <string>
 
 namespace gpucloud::detail {
@@ -120,6 +121,16 @@ void wait_request(const Poll& poll, MPI_Request request) {
     int done = 0;
     GPUCLOUD_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     return done != 0;
+  });
+}
+
+// Waits through @p poll for every transfer of @p transfers (a direct all-gather's or broadcast's).
+template <class Poll>
+void wait_all(const Poll& poll, std::deque<detail::DirectTransfer>& transfers) {
+  poll([&] {
+    bool all = true;
+    for (auto& t : transfers) all = t.test() && all;
+    return all;
   });
 }
 
@@ -265,6 +276,9 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
   const bool ring = detail::ring_applies_per_rank(send.size_bytes(), size, nodes, limit);
   // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's first half, polled.
   const bool halving = detail::halving_applies(send.size_bytes(), size, 1, limit);
+  // 3-16 ranks on one node up to 16 MiB where the ring runs: its other route is the direct
+  // reduce-scatter (the ring's bits), not MPI's.
+  const bool direct = ring && detail::direct_applies(send.size_bytes(), size, nodes, limit);
   enqueue(
       stream, call,
       {Collective::reduce_scatter, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
@@ -275,7 +289,13 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
       [send, recv, op, n, ring, halving](MpiCommunicator& c, const auto& poll) {
-        if ((ring || halving) && c.route_now == Route::mpi) {
+        if (c.route_now == Route::direct) {  // one round, the ring's bits
+          const std::int64_t all = n * c.size;
+          detail::DirectAllReduce d(send.data(), recv.data(), all, recv.dtype(), op, c.agreement, c.rank, c.size,
+                                    c.workspace(detail::DirectAllReduce::workspace_bytes(all, recv.dtype(), c.size)),
+                                    /*scatter_only=*/true);
+          poll([&] { return d.test(); });
+        } else if ((ring || halving) && c.route_now == Route::mpi) {
           MPI_Request q;
           GPUCLOUD_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
                                                        mpi_type(recv.dtype(), call), mpi_op(op, recv.dtype()), c.world,
@@ -295,7 +315,7 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring || halving ? send.size_bytes() : 0, Route::mpi);
+      ring || halving ? send.size_bytes() : 0, direct ? Route::direct : Route::mpi);
 }
 
 void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView stream) {
@@ -311,6 +331,8 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's second half (recursive
   // doubling), polled.
   const bool doubling = detail::halving_applies(recv.size_bytes(), size, 1, limit);
+  // 3-16 ranks on one node up to 16 MiB: its other route is every rank's block sent to every other at once.
+  const bool direct = (ring || doubling) && detail::direct_applies(recv.size_bytes(), size, nodes, limit);
   enqueue(
       stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
       inline_size(n, size, send.dtype(), limit),
@@ -321,6 +343,20 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
       },
       [recv](MpiCommunicator&, const unsigned char* payload) { copy_bytes(recv.data(), payload, recv.size_bytes()); },
       [send, recv, n, ring, doubling](MpiCommunicator& c, const auto& poll) {
+        if (c.route_now == Route::direct) {  // this rank's block in place, then every other's at once
+          const std::size_t block = send.size_bytes();
+          auto* slots = static_cast<unsigned char*>(recv.data());
+          copy_bytes(slots + static_cast<std::size_t>(c.rank) * block, send.data(), block);
+          std::deque<detail::DirectTransfer> transfers;
+          for (int k = 1; k < c.size; ++k) {
+            const int from = (c.rank + k) % c.size;
+            transfers.emplace_back(nullptr, slots + static_cast<std::size_t>(from) * block, block, from, c.agreement);
+          }
+          for (int k = 1; k < c.size; ++k) {
+            transfers.emplace_back(send.data(), nullptr, block, (c.rank + c.size - k) % c.size, c.agreement);
+          }
+          return wait_all(poll, transfers);
+        }
         if ((ring || doubling) && c.route_now == Route::mpi) {
           MPI_Request q;
           const MPI_Datatype type = mpi_type(send.dtype(), call);
@@ -349,8 +385,9 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
         GPUCLOUD_MPI_CHECK(
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
       },
-      ring || doubling ? recv.size_bytes() : 0, Route::mpi,
-      [send](MpiCommunicator& c) {  // on 2 ranks (sent_with_agreement)
+      ring || doubling ? recv.size_bytes() : 0,
+      size == 2 ? Route::schedule : (direct ? Route::direct : Route::mpi),  // 2 ranks: sent with the agreement
+      [send](MpiCommunicator& c) {                                          // on 2 ranks (sent_with_agreement)
         c.early_send.emplace(send.data(), nullptr, send.size_bytes(), 1 - c.rank, c.agreement);
       });
 }
@@ -363,6 +400,8 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
   const std::size_t limit = inline_other_limit(size, Collective::broadcast);
   const bool ring = detail::ring_applies(buffer.size_bytes(), size, limit);
   const bool tree = detail::tree_applies(buffer.size_bytes(), size, limit);  // 3+ ranks, below the chain
+  // 3-16 ranks on one node up to 16 MiB: its other route is the root's data sent to every rank at once.
+  const bool direct = (ring || tree) && detail::direct_applies(buffer.size_bytes(), size, nodes, limit);
   enqueue(
       stream, call, {Collective::broadcast, -1, root, n, static_cast<std::int64_t>(buffer.dtype())},
       inline_size(n, 1, buffer.dtype(), limit),
@@ -379,6 +418,17 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
         if (c.rank != root) copy_bytes(buffer.data(), payload, buffer.size_bytes());
       },
       [buffer, root, n, ring, tree](MpiCommunicator& c, const auto& poll) {
+        if (c.route_now == Route::direct) {
+          std::deque<detail::DirectTransfer> transfers;
+          if (c.rank != root) {
+            transfers.emplace_back(nullptr, buffer.data(), buffer.size_bytes(), root, c.agreement);
+          } else {
+            for (int k = 1; k < c.size; ++k) {
+              transfers.emplace_back(buffer.data(), nullptr, buffer.size_bytes(), (root + k) % c.size, c.agreement);
+            }
+          }
+          return wait_all(poll, transfers);
+        }
         if ((ring || tree) && c.route_now == Route::mpi) {
           MPI_Request q;
           GPUCLOUD_MPI_CHECK(
@@ -400,7 +450,8 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
                                        type, root, c.world));
         });
       },
-      ring || tree ? buffer.size_bytes() : 0, Route::mpi,
+      ring || tree ? buffer.size_bytes() : 0,
+      size == 2 ? Route::schedule : (direct ? Route::direct : Route::mpi),  // 2 ranks: sent with the agreement
       // On 2 ranks the root's data goes with its agreement (sent_with_agreement): its whole part.
       [buffer](MpiCommunicator& c) {  // the root's
         c.early_send.emplace(buffer.data(), nullptr, buffer.size_bytes(), 1 - c.rank, c.agreement);

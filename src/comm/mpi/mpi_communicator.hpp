@@ -306,8 +306,8 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   void enqueue(StreamView stream, const char* call, Signature sig, std::size_t inline_bytes, Pack pack, Unpack unpack,
                Body body, std::size_t polled_bytes = 0, Route other = Route::schedule, Early early = {}) {
     // Routed: every rank decides the same from the agreed kind and count (MPI's counts are int).
-    const Routing routing{other != Route::schedule && detail::routed(route_policy, sig.kind, size, other) &&
-                                  polled_bytes != 0 && inline_bytes > kInlineBytes && sig.count <= max_count
+    const Routing routing{detail::routed(route_policy, sig.kind, size, other) && polled_bytes != 0 &&
+                                  inline_bytes > kInlineBytes && sig.count <= max_count
                               ? polled_bytes
                               : 0,
                           other};

@@ -295,8 +295,7 @@ bool RingCollective::test() {
 }
 
 bool all_reduce_direct_applies(std::size_t bytes, int size, int nodes, std::size_t inline_limit) {
-  return size > 2 && size <= 16 && nodes == 1 && bytes <= 2 * kDirectPieceBytes &&
-         all_reduce_ring_applies(bytes, size, nodes, inline_limit);
+  return direct_applies(bytes, size, nodes, inline_limit) && all_reduce_ring_applies(bytes, size, nodes, inline_limit);
 }
 
 std::size_t DirectAllReduce::workspace_bytes(std::int64_t count, DType t, int size) {
@@ -305,7 +304,7 @@ std::size_t DirectAllReduce::workspace_bytes(std::int64_t count, DType t, int si
 }
 
 DirectAllReduce::DirectAllReduce(const void* send, void* recv, std::int64_t count, DType t, ReduceOp op, MPI_Comm comm,
-                                 int rank, int size, unsigned char* workspace)
+                                 int rank, int size, unsigned char* workspace, bool scatter_only)
     : send_(static_cast<const unsigned char*>(send)),
       recv_(static_cast<unsigned char*>(recv)),
       count_(count),
@@ -315,7 +314,8 @@ DirectAllReduce::DirectAllReduce(const void* send, void* recv, std::int64_t coun
       comm_(comm),
       rank_(rank),
       size_(size),
-      workspace_(workspace) {
+      workspace_(workspace),
+      scatter_only_(scatter_only) {
   GPUCLOUD_EXPECTS(size_ > 2 && size_ <= 16, "DirectAllReduce", "needs 3 to 16 ranks, not " + std::to_string(size_));
   const auto bytes = [this](std::int64_t n) { return static_cast<int>(static_cast<std::size_t>(n) * elem_); };
   std::int64_t mine_at = 0, mine_n = 0;
@@ -355,7 +355,7 @@ void DirectAllReduce::reduce() {
   unsigned char* partial = slot((rank_ + 1) % size_);
   for (int k = 2; k < size_; ++k) reduce_elements(partial, slot((rank_ + k) % size_), partial, n, dtype_, op_);
   const std::size_t offset = static_cast<std::size_t>(at) * elem_;
-  reduce_elements(partial, send_ + offset, recv_ + offset, n, dtype_, op_);
+  reduce_elements(partial, send_ + offset, recv_ + (scatter_only_ ? 0 : offset), n, dtype_, op_);
 }
 
 // This rank's result to every rank, theirs into recv (this rank's sends of its values have
@@ -394,11 +394,19 @@ bool DirectAllReduce::test() {
   }
   if (phase_ == 1) {  // this rank's values sent: the results may land
     if (!done(sends_)) return false;
+    if (scatter_only_) {
+      phase_ = 2;
+      return true;
+    }
     gather();
     phase_ = 2;
   }
   const bool sent = done(sends_);
   return done(receives_) && sent;
+}
+
+bool direct_applies(std::size_t bytes, int size, int nodes, std::size_t inline_limit) {
+  return size > 2 && size <= 16 && nodes == 1 && bytes > inline_limit && bytes <= 2 * kDirectPieceBytes;
 }
 
 bool direct_all_reduce_applies(std::size_t bytes, int size, std::size_t inline_limit) {

@@ -110,10 +110,13 @@ bool all_reduce_direct_applies(std::size_t bytes, int size, int nodes, std::size
 /// descheduled peer's scheduler tick (docs/collectives.md). Messages under kDirectTag. The buffers
 /// and @p workspace must stay put until it completes, or for ever if it is abandoned. Average is not
 /// divided here.
+/// With @p scatter_only it is the reduce-scatter's: @p count elements in all (size equal blocks),
+/// the first round alone, this rank's block of the result into @p recv (count / size elements),
+/// with RingKind::reduce_scatter's bits.
 class DirectAllReduce {
  public:
   DirectAllReduce(const void* send, void* recv, std::int64_t count, DType t, ReduceOp op, MPI_Comm comm, int rank,
-                  int size, unsigned char* workspace);
+                  int size, unsigned char* workspace, bool scatter_only = false);
   DirectAllReduce(const DirectAllReduce&) = delete;
   DirectAllReduce& operator=(const DirectAllReduce&) = delete;
   /// Progresses without blocking; true once this rank has the result.
@@ -136,8 +139,16 @@ class DirectAllReduce {
   MPI_Comm comm_;
   int rank_, size_, phase_ = 0;
   unsigned char* workspace_;
+  bool scatter_only_;
   std::vector<MPI_Request> receives_, sends_;
 };
+
+/// Whether a collective moving @p bytes in all over @p size ranks on @p nodes nodes may take a
+/// direct route (its second, instead of MPI's nonblocking collective): 3 to 16 ranks on one node,
+/// above @p inline_limit, up to 2 x kDirectPieceBytes (16 MiB). A reduction's only where its
+/// schedule is the ring (whose bits the direct one gives); an all-gather's and a broadcast's
+/// (DirectTransfers from every rank, or the root, to every other) at every such size.
+bool direct_applies(std::size_t bytes, int size, int nodes, std::size_t inline_limit);
 
 /// Which collective a RingCollective runs, and how.
 enum class RingKind { all_reduce, reduce_scatter, all_gather, broadcast, all_reduce_halving, broadcast_tree };

@@ -19,9 +19,7 @@ RoutePolicy route_policy_from_environment() {
 }
 
 bool routed(RoutePolicy policy, Collective kind, int ranks, Route other) {
-  if ((kind == Collective::broadcast || kind == Collective::all_gather) && ranks == 2) {
-    return false;  // one route: the data goes with the agreement
-  }
+  if (other == Route::schedule) return false;  // one route
   const bool reduces = kind == Collective::all_reduce || kind == Collective::reduce_scatter;
   return !(policy == RoutePolicy::automatic && reduces && ranks > 2 && other == Route::mpi);
 }

@@ -1,7 +1,8 @@
 // Internal: which route a mid-size or large collective of the MPI backend takes, chosen by
 // measurement (not API). Two routes do the same collective: the library's polled schedule (ring,
-// halving and doubling, chain or tree: ring.hpp) and MPI's own nonblocking collective
-// (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast), polled the same way.
+// halving and doubling, chain or tree: ring.hpp) and either MPI's own nonblocking collective
+// (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast), polled the same way,
+// or (3-16 ranks on one node up to 16 MiB) direct messages posted at once (ring.hpp).
 // Which is faster depends on what the machine gives MPI (a single-copy mechanism or not) and on
 // how busy its cores are, both of which change at run time, so rank 0 times both and tells every
 // rank which to take through the agreement that precedes each collective.
@@ -19,14 +20,14 @@
 namespace gpucloud::detail {
 
 /// The ways a routed collective runs (their values travel in the agreement): the library's polled
-/// schedule, MPI's nonblocking collective, or (an all-reduce over 3-16 ranks on one node up to 16
-/// MiB: ring.hpp's DirectAllReduce) two rounds of direct messages with the ring's bits. A
-/// collective has two: the schedule and one other, the same for every call of its size.
+/// schedule, MPI's nonblocking collective, or (3-16 ranks on one node up to 16 MiB: ring.hpp's
+/// direct_applies) direct messages posted at once, an all-reduce's or reduce-scatter's with the
+/// ring's bits. A collective has two: the schedule and one other, the same for every call of its size.
 enum class Route : std::int64_t { schedule = 0, mpi = 1, direct = 2 };
 
 /// How routes are picked (GPUCLOUD_COLLECTIVE_ROUTE): `auto` (the default) measures where both
 /// routes give the same bits (data movement; reductions on 2 ranks, where a + b == b + a; the
-/// direct all-reduce against the ring) and keeps the schedule for reductions over more ranks whose
+/// direct all-reduce or reduce-scatter against the ring) and keeps the schedule for reductions over more ranks whose
 /// other route is MPI's, which adds in a different order, so a rerun or a resumed job reproduces
 /// its sums bit for bit; `fastest` measures everywhere; `schedule` and `mpi` force one route
 /// (`mpi`: MPI's nonblocking collective, also where the other route is the direct one).
@@ -37,10 +38,9 @@ enum class RoutePolicy { automatic, fastest, schedule, mpi };
 RoutePolicy route_policy_from_environment();
 
 /// Whether a collective of @p kind over @p ranks ranks whose other route is @p other takes a
-/// measured (or forced) route under @p policy; every rank decides the same. A 2-rank broadcast or
-/// all-gather has one route under every policy: its data goes with the agreement
-/// (MpiCommunicator::sent_with_agreement); so does a 2-rank all-reduce up to 16 MiB, which its
-/// caller leaves unrouted (it depends on the size).
+/// measured (or forced) route under @p policy; every rank decides the same. Route::schedule as
+/// @p other: it has one route under every policy (the 2-rank broadcasts, all-gathers and
+/// all-reduces up to 16 MiB, whose data goes with the agreement: MpiCommunicator::sent_with_agreement).
 bool routed(RoutePolicy policy, Collective kind, int ranks, Route other = Route::mpi);
 
 /// Rank 0's choice between the routes, per collective, other route and size class (powers of two). Each route's
