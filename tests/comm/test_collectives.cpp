@@ -364,11 +364,10 @@ TEST(Collectives, SumsOverThreeOrMoreRanksRepeatBitForBitOnEitherRoute) {
   EXPECT_EQ(differ, 0u) << "reduce-scatter: calls gave different bytes";
 }
 
-// On 3-16 ranks of one node up to 16 MiB an all-gather's and a broadcast's second route sends
-// every rank's block (the root's buffer) to every other at once: a fresh communicator's first
-// calls alternate the two routes, each must give the exact data (every root), and so must the
-// reduce-scatter's, on either route.
-TEST(Collectives, MovementsOnEitherRouteAreExact) {
+// A fresh communicator's first calls of a routed collective alternate its two routes: the
+// all-gather's, the broadcast's (every root) and the reduce-scatter's (on 3-16 ranks of one node
+// the direct one) must each give the exact data on either.
+TEST(Collectives, RoutedCollectivesAreExactOnEitherRoute) {
   gc::Communicator c = gc::communicator_from_mpi(MPI_COMM_WORLD);
   gc::Stream s;
   const std::size_t ranks = static_cast<std::size_t>(c.size());

@@ -130,7 +130,6 @@ TEST(RouteChooser, SumsWhoseOtherRouteAddsAsTheRingAreMeasured) {
   EXPECT_TRUE(routed(RoutePolicy::automatic, Collective::all_reduce, 3, Route::direct));
   EXPECT_TRUE(routed(RoutePolicy::automatic, Collective::all_reduce, 16, Route::direct));
   EXPECT_TRUE(routed(RoutePolicy::automatic, Collective::reduce_scatter, 4, Route::direct));
-  EXPECT_TRUE(routed(RoutePolicy::automatic, Collective::all_gather, 4, Route::direct));
   EXPECT_FALSE(routed(RoutePolicy::automatic, Collective::all_reduce, 3, Route::mpi));
   RouteChooser c;
   int direct = 0;
@@ -157,7 +156,7 @@ TEST(RouteChooser, CollectivesWithoutAnotherRouteHaveOne) {
     EXPECT_FALSE(routed(p, Collective::all_gather, 2, Route::schedule));
     EXPECT_FALSE(routed(p, Collective::all_reduce, 2, Route::schedule));
     EXPECT_TRUE(routed(p, Collective::broadcast, 3));
-    EXPECT_TRUE(routed(p, Collective::all_gather, 4, Route::direct));
+    EXPECT_TRUE(routed(p, Collective::reduce_scatter, 4, Route::direct));
   }
 }
 

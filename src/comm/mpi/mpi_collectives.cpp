@@ -8,9 +8,9 @@
 // that go with the agreement (DirectTransfer; all on the caller's thread when the stream is idle),
 // the rest in MPI's blocking collectives on the stream's worker under a watchdog; fp16/bf16 reduce
 // through custom MPI ops. Each polled schedule but the 2-rank ones sent with the agreement has a
-// second route, MPI's nonblocking collective polled the same way (on 3-16 ranks of one node up to
-// 16 MiB: direct messages, the all-reduce's and reduce-scatter's with the ring's bits), taken
-// when rank 0's timings say it is faster (route_choice.hpp; c.route_now).
+// second route, MPI's nonblocking collective polled the same way (the all-reduce's and
+// reduce-scatter's ring on 3-16 ranks of one node up to 16 MiB: direct messages with the ring's
+// bits), taken when rank 0's timings say it is faster (route_choice.hpp; c.route_now).
 #include "comm/mpi/mpi_communicator.hpp"
 
 #include <gpucloud/comm/communicator.hpp>
@@ -26,7 +26,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <deque>
 #include <string>
 
 namespace gpucloud::detail {
@@ -121,16 +120,6 @@ void wait_request(const Poll& poll, MPI_Request request) {
     int done = 0;
     GPUCLOUD_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     return done != 0;
-  });
-}
-
-// Waits through @p poll for every transfer of @p transfers (a direct all-gather's or broadcast's).
-template <class Poll>
-void wait_all(const Poll& poll, std::deque<detail::DirectTransfer>& transfers) {
-  poll([&] {
-    bool all = true;
-    for (auto& t : transfers) all = t.test() && all;
-    return all;
   });
 }
 
@@ -331,8 +320,6 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's second half (recursive
   // doubling), polled.
   const bool doubling = detail::halving_applies(recv.size_bytes(), size, 1, limit);
-  // 3-16 ranks on one node up to 16 MiB: its other route is every rank's block sent to every other at once.
-  const bool direct = (ring || doubling) && detail::direct_applies(recv.size_bytes(), size, nodes, limit);
   enqueue(
       stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
       inline_size(n, size, send.dtype(), limit),
@@ -343,20 +330,6 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
       },
       [recv](MpiCommunicator&, const unsigned char* payload) { copy_bytes(recv.data(), payload, recv.size_bytes()); },
       [send, recv, n, ring, doubling](MpiCommunicator& c, const auto& poll) {
-        if (c.route_now == Route::direct) {  // this rank's block in place, then every other's at once
-          const std::size_t block = send.size_bytes();
-          auto* slots = static_cast<unsigned char*>(recv.data());
-          copy_bytes(slots + static_cast<std::size_t>(c.rank) * block, send.data(), block);
-          std::deque<detail::DirectTransfer> transfers;
-          for (int k = 1; k < c.size; ++k) {
-            const int from = (c.rank + k) % c.size;
-            transfers.emplace_back(nullptr, slots + static_cast<std::size_t>(from) * block, block, from, c.agreement);
-          }
-          for (int k = 1; k < c.size; ++k) {
-            transfers.emplace_back(send.data(), nullptr, block, (c.rank + c.size - k) % c.size, c.agreement);
-          }
-          return wait_all(poll, transfers);
-        }
         if ((ring || doubling) && c.route_now == Route::mpi) {
           MPI_Request q;
           const MPI_Datatype type = mpi_type(send.dtype(), call);
@@ -386,8 +359,8 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
       },
       ring || doubling ? recv.size_bytes() : 0,
-      size == 2 ? Route::schedule : (direct ? Route::direct : Route::mpi),  // 2 ranks: sent with the agreement
-      [send](MpiCommunicator& c) {                                          // on 2 ranks (sent_with_agreement)
+      size == 2 ? Route::schedule : Route::mpi,  // 2 ranks: sent with the agreement
+      [send](MpiCommunicator& c) {               // on 2 ranks (sent_with_agreement)
         c.early_send.emplace(send.data(), nullptr, send.size_bytes(), 1 - c.rank, c.agreement);
       });
 }
@@ -400,8 +373,6 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
   const std::size_t limit = inline_other_limit(size, Collective::broadcast);
   const bool ring = detail::ring_applies(buffer.size_bytes(), size, limit);
   const bool tree = detail::tree_applies(buffer.size_bytes(), size, limit);  // 3+ ranks, below the chain
-  // 3-16 ranks on one node up to 16 MiB: its other route is the root's data sent to every rank at once.
-  const bool direct = (ring || tree) && detail::direct_applies(buffer.size_bytes(), size, nodes, limit);
   enqueue(
       stream, call, {Collective::broadcast, -1, root, n, static_cast<std::int64_t>(buffer.dtype())},
       inline_size(n, 1, buffer.dtype(), limit),
@@ -418,17 +389,6 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
         if (c.rank != root) copy_bytes(buffer.data(), payload, buffer.size_bytes());
       },
       [buffer, root, n, ring, tree](MpiCommunicator& c, const auto& poll) {
-        if (c.route_now == Route::direct) {
-          std::deque<detail::DirectTransfer> transfers;
-          if (c.rank != root) {
-            transfers.emplace_back(nullptr, buffer.data(), buffer.size_bytes(), root, c.agreement);
-          } else {
-            for (int k = 1; k < c.size; ++k) {
-              transfers.emplace_back(buffer.data(), nullptr, buffer.size_bytes(), (root + k) % c.size, c.agreement);
-            }
-          }
-          return wait_all(poll, transfers);
-        }
         if ((ring || tree) && c.route_now == Route::mpi) {
           MPI_Request q;
           GPUCLOUD_MPI_CHECK(
@@ -451,7 +411,7 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
         });
       },
       ring || tree ? buffer.size_bytes() : 0,
-      size == 2 ? Route::schedule : (direct ? Route::direct : Route::mpi),  // 2 ranks: sent with the agreement
+      size == 2 ? Route::schedule : Route::mpi,  // 2 ranks: sent with the agreement
       // On 2 ranks the root's data goes with its agreement (sent_with_agreement): its whole part.
       [buffer](MpiCommunicator& c) {  // the root's
         c.early_send.emplace(buffer.data(), nullptr, buffer.size_bytes(), 1 - c.rank, c.agreement);

@@ -143,11 +143,10 @@ class DirectAllReduce {
   std::vector<MPI_Request> receives_, sends_;
 };
 
-/// Whether a collective moving @p bytes in all over @p size ranks on @p nodes nodes may take a
-/// direct route (its second, instead of MPI's nonblocking collective): 3 to 16 ranks on one node,
-/// above @p inline_limit, up to 2 x kDirectPieceBytes (16 MiB). A reduction's only where its
-/// schedule is the ring (whose bits the direct one gives); an all-gather's and a broadcast's
-/// (DirectTransfers from every rank, or the root, to every other) at every such size.
+/// Whether a reduction moving @p bytes in all over @p size ranks on @p nodes nodes may take a direct
+/// route (DirectAllReduce; its second, instead of MPI's nonblocking collective) where its schedule
+/// is the ring, whose bits the direct one gives: 3 to 16 ranks on one node, above @p inline_limit,
+/// up to 2 x kDirectPieceBytes (16 MiB).
 bool direct_applies(std::size_t bytes, int size, int nodes, std::size_t inline_limit);
 
 /// Which collective a RingCollective runs, and how.

@@ -2,7 +2,8 @@
 // measurement (not API). Two routes do the same collective: the library's polled schedule (ring,
 // halving and doubling, chain or tree: ring.hpp) and either MPI's own nonblocking collective
 // (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast), polled the same way,
-// or (3-16 ranks on one node up to 16 MiB) direct messages posted at once (ring.hpp).
+// or (an all-reduce or reduce-scatter on 3-16 ranks of one node up to 16 MiB) direct messages
+// posted at once with the ring's bits (ring.hpp's DirectAllReduce).
 // Which is faster depends on what the machine gives MPI (a single-copy mechanism or not) and on
 // how busy its cores are, both of which change at run time, so rank 0 times both and tells every
 // rank which to take through the agreement that precedes each collective.
@@ -20,8 +21,8 @@
 namespace gpucloud::detail {
 
 /// The ways a routed collective runs (their values travel in the agreement): the library's polled
-/// schedule, MPI's nonblocking collective, or (3-16 ranks on one node up to 16 MiB: ring.hpp's
-/// direct_applies) direct messages posted at once, an all-reduce's or reduce-scatter's with the
+/// schedule, MPI's nonblocking collective, or (an all-reduce or reduce-scatter on 3-16 ranks of
+/// one node up to 16 MiB: ring.hpp's direct_applies) direct messages posted at once, with the
 /// ring's bits. A collective has two: the schedule and one other, the same for every call of its size.
 enum class Route : std::int64_t { schedule = 0, mpi = 1, direct = 2 };
 
