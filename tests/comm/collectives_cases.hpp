@@ -88,6 +88,18 @@ inline double load(const gc::Buffer& b, std::size_t i) {
   }
 }
 
+// Whether every rank of MPI_COMM_WORLD holds the same bytes in @p b (a checksum's min and max over
+// the ranks), for results whose rounding depends on the order of a reduction.
+inline bool same_bytes_on_every_rank(const gc::Buffer& b) {
+  std::uint64_t sum = 0;
+  const auto* bytes = static_cast<const unsigned char*>(b.data());
+  for (std::size_t i = 0; i < b.size_bytes(); ++i) sum = sum * 1099511628211ull + bytes[i];
+  std::uint64_t low = sum, high = sum;
+  MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  return low == high;
+}
+
 inline double expected(gc::ReduceOp op, int size, std::size_t i) {
   double acc = op == gc::ReduceOp::min ? 1e300 : op == gc::ReduceOp::max ? -1e300 : 0;
   for (int r = 0; r < size; ++r) {

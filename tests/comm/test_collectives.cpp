@@ -304,13 +304,7 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
     for (std::size_t i = 0; i < n; ++i) store(b, i, 1.0 / (3.0 + static_cast<double>((i * 7 + c.rank() * 13) % 101)));
     c.all_reduce(b, b, gc::ReduceOp::sum, s);
     s.synchronize();
-    std::uint64_t sum = 0;
-    const auto* bytes = static_cast<const unsigned char*>(b.data());
-    for (std::size_t i = 0; i < b.size_bytes(); ++i) sum = sum * 1099511628211ull + bytes[i];
-    std::uint64_t low = sum, high = sum;
-    MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    EXPECT_EQ(low, high) << gc::dtype_name(t) << ": the ranks' results differ";
+    EXPECT_TRUE(same_bytes_on_every_rank(b)) << gc::dtype_name(t) << ": the ranks' results differ";
   }
 }
 
@@ -340,13 +334,7 @@ TEST(Collectives, SumsOverThreeOrMoreRanksRepeatBitForBitOnEitherRoute) {
       if (call > 0) differ += std::memcmp(first.data(), out.data(), first.size_bytes()) != 0;
     }
     EXPECT_EQ(differ, 0u) << gc::dtype_name(t) << ": calls gave different bytes";
-    std::uint64_t sum = 0;
-    const auto* b = static_cast<const unsigned char*>(first.data());
-    for (std::size_t i = 0; i < first.size_bytes(); ++i) sum = sum * 1099511628211ull + b[i];
-    std::uint64_t low = sum, high = sum;
-    MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    EXPECT_EQ(low, high) << gc::dtype_name(t) << ": the ranks' results differ";
+    EXPECT_TRUE(same_bytes_on_every_rank(first)) << gc::dtype_name(t) << ": the ranks' results differ";
   }
   // The reduce-scatter's ring and direct reduce-scatter alike.
   const std::size_t per = (std::size_t{3} << 20) / 4 / static_cast<std::size_t>(c.size()) + 5;
