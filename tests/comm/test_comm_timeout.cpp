@@ -82,13 +82,12 @@ int cut_link(gc::Communicator& c) {
 // "stall" / "stall-worker": 2 ranks all-reduce 512 KiB / 4 MiB in place over and over on idle
 // streams: a ring of polled messages on each caller's thread, or (above 1 MiB) on the stream's
 // worker (the agreement before it takes a few µs of each call); "stall-hierarchical": 4 MiB
-// hierarchical all-reduces (its node phases, the ring's two halves, on the worker). 200 ms in, rank 1 stops itself
-// (SIGSTOP) between two polls, nearly always inside the ring: rank 0 must get the
-// CommunicationError within its 1 s timeout instead of waiting for ever, with the communicator
-// broken, and nothing of the abandoned collective may keep a core busy afterwards (a thread left
-// polling, or spinning in a blocking MPI call). It then leaves and the job ends (the stopped rank
-// with it). "stall-broadcast": the same with 64 MiB broadcasts from rank 1, the one that stops:
-// on 2 ranks the chain of polled segments on rank 0's worker, abandoned mid-transfer. Under
+// hierarchical all-reduces (its node phases, the ring's two halves, on the worker). 200 ms after the first call, rank 1
+// stops itself (SIGSTOP) between two polls, nearly always inside the ring: rank 0 must get the CommunicationError
+// within its 1 s timeout instead of waiting for ever, with the communicator broken, and nothing of the abandoned
+// collective may keep a core busy afterwards (a thread left polling, or spinning in a blocking MPI call). It then
+// leaves and the job ends (the stopped rank with it). "stall-broadcast": the same with 64 MiB broadcasts from rank 1,
+// the one that stops: on 2 ranks the chain of polled segments on rank 0's worker, abandoned mid-transfer. Under
 // AddressSanitizer (the asan configuration runs these) the abandoned collective, its buffer and
 // the exit handler are checked for use after free.
 // User and system CPU time of the process so far, all threads.
@@ -107,6 +106,19 @@ int stall(gc::Communicator& c, std::size_t floats, Stalled op = Stalled::all_red
   gc::Buffer data(floats, gc::DType::float32);
   gc::fill(data, 0.0, s);
   s.synchronize();
+  const auto call = [&] {
+    if (op == Stalled::hierarchical) {
+      c.hierarchical_all_reduce(data, data, gc::ReduceOp::sum, s);
+    } else if (op == Stalled::broadcast) {
+      c.broadcast(data, 1, s);
+    } else {
+      c.all_reduce(data, data, gc::ReduceOp::sum, s);
+    }
+    s.synchronize();
+  };
+  // One call on both ranks first: whatever the first call sets up is set up on both before rank 1's
+  // 200 ms start (under a loaded ctest -j2 they could otherwise run out before rank 1's first call).
+  call();
   const auto began = std::chrono::steady_clock::now();
   std::thread stopper;
   if (c.rank() == 1) {
@@ -120,14 +132,7 @@ int stall(gc::Communicator& c, std::size_t floats, Stalled op = Stalled::all_red
   long long calls = 0, waited = 0;
   try {
     for (;; ++calls) {
-      if (op == Stalled::hierarchical) {
-        c.hierarchical_all_reduce(data, data, gc::ReduceOp::sum, s);
-      } else if (op == Stalled::broadcast) {
-        c.broadcast(data, 1, s);
-      } else {
-        c.all_reduce(data, data, gc::ReduceOp::sum, s);
-      }
-      s.synchronize();
+      call();
       if (std::chrono::steady_clock::now() - began > std::chrono::seconds(20)) break;
     }
   } catch (const gc::CommunicationError& e) {

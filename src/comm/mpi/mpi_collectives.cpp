@@ -141,18 +141,18 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
   // 4, 8 or 16 ranks halve and double instead below the ring's sizes, or on more than one node;
   // other rank counts on one node take the ring from 384 KiB or more (all_reduce_ring_applies).
   // 2 ranks up to 16 MiB: two direct exchanges, the first sent with the agreement (below).
-  const bool direct = detail::direct_all_reduce_applies(recv.size_bytes(), size, kInlineBytes);
+  const bool two_rank = detail::two_rank_all_reduce_applies(recv.size_bytes(), size, kInlineBytes);
   const bool halving = detail::halving_applies(recv.size_bytes(), size, nodes, kInlineBytes);
-  const bool ring = !direct && detail::all_reduce_ring_applies(recv.size_bytes(), size, nodes, kInlineBytes);
+  const bool ring = !two_rank && detail::all_reduce_ring_applies(recv.size_bytes(), size, nodes, kInlineBytes);
   // 3-16 ranks on one node up to 16 MiB: the ring, or two rounds of direct messages (the same bits)
   // when rank 0 measured them faster (beside busy cores; route_choice.hpp).
-  const bool direct_many = detail::all_reduce_direct_applies(recv.size_bytes(), size, nodes, kInlineBytes);
+  const bool direct_route = detail::all_reduce_direct_applies(recv.size_bytes(), size, nodes, kInlineBytes);
   enqueue(
       stream, call,
       {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
       inline_size(n, 1, recv.dtype()), pack_whole(send), unpack_reduced(recv, op),
-      [send, recv, op, n, ring, halving, direct](MpiCommunicator& c, const auto& poll) {
-        if (direct) {  // the other rank's half of its send for this rank's block, reduce, swap the results
+      [send, recv, op, n, ring, halving, two_rank](MpiCommunicator& c, const auto& poll) {
+        if (two_rank) {  // the other rank's half of its send for this rank's block, reduce, swap the results
           const int peer = 1 - c.rank;
           const std::size_t elem = dtype_size(recv.dtype());
           std::int64_t at = 0, len = 0, peer_at = 0, peer_len = 0;
@@ -204,9 +204,9 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring || halving || direct ? recv.size_bytes() : 0,
-      direct ? Route::schedule : (direct_many ? Route::direct : Route::mpi),
-      [send, n](MpiCommunicator& c) {  // direct: the other rank's block of this rank's values
+      ring || halving || two_rank ? recv.size_bytes() : 0,
+      two_rank ? Route::schedule : (direct_route ? Route::direct : Route::mpi),
+      [send, n](MpiCommunicator& c) {  // 2 ranks: the other rank's block of this rank's values
         const int peer = 1 - c.rank;
         const std::size_t elem = dtype_size(send.dtype());
         std::int64_t at = 0, len = 0;

@@ -186,7 +186,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     if (!broadcast && kind != Collective::all_gather && kind != Collective::all_reduce) return 0;
     const std::size_t elem = dtype_size(static_cast<DType>(fields[4]));
     if (kind != Collective::all_reduce) return static_cast<std::size_t>(fields[3]) * elem;
-    if (!detail::direct_all_reduce_applies(static_cast<std::size_t>(fields[3]) * elem, size, kInlineBytes)) return 0;
+    if (!detail::two_rank_all_reduce_applies(static_cast<std::size_t>(fields[3]) * elem, size, kInlineBytes)) return 0;
     std::int64_t offset = 0, length = 0;
     detail::direct_block(fields[3], 1 - sender, offset, length);  // the other rank's block
     return static_cast<std::size_t>(length) * elem;

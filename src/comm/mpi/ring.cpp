@@ -409,7 +409,7 @@ bool direct_applies(std::size_t bytes, int size, int nodes, std::size_t inline_l
   return size > 2 && size <= 16 && nodes == 1 && bytes > inline_limit && bytes <= 2 * kDirectPieceBytes;
 }
 
-bool direct_all_reduce_applies(std::size_t bytes, int size, std::size_t inline_limit) {
+bool two_rank_all_reduce_applies(std::size_t bytes, int size, std::size_t inline_limit) {
   return size == 2 && bytes > inline_limit && bytes <= 2 * kDirectPieceBytes;
 }
 

@@ -72,7 +72,7 @@ constexpr int kDirectTag = kRingFirstTag;
 /// Whether an all-reduce of @p bytes over @p size ranks runs as a direct 2-rank exchange (its data
 /// sent with the agreement: MpiCommunicator): 2 ranks, above @p inline_limit, and each rank's half
 /// of the vector at most one DirectTransfer message (kDirectPieceBytes: 16 MiB in all).
-bool direct_all_reduce_applies(std::size_t bytes, int size, std::size_t inline_limit);
+bool two_rank_all_reduce_applies(std::size_t bytes, int size, std::size_t inline_limit);
 /// The block of @p count elements rank @p r (0 or 1) of a direct 2-rank all-reduce reduces: the
 /// first element and the length (the ring's blocks: rank 0's one longer when @p count is odd).
 void direct_block(std::int64_t count, int r, std::int64_t& offset, std::int64_t& length);
