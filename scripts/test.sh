@@ -10,26 +10,31 @@
 #          every test that needs no toolkit runs with the CUDA libraries hidden
 #   python `pip install .` into a virtual environment (build/venv-python), then the pytest suite
 #   interop  the python configuration's wheel (one build: the same interpreter) with Debian's Python
-#          and its python3-torch (CPU) and python3-mpi4py in a virtual environment that sees them: the
-#          PyTorch tests (zero-copy tensors, optimizers against torch.optim) and mpi4py
-#          communicators run instead of skipping; and the Python Slurm tests (a cluster started
-#          by python/tests/test_slurm.py)
+#          and its python3-torch (CPU), python3-mpi4py and NumPy 1 in a virtual environment that sees
+#          them: the test files that use torch, mpi4py, Slurm or the fault trials (those that skip or
+#          run differently in python; the others run there with the same wheel and interpreter),
+#          so the PyTorch tests (zero-copy tensors, optimizers against torch.optim), mpi4py
+#          communicators, the torch examples' fault trials and the Python Slurm tests (a cluster
+#          started by python/tests/test_slurm.py) run instead of skipping
 #   torch2 the python configuration's wheel with PyPI's torch 2 (its CUDA build, used on the CPU)
 #          in a virtual environment of its own: every test that uses torch, so that both torch
 #          1.13 (interop) and torch 2 (TORCH2_VERSION) are tested
-#   host   GPUCLOUD_CUDA=OFF: the library without any CUDA, all tests but the Slurm ones and the
-#          trainer's process-level fault tests (label faults; main runs both: that code holds no CUDA)
+#   host   GPUCLOUD_CUDA=OFF: the library without any CUDA, all tests but the MPI ones (label mpi:
+#          the MPI backend, the elastic layer, Slurm and the trainer's process-level fault tests hold
+#          no CUDA code; main runs them all on the host path, asan the CUDA-free build's on 2-4 ranks)
 #   asan   host tests under AddressSanitizer + UndefinedBehaviorSanitizer (not packaging; the MPI
 #          ones in a second run with leak detection off: OpenMPI's initialisation leaks by design,
 #          and what it checks there is the abandoned collectives of the timeout and stall tests,
 #          use after free and undefined behaviour; on 2 to 4 ranks: the 8-rank layouts run the
-#          same code, take 90-100 s each under ASan on 2 cores, and run in main and host), with
+#          same code, take 90-100 s each under ASan on 2 cores, and run in main; so do the layouts
+#          that force one route: collectives_np4_local0_sums runs both of its routes), with
 #          GPUCLOUD_BLAS=OFF and GPUCLOUD_ONEDNN=OFF: the host GEMM's built-in loop nest and the
 #          widened bf16 path (what builds without OpenBLAS/oneDNN run) under the same tests
 #   tsan   every capability's tests but the MPI ones (labels runtime ... elastic, not mpi)
 #          under ThreadSanitizer (without oneDNN and with OpenBLAS
 #          on one thread: their thread pools are not instrumented)
-#   python-asan  the Python package built host-only with AddressSanitizer + UBSan, and the
+#   python-asan  the Python package built host-only from the sdist (the check that the sdist builds)
+#          with AddressSanitizer + UBSan, and the
 #          pytest suite (but the fault trials) run against it with the sanitizer runtime preloaded
 #          (the interpreter is not instrumented): a use-after-free in the bindings is a report
 # GPUCLOUD_CUDA_ARCHS (default 80) narrows the CUDA architectures compiled for tests; real builds
@@ -78,7 +83,8 @@ configure_build_test() {
 # python_package NAME PYTHON [venv options]: pip install . into build/venv-NAME, then pytest.
 # PIP_BUILD_OPTIONS (an array) adds -C options to the build; PYTEST_PRELOAD preloads a library;
 # WHEEL_FROM=OTHER installs configuration OTHER's wheel instead of building the same one again,
-# where OTHER's interpreter has this one's version and platform (the wheel's tags).
+# where OTHER's interpreter has this one's version and platform (the wheel's tags); PACKAGE_SOURCE
+# builds from an sdist instead of the source tree; PYTEST_FILES narrows the suite.
 PIP_BUILD_OPTIONS=()
 PYTEST_PRELOAD=""
 python_package() {
@@ -98,12 +104,13 @@ python_package() {
   else
     # A wheel first, checked to hold exactly the package's files, then installed from it.
     rm -rf "$wheels"
-    "$py" -m pip wheel -q --no-deps -w "$wheels" . -C cmake.define.GPUCLOUD_CUDA_ARCHS="$archs" \
+    "$py" -m pip wheel -q --no-deps -w "$wheels" "${PACKAGE_SOURCE:-.}" -C cmake.define.GPUCLOUD_CUDA_ARCHS="$archs" \
       -C build-dir="build/python-$name" "${PIP_BUILD_OPTIONS[@]}"
     "$py" scripts/check-wheel.py "$wheels"/gpucloud-*.whl python/gpucloud
   fi
   "$py" -m pip install -q --force-reinstall --no-deps "$wheels"/gpucloud-*.whl
-  LD_PRELOAD="$PYTEST_PRELOAD" "$py" -m pytest -ra --durations=15 python/tests
+  # shellcheck disable=SC2086 # one argument per file
+  LD_PRELOAD="$PYTEST_PRELOAD" "$py" -m pytest -ra --durations=15 ${PYTEST_FILES:-python/tests}
 }
 
 # installable_wheel NAME: what a user without a compiler installs. The wheel of configuration NAME
@@ -122,9 +129,7 @@ installable_wheel() {
     -w build/wheel-repaired "build/wheel-$name"/gpucloud-*.whl
   "$py" -m build --sdist --outdir build/sdist . >/dev/null
   "$py" -m twine check --strict build/wheel-repaired/*.whl build/sdist/*.tar.gz
-  # The sdist builds (host-only: the CUDA wheel above came from the same sources).
-  rm -rf build/sdist-wheel
-  "$py" -m pip wheel -q --no-deps -w build/sdist-wheel build/sdist/gpucloud-*.tar.gz -C cmake.define.GPUCLOUD_CUDA=OFF
+  # That the sdist builds is checked by python-asan, which builds its wheel from it.
   # Installed and run with neither a compiler nor any CUDA library (both hidden).
   local root="$PWD" log="$PWD/build/venv-clean.log"
   (cd "$(mktemp -d)" && GPUCLOUD_HIDE_COMPILER=1 "$root/scripts/without-cuda-libraries.sh" sh -ec '
@@ -177,19 +182,22 @@ needs_toolkit='^(Errors|CudaCheck|CublasCheck|CudnnCheck|NcclCheck)[.]|^cuda_lib
 python_package python python3
 installable_wheel python
 ((quick)) && { echo "the main configuration passed (${SECONDS} s)"; exit 0; }
-WHEEL_FROM=python GPUCLOUD_SLURM_TESTS=1 GPUCLOUD_FAULT_TRIALS=4 python_package interop /usr/bin/python3 --system-site-packages # + the Slurm tests
+# interop: the test files that use torch, mpi4py, Slurm or the fault trials; the python example's
+# fault trials (GPUCLOUD_FAULT_TRIALS=0 skips them) ran in python, with the same wheel and interpreter.
+interop_files=$(cd python/tests && grep -l -E 'torch|mpi4py|GPUCLOUD_SLURM_TESTS|FAULT_TRIALS' test_*.py | sed 's|^|python/tests/|')
+WHEEL_FROM=python GPUCLOUD_SLURM_TESTS=1 GPUCLOUD_FAULT_TRIALS=0 PYTEST_FILES="$interop_files" \
+  python_package interop /usr/bin/python3 --system-site-packages
 GPUCLOUD_FAULT_TRIALS=0 torch2_tests # the fault trials: python and interop
-# host: Slurm in main only; the trainer's process-level fault tests (label `faults`: kill -9,
-# preemption, a node lost: the elastic layer and the MPI backend, which hold no CUDA code) run in
-# main, with more trials.
-configure_build_test host "-LE faults" -DGPUCLOUD_CUDA=OFF \
+# host: the MPI tests (Slurm, the elastic layer, the trainer's process-level fault tests: code without
+# CUDA) run in main, and under ASan on 2-4 ranks in asan.
+configure_build_test host "-LE mpi" -DGPUCLOUD_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUCLOUD_SLURM_TESTS=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   configure_build_test asan "-LE packaging|mpi" -DGPUCLOUD_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
   -DGPUCLOUD_SANITIZE=address,undefined -DGPUCLOUD_BUILD_EXAMPLES=OFF -DGPUCLOUD_BLAS=OFF -DGPUCLOUD_ONEDNN=OFF \
   -DGPUCLOUD_SLURM_TESTS=OFF
 (cd build/asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --output-on-failure --no-tests=error -j "$jobs" -L mpi -E '^collectives_(np8_.*|netns_4x2)$')
+  ctest --output-on-failure --no-tests=error -j "$jobs" -L mpi -E '^collectives_(np8_.*|netns_4x2|np[34]_local0_route_.*)$')
 # OpenBLAS on one thread: its pool hands work over through spin flags ThreadSanitizer cannot see
 # (an uninstrumented library), so a product big enough to split reads as a race on C.
 # tests/tsan.supp: a race inside an uninstrumented library (civetweb's gmtime), not ours.
@@ -204,7 +212,8 @@ PIP_BUILD_OPTIONS=(-C cmake.define.GPUCLOUD_CUDA=OFF -C cmake.define.GPUCLOUD_BL
 PYTEST_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)"
 # The fault trials (real processes killed at random, the supervisor's restarts) run in the python
 # and interop configurations: GPUCLOUD_FAULT_TRIALS=0 skips them here, where the bindings are the point.
-GPUCLOUD_FAULT_TRIALS=0 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+PACKAGE_SOURCE="$(echo build/sdist/gpucloud-*.tar.gz)" GPUCLOUD_FAULT_TRIALS=0 \
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   python_package python-asan python3
 PIP_BUILD_OPTIONS=()
 PYTEST_PRELOAD=""
