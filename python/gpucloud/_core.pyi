@@ -2316,9 +2316,9 @@ def checkpoint_find_latest(root: str | bytes | os.PathLike[str] | os.PathLike[by
     """
     (directory or None, [(skipped directory, reason), ...]): the newest valid checkpoint under root and the newer ones that are not valid, newest first.
     """
-def checkpoint_load(directory: str | bytes | os.PathLike[str] | os.PathLike[bytes], into: dict[str, numpy.typing.ArrayLike], stream: Stream, strict: bool = True) -> CheckpointManifest:
+def checkpoint_load(directory: str | bytes | os.PathLike[str] | os.PathLike[bytes], into: dict[str, numpy.typing.ArrayLike], stream: Stream, strict: bool = True, verify: str = 'before_writing') -> CheckpointManifest:
     """
-    Load into {name: array} (each found by name): everything verified (manifest, headers, checksums, dtypes, shapes) before the first write; then copied in stream order, and the stream synchronised. A non-contiguous tensor or array (channels_last, a transposed view) is filled through a contiguous copy. Returns the Manifest.
+    Load into {name: array} (each found by name): everything verified (manifest, headers, dtypes, shapes, and with verify='before_writing' the checksums) before the first write; then copied in stream order, and the stream synchronised. verify='while_copying' checks each host tensor's checksum as it is copied (one pass over the data: faster from the page cache, but a damaged tensor then leaves the others written). A non-contiguous tensor or array (channels_last, a transposed view) is filled through a contiguous copy. Returns the Manifest.
     """
 def checkpoint_read_manifest(directory: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> CheckpointManifest:
     """

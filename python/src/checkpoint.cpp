@@ -282,13 +282,20 @@ void bind_checkpoint(py::module_& m) {
       py::arg("directory"), "Read and verify a checkpoint's manifest.");
   m.def(
       "checkpoint_load",
-      [](PathArg directory_arg, TensorDict into, PyStream& stream, bool strict) {
+      [](PathArg directory_arg, TensorDict into, PyStream& stream, bool strict, const std::string& verify_arg) {
         const std::string directory = arg_path(directory_arg, "directory");
+        if (verify_arg != "before_writing" && verify_arg != "while_copying") {
+          throw InvalidArgument("checkpoint.load",
+                                "verify: '" + verify_arg + "' is not 'before_writing' or 'while_copying'", __FILE__,
+                                __LINE__);
+        }
+        const ck::Verify verify =
+            verify_arg == "while_copying" ? ck::Verify::while_copying : ck::Verify::before_writing;
         std::vector<py::object> owners;
         std::vector<std::pair<py::object, py::object>> copies;  // non-contiguous: loaded via a copy
         const StateDict state = borrow_state(into, "into", true, owners, &copies);
         // synchronises the stream
-        ck::Manifest loaded = without_gil([&] { return ck::load(directory, state, stream.view, strict); });
+        ck::Manifest loaded = without_gil([&] { return ck::load(directory, state, stream.view, strict, verify); });
         for (auto& [original, copy] : copies) {
           if (is_torch_tensor(original)) {
             original.attr("copy_")(copy);
@@ -299,10 +306,13 @@ void bind_checkpoint(py::module_& m) {
         return loaded;
       },
       py::arg("directory"), py::arg("into"), py::arg("stream"), py::arg("strict") = true,
-      "Load into {name: array} (each found by name): everything verified (manifest, headers, checksums, dtypes, "
-      "shapes) before the first write; then copied in stream order, and the stream synchronised. A non-contiguous "
-      "tensor or array (channels_last, a transposed view) is filled through a contiguous copy. Returns the "
-      "Manifest.");
+      py::arg("verify") = "before_writing",
+      "Load into {name: array} (each found by name): everything verified (manifest, headers, dtypes, shapes, and "
+      "with verify='before_writing' the checksums) before the first write; then copied in stream order, and the "
+      "stream synchronised. verify='while_copying' checks each host tensor's checksum as it is copied (one pass "
+      "over the data: faster from the page cache, but a damaged tensor then leaves the others written). A "
+      "non-contiguous tensor or array (channels_last, a transposed view) is filled through a contiguous copy. "
+      "Returns the Manifest.");
   m.def("checkpoint_directory_name", &ck::directory_name, py::arg("step"),
         "The name of a step's directory: step-000000001000.");
 }

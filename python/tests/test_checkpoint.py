@@ -33,7 +33,8 @@ def state_of_every_dtype():
     }
 
 
-def test_round_trip_of_numpy_arrays_and_gpucloud_buffers(tmp_path, stream):
+@pytest.mark.parametrize("verify", ["before_writing", "while_copying"])
+def test_round_trip_of_numpy_arrays_and_gpucloud_buffers(tmp_path, stream, verify):
     state = state_of_every_dtype()
     bf16 = gc.Buffer((4, 6), "bfloat16")
     gc.fill(bf16, 1.5, stream)
@@ -49,7 +50,7 @@ def test_round_trip_of_numpy_arrays_and_gpucloud_buffers(tmp_path, stream):
     into = {k: (np.zeros_like(v) if isinstance(v, np.ndarray) else None) for k, v in state.items()}
     into["bf16"] = gc.Buffer((4, 6), "bfloat16")
     into["fp8"] = gc.Buffer(5, "float8_e4m3")
-    m = ck.load(latest, into, stream)
+    m = ck.load(latest, into, stream, verify=verify)
     assert m.step == 12 and m.world_size == 1 and json.loads(m.metadata["loader"]) == {"epoch": 3}
     assert m.tensors["f16"].shape == [2, 2, 2] and m.tensors["f16"].dtype == gc.DType.float16
     for k, v in state.items():
@@ -91,9 +92,10 @@ def expect_untouched(into):
         assert (v == -1).all(), "the caller's array was written"
 
 
+@pytest.mark.parametrize("verify", ["before_writing", "while_copying"])
 @pytest.mark.parametrize("damage", ["truncate", "flip-data", "flip-header", "flip-manifest", "delete-file",
                                     "delete-manifest", "empty-file"])
-def test_damage_is_a_checkpoint_error_and_writes_nothing(saved, stream, damage):
+def test_damage_is_a_checkpoint_error_and_writes_nothing(saved, stream, damage, verify):
     f = os.path.join(saved, "rank-00000.safetensors")
     manifest = os.path.join(saved, "manifest.json")
     if damage == "truncate":
@@ -112,10 +114,13 @@ def test_damage_is_a_checkpoint_error_and_writes_nothing(saved, stream, damage):
         pathlib.Path(f).write_bytes(b"")
     into = sentinel_into()
     with pytest.raises(gc.CheckpointError) as e:
-        ck.load(saved, into, stream)
+        ck.load(saved, into, stream, verify=verify)
     assert not isinstance(e.value, gc.CheckpointMismatch)
     assert ("manifest.json" if "manifest" in damage else "rank-00000.safetensors") in str(e.value)
-    expect_untouched(into)
+    if damage == "flip-data":
+        assert "fails its checksum" in str(e.value)
+    if damage != "flip-data" or verify == "before_writing":  # found while copying: written in part
+        expect_untouched(into)
 
 
 def test_mismatches_name_the_tensor(saved, stream):
@@ -161,6 +166,8 @@ def test_bad_arguments(tmp_path, stream):
     writer.save(2, {"w": w}, stream)
     with pytest.raises(gc.InvalidArgument, match="read-only"):
         ck.load(ck.latest(str(tmp_path)), {"w": ro}, stream)
+    with pytest.raises(gc.InvalidArgument, match="verify: 'after'"):
+        ck.load(ck.latest(str(tmp_path)), {"w": w}, stream, verify="after")
 
 
 def train(steps, stream, resume_from=None, save_to=None, save_at=None):

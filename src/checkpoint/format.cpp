@@ -1,6 +1,7 @@
 #include "checkpoint/format.hpp"
 
 #include "checkpoint/files.hpp"
+#include "runtime/host/streaming_copy.hpp"
 
 #include <gpucloud/runtime/error.hpp>
 
@@ -9,6 +10,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <array>
 #include <cstdio>
 #include <limits>
 
@@ -16,27 +18,40 @@ namespace gpucloud::checkpoint::detail {
 
 using nlohmann::json;
 
+#include "checkpoint/hash/xxh3_copy.inc"
+
 #if defined(GPUCLOUD_XXH3_X86)
 // The same XXH3-64 in wider vectors (checkpoint/hash/): identical results, 1.3-1.7x the baseline
 // SSE2 build's bytes per second on one core.
+using CopyFn = void (*)(void*, const void*, std::size_t) noexcept;
 std::uint64_t xxh3_avx512(const void* data, std::size_t n) noexcept;
 std::uint64_t xxh3_avx2(const void* data, std::size_t n) noexcept;
+std::uint64_t xxh3_copy_avx512(void* dst, const void* src, std::size_t n, CopyFn copy) noexcept;
+std::uint64_t xxh3_copy_avx2(void* dst, const void* src, std::size_t n, CopyFn copy) noexcept;
 namespace {
 using Xxh3Fn = std::uint64_t (*)(const void*, std::size_t) noexcept;
+using Xxh3CopyFn = std::uint64_t (*)(void*, const void*, std::size_t, CopyFn) noexcept;
 std::uint64_t xxh3_baseline(const void* data, std::size_t n) noexcept { return XXH3_64bits(data, n); }
-Xxh3Fn pick_xxh3() noexcept {
+int isa() noexcept {  // 2: AVX-512, 1: AVX2, 0: the baseline
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return xxh3_avx512;
-  if (__builtin_cpu_supports("avx2")) return xxh3_avx2;
-  return xxh3_baseline;
+  if (__builtin_cpu_supports("avx512f")) return 2;
+  if (__builtin_cpu_supports("avx2")) return 1;
+  return 0;
 }
 }  // namespace
 std::uint64_t xxh3(const void* data, std::size_t n) noexcept {
-  static const Xxh3Fn fn = pick_xxh3();
+  static const Xxh3Fn fn = std::array<Xxh3Fn, 3>{xxh3_baseline, xxh3_avx2, xxh3_avx512}[isa()];
   return fn(data, n);
+}
+std::uint64_t xxh3_copy(void* dst, const void* src, std::size_t n) noexcept {
+  static const Xxh3CopyFn fn = std::array<Xxh3CopyFn, 3>{xxh3_copy_pieces, xxh3_copy_avx2, xxh3_copy_avx512}[isa()];
+  return fn(dst, src, n, gpucloud::detail::streaming_copy);
 }
 #else
 std::uint64_t xxh3(const void* data, std::size_t n) noexcept { return XXH3_64bits(data, n); }
+std::uint64_t xxh3_copy(void* dst, const void* src, std::size_t n) noexcept {
+  return xxh3_copy_pieces(dst, src, n, gpucloud::detail::streaming_copy);
+}
 #endif
 
 std::string hex64(std::uint64_t v) {

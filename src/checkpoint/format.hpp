@@ -13,6 +13,9 @@ namespace gpucloud::checkpoint::detail {
 
 /// XXH3-64 of @p n bytes (xxHash, from libxxhash-dev).
 std::uint64_t xxh3(const void* data, std::size_t n) noexcept;
+/// Copies @p n bytes from @p src to @p dst (not overlapping) and returns their XXH3-64, hashing each
+/// piece while it is in the cache: one read of @p src where xxh3() then a copy read it twice.
+std::uint64_t xxh3_copy(void* dst, const void* src, std::size_t n) noexcept;
 /// 16 lowercase hex digits.
 std::string hex64(std::uint64_t v);
 

@@ -114,7 +114,7 @@ void for_each_item(std::size_t n, const std::function<void(std::size_t)>& fn) {
 // host memory on the budget's cores, GPU memory in @p stream's order. No staging copy of the
 // checkpoint is made: the page cache is the only one.
 void verify_and_copy(const std::string& directory, const Manifest& m, const StateDict& into,
-                     std::map<std::string, CheckedFile>& files, StreamView stream) {
+                     std::map<std::string, CheckedFile>& files, StreamView stream, Verify verify) {
   std::map<std::string, d::Mapping> maps;
   for (auto& [name, f] : files) maps.emplace(name, d::Mapping(f.file, f.file.size()));
   std::vector<Piece> pieces;
@@ -129,14 +129,25 @@ void verify_and_copy(const std::string& directory, const Manifest& m, const Stat
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return pieces[a].info->end - pieces[a].info->begin > pieces[b].info->end - pieces[b].info->begin;
   });
-  // Every byte verified before any is written. A failure is reported for the first tensor by name.
+  // Verify::while_copying: host tensors are written as they are hashed, after the stream's
+  // earlier work on them.
+  const bool fused = verify == Verify::while_copying;
+  if (fused) stream.synchronize();
+  // Every byte verified (before any is written, or as it is). A failure is reported for the first
+  // tensor by name.
   std::vector<std::string> failure(pieces.size());
+  std::vector<char> copied(pieces.size(), 0);
   for_each_item(order.size(), [&](std::size_t k) {
     const Piece& p = pieces[order[k]];
     const std::uint64_t n = p.info->end - p.info->begin;
     try {
       p.map->populate(p.info->begin, n);
-      if (d::xxh3(p.map->data() + p.info->begin, static_cast<std::size_t>(n)) != p.info->xxh3) {
+      const char* src = p.map->data() + p.info->begin;
+      const bool copy = fused && p.dst.host_accessible();
+      const std::uint64_t h = copy ? d::xxh3_copy(p.dst.data(), src, static_cast<std::size_t>(n))
+                                   : d::xxh3(src, static_cast<std::size_t>(n));
+      copied[order[k]] = copy ? 1 : 0;
+      if (h != p.info->xxh3) {
         failure[order[k]] = directory + "/" + p.info->file + ": tensor '" + *p.name +
                             "' fails its checksum (the bytes were changed or damaged)";
       }
@@ -148,7 +159,7 @@ void verify_and_copy(const std::string& directory, const Manifest& m, const Stat
     if (!why.empty()) corrupt(why);
   }
   // The copies: the stream's earlier work on the tensors first.
-  stream.synchronize();
+  if (!fused) stream.synchronize();
   constexpr std::uint64_t kChunk = std::uint64_t{4} << 20;
   struct Span {
     char* dst;
@@ -157,9 +168,10 @@ void verify_and_copy(const std::string& directory, const Manifest& m, const Stat
   };
   std::vector<Span> spans;
   try {
-    for (const Piece& p : pieces) {
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& p = pieces[i];
       const std::uint64_t n = p.info->end - p.info->begin;
-      if (n == 0) continue;
+      if (n == 0 || copied[i]) continue;
       const char* src = p.map->data() + p.info->begin;
       if (p.dst.host_accessible()) {
         for (std::uint64_t o = 0; o < n; o += kChunk) {
@@ -223,8 +235,13 @@ Manifest read_manifest(const std::string& directory) {
   return m;
 }
 
-Manifest load(const std::string& directory, const StateDict& into, StreamView stream, bool strict) {
+Manifest load(const std::string& directory, const StateDict& into, StreamView stream, bool strict, Verify verify) {
   d::check_path_argument(directory, "checkpoint::load", "directory");
+  if (verify != Verify::before_writing && verify != Verify::while_copying) {
+    throw InvalidArgument("checkpoint::load",
+                          "verify: " + std::to_string(static_cast<int>(verify)) + " is not a Verify value", __FILE__,
+                          __LINE__);
+  }
   // The caller's side first: names and shapes of what it passes.
   std::map<std::string, std::vector<std::int64_t>> shapes;
   for (const auto& [name, ref] : into) shapes[name] = shape_of(ref, "into['" + name + "']");
@@ -264,7 +281,7 @@ Manifest load(const std::string& directory, const StateDict& into, StreamView st
       corrupt(directory + "/" + t.file + ": its header does not describe tensor '" + name + "' as the manifest does");
     }
   }
-  verify_and_copy(directory, m, into, files, stream);
+  verify_and_copy(directory, m, into, files, stream, verify);
   return m;
 }
 

@@ -249,21 +249,29 @@ class CheckpointDamage : public ::testing::Test {
     std::memset(into_b_.data(), 0x5a, into_b_.size_bytes());
   }
   gc::StateDict into() const { return {{"layer.a", {into_a_, {10, 10}}}, {"layer.b", {into_b_, {}}}}; }
-  // Loads @p into, expecting error E whose message names every one of @p words; then checks the
-  // caller's buffers were not written.
+  // Loads @p into, checksums verified either way, expecting error E whose message names every one
+  // of @p words; then checks the caller's buffers were not written (but for a checksum failure
+  // found while copying, whose tensors may be written: @p untouched false).
   template <class E>
-  void expect_load_fails(const gc::StateDict& target, std::vector<std::string> words, bool strict = true) {
-    try {
-      ck::load(dir_, target, s_, strict);
-      ADD_FAILURE() << "the load succeeded";
-    } catch (const E& e) {
-      for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what() << " / " << w;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "another error: " << e.what();
-    }
-    for (const gc::Buffer* b : {&into_a_, &into_b_}) {
-      const auto* p = static_cast<const unsigned char*>(b->data());
-      for (std::size_t i = 0; i < b->size_bytes(); ++i) ASSERT_EQ(p[i], 0x5a) << "written at byte " << i;
+  void expect_load_fails(const gc::StateDict& target, std::vector<std::string> words, bool strict = true,
+                         bool untouched_while_copying = true) {
+    for (const ck::Verify verify : {ck::Verify::before_writing, ck::Verify::while_copying}) {
+      SCOPED_TRACE(verify == ck::Verify::before_writing ? "verified before writing" : "verified while copying");
+      try {
+        ck::load(dir_, target, s_, strict, verify);
+        ADD_FAILURE() << "the load succeeded";
+      } catch (const E& e) {
+        for (const auto& w : words) {
+          EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what() << " / " << w;
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "another error: " << e.what();
+      }
+      if (verify == ck::Verify::while_copying && !untouched_while_copying) continue;
+      for (const gc::Buffer* b : {&into_a_, &into_b_}) {
+        const auto* p = static_cast<const unsigned char*>(b->data());
+        for (std::size_t i = 0; i < b->size_bytes(); ++i) ASSERT_EQ(p[i], 0x5a) << "written at byte " << i;
+      }
     }
   }
   gc::Stream s_;
@@ -274,6 +282,22 @@ class CheckpointDamage : public ::testing::Test {
 TEST_F(CheckpointDamage, IntactLoads) {
   ck::load(dir_, into(), s_);
   EXPECT_EQ(std::memcmp(into_a_.data(), a_.data(), a_.size_bytes()), 0);
+  EXPECT_EQ(std::memcmp(into_b_.data(), b_.data(), b_.size_bytes()), 0);
+  std::memset(into_a_.data(), 0x5a, into_a_.size_bytes());
+  std::memset(into_b_.data(), 0x5a, into_b_.size_bytes());
+  ck::load(dir_, into(), s_, true, ck::Verify::while_copying);
+  EXPECT_EQ(std::memcmp(into_a_.data(), a_.data(), a_.size_bytes()), 0);
+  EXPECT_EQ(std::memcmp(into_b_.data(), b_.data(), b_.size_bytes()), 0);
+}
+
+TEST_F(CheckpointDamage, AVerifyThatIsNoneOfItsValuesIsRefusedFirst) {
+  fs::remove(file_);  // not reached: the argument is checked before any file is read
+  try {
+    ck::load(dir_, into(), s_, true, static_cast<ck::Verify>(7));
+    FAIL() << "Verify(7) was accepted";
+  } catch (const gc::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("verify"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(CheckpointDamage, EveryTruncationOfTheFile) {
@@ -291,7 +315,8 @@ TEST_F(CheckpointDamage, EveryTruncationOfTheFile) {
 
 TEST_F(CheckpointDamage, AFlippedByteInTensorData) {
   flip_byte(file_, fs::file_size(file_) - 3);  // inside the last tensor
-  expect_load_fails<gc::CheckpointError>(into(), {"checksum", "rank-00000.safetensors"});
+  expect_load_fails<gc::CheckpointError>(into(), {"checksum", "rank-00000.safetensors"}, true,
+                                         /*untouched_while_copying=*/false);
 }
 
 // Many tensors, several of them MiB-sized: verified on several threads (largest first) and
@@ -333,6 +358,21 @@ TEST(CheckpointLoad, ManyTensorsLoadExactlyAndADamagedOneAmongThemIsNamed) {
   for (const auto& b : into) {
     const auto* p = static_cast<const unsigned char*>(b.data());
     for (std::size_t i = 0; i < b.size_bytes(); ++i) ASSERT_EQ(p[i], 0x5a) << "written at byte " << i;
+  }
+  // Verified while copying: the same error; the intact tensors arrive whole (each is hashed in
+  // 256 KiB pieces as it is copied: sizes of several pieces and a part, and below one).
+  try {
+    ck::load(dir, target, s, true, ck::Verify::while_copying);
+    FAIL() << "a damaged tensor loaded while copying";
+  } catch (const gc::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'w6' fails its checksum"), std::string::npos) << e.what();
+  }
+  flip_byte(dir + "/" + w6.file, w6.begin + (w6.end - w6.begin) / 2);  // and back
+  for (auto& b : into) std::memset(b.data(), 0x5a, b.size_bytes());
+  ck::load(dir, target, s, true, ck::Verify::while_copying);
+  for (int t = 0; t < 12; ++t) {
+    const auto& a = saved[static_cast<std::size_t>(t)];
+    ASSERT_EQ(std::memcmp(a.data(), into[static_cast<std::size_t>(t)].data(), a.size_bytes()), 0) << "w" << t;
   }
 }
 

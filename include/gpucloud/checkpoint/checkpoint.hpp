@@ -176,20 +176,32 @@ GPUCLOUD_API std::optional<std::string> latest(const std::string& root);
 /// @throws CheckpointError naming the file and what is wrong.
 GPUCLOUD_API Manifest read_manifest(const std::string& directory);
 
+/// @brief When load() checks the tensors' checksums.
+enum class Verify {
+  /// Every byte of every tensor before the first write: a failed load leaves `into` untouched.
+  before_writing,
+  /// Each host tensor while it is copied (one pass over the data, not two): a checksum failure
+  /// then leaves `into` partly overwritten; every other check still precedes the first write.
+  while_copying,
+};
+
 /// @brief Loads the checkpoint in @p directory into the tensors of @p into (each found by name).
 ///
-/// Verifies the manifest, the header of every file it reads, every tensor's checksum, dtype and
-/// shape before the first write into @p into; then copies in @p stream's order and synchronises
-/// it. Written by any number of ranks, it loads on any number: each rank reads what it needs.
+/// Verifies the manifest, the header of every file it reads, every tensor's dtype and shape, and
+/// (as @p verify says) its checksum before the first write into @p into; then copies in @p
+/// stream's order and synchronises it. Written by any number of ranks, it loads on any number:
+/// each rank reads what it needs.
 /// @param directory the checkpoint (a directory latest() returned)
 /// @param into the tensors to fill, by name; their dtypes and shapes must match the checkpoint's
 /// @param stream the copies into @p into are ordered on it; it is synchronised before returning
 /// @param strict every tensor of the checkpoint must also be in @p into (as torch's strict load)
+/// @param verify before_writing (every checksum before the first write) or while_copying
 /// @return the manifest (step, metadata)
 /// @throws CheckpointError (missing, truncated or corrupt files), CheckpointMismatch (a tensor
 ///         missing, unexpected, or of another dtype or shape), InvalidArgument; @p into is then
-///         untouched.
-GPUCLOUD_API Manifest load(const std::string& directory, const StateDict& into, StreamView stream, bool strict = true);
+///         untouched (but for a checksum failure under Verify::while_copying).
+GPUCLOUD_API Manifest load(const std::string& directory, const StateDict& into, StreamView stream, bool strict = true,
+                           Verify verify = Verify::before_writing);
 
 /// @brief The name of step @p step's directory ("step-000000001000").
 GPUCLOUD_API std::string directory_name(std::int64_t step);

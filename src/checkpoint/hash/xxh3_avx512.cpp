@@ -6,6 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "xxh3_copy.inc"
+
 namespace gpucloud::checkpoint::detail {
+using CopyFn = void (*)(void*, const void*, std::size_t) noexcept;
 std::uint64_t xxh3_avx512(const void* data, std::size_t n) noexcept { return XXH3_64bits(data, n); }
+std::uint64_t xxh3_copy_avx512(void* dst, const void* src, std::size_t n, CopyFn copy) noexcept {
+  return xxh3_copy_pieces(dst, src, n, copy);
+}
 }  // namespace gpucloud::checkpoint::detail
