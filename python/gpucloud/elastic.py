@@ -59,14 +59,15 @@ class State:
             flat.update({f"{name}.{key}": value for key, value in entries.items()})
         return flat
 
-    def restore(self, stream):
+    def restore(self, stream, *, verify="before_writing"):
         """Loads the newest valid checkpoint of the root into the registered state (verified;
-        any world size); returns its step, or 0 when there is none yet."""
+        any world size); returns its step, or 0 when there is none yet. ``verify``: as
+        gpucloud.checkpoint.load's ("while_copying": one read of the data, not two)."""
         latest = _checkpoint.latest(self._root)
         if latest is None:
             return 0
         flat = self._flat()
-        manifest = _checkpoint.load(latest, flat, stream)
+        manifest = _checkpoint.load(latest, flat, stream, verify=verify)
         for name, part in self._parts.items():
             if not isinstance(part, dict):
                 prefix = name + "."

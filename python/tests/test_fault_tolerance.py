@@ -379,6 +379,12 @@ def test_state_saves_at_the_stop_and_restores_everything(tmp_path):
     s.synchronize()
     assert adam2.step_count(s) == 5 and position2[0] == 5
     np.testing.assert_array_equal(np.asarray(w2), expected)
+    gc.fill(w2, 0.0, s)
+    position2[0] = 0
+    assert again.restore(s, verify="while_copying") == 5  # checksums checked as it copies: the same state
+    s.synchronize()
+    assert adam2.step_count(s) == 5 and position2[0] == 5
+    np.testing.assert_array_equal(np.asarray(w2), expected)
     with pytest.raises(ValueError, match="every"):
         gc.elastic.State(str(tmp_path / "x"), every=0)
 

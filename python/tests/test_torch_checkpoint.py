@@ -90,6 +90,10 @@ def test_an_asynchronous_save_holds_the_state_of_its_step(tmp_path):
         assert torch.equal(weights(other)[k], v), k
     writer.save(6, state_of(job))
     assert writer.load(state_of(other)) == 6  # the newest
+    third = make_job(seed=3)
+    assert writer.load(state_of(third), verify="while_copying") == 6  # checksums checked as it copies
+    for k, v in weights(other).items():
+        assert torch.equal(weights(third)[k], v), k
 
 
 def test_tensors_of_every_dtype_and_plain_tensors_are_loaded_in_place(tmp_path):

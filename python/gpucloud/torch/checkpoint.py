@@ -123,10 +123,13 @@ class Checkpointer:
         """Waits for the save in flight; its error, if any, is raised here."""
         self._ck.wait()
 
-    def load(self, state, directory=None):
+    def load(self, state, directory=None, *, verify="before_writing"):
         """Loads the newest complete checkpoint under the root (or ``directory``) into ``state``, in
         place; returns its step, or None when there is none. Every entry of ``state`` must be in the
-        checkpoint (others in it are left alone); nothing is changed when a check fails."""
+        checkpoint (others in it are left alone); nothing is changed when a check fails.
+        ``verify="while_copying"`` checks each tensor's checksum as it is copied (one read of the
+        data, not two: gpucloud.checkpoint.load); a damaged tensor then leaves the ones copied
+        before it written."""
         _check_state(state, "Checkpointer.load")
         if directory is None:
             directory = _ck.latest(self.root)
@@ -179,7 +182,7 @@ class Checkpointer:
             else:
                 into[name] = torch.empty(tuple(info.shape), dtype=dtype)
         stream = stream_for(torch.device("cpu"))
-        _ck.load(directory, into, stream, strict=False)
+        _ck.load(directory, into, stream, strict=False, verify=verify)
         finish(stream, torch.device("cpu"))
 
         def tensor(stub):
