@@ -121,6 +121,12 @@ TEST_P(Checkpoint, RoundTripOfEveryDtypeShapeAndEmptyTensor) {
   for (const auto& [name, ref] : state) {
     EXPECT_EQ(bytes_of(ref.view, s), bytes_of(into[name].view, s)) << name;
   }
+  // Checksums checked while copying (on a GPU: hashed from the mapping, then copied): the same bytes.
+  for (auto& b : loaded) gc::fill(b, 0.0, s);
+  ck::load(*dir, into, s, true, ck::Verify::while_copying);
+  for (const auto& [name, ref] : state) {
+    EXPECT_EQ(bytes_of(ref.view, s), bytes_of(into[name].view, s)) << name << ", verified while copying";
+  }
 }
 
 TEST_P(Checkpoint, FilesAreSafetensorsWithAlignedContiguousData) {
