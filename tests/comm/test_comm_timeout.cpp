@@ -211,9 +211,28 @@ int stall_save(gc::Communicator& c, const char* dir, bool idle) {
     return ok ? 0 : 1;
   }
 }
+// "agreement-form": GPUCLOUD_AGREEMENT=doubling on rank 0 alone (3 ranks on one node, where the
+// others agree all-to-all): the communicator is refused on every rank, naming the variable,
+// instead of each rank waiting for messages the others never send.
+int agreement_form() {
+  const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (world_rank != nullptr && std::string(world_rank) == "0") setenv("GPUCLOUD_AGREEMENT", "doubling", 1);
+  try {
+    gc::Communicator c = gc::Communicator::mpi_world();
+    std::printf("agreement-form: FAILED: the communicator was made\n");
+    return 1;
+  } catch (const gc::InvalidArgument& e) {
+    const bool ok = std::string(e.what()).find("GPUCLOUD_AGREEMENT") != std::string::npos;
+    std::printf("agreement-form: rank %s: %s\n%s\n", world_rank != nullptr ? world_rank : "?", e.what(),
+                ok ? "AGREEMENT FORM TEST PASSED" : "AGREEMENT FORM TEST FAILED");
+    std::fflush(stdout);
+    return ok ? 0 : 1;
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "agreement-form") return agreement_form();
   const bool exits = argc > 1 && std::string(argv[1]) == "exits";
   gc::Communicator c = gc::Communicator::mpi_world();
   if (argc > 1 && std::string(argv[1]) == "late") return late_rank(c);

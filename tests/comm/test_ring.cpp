@@ -3,12 +3,17 @@
 // hierarchical all-reduce's node phases), recursive halving and doubling (power-of-two rank
 // counts) and its halves (their reduce-scatter and all-gather), reduce-scatter, all-gather, and
 // broadcast along the chain and the binomial tree, and the direct all-reduce (3+ ranks) against
-// the ring's bytes. Which one a collective takes depends on the
+// the ring's bytes; and the order in which the agreement reduces inline data. Which one a
+// collective takes depends on the
 // size and the nodes (test_collectives covers the routing); here every schedule runs at every
 // size, so none goes untested on a rank count the routing never gives it.
+#include "comm/host_reduce.hpp"
 #include "comm/mpi/ring.hpp"
 
+#include <gpucloud/comm/mpi_interop.hpp>
 #include <gpucloud/detail/float_bits.hpp>
+#include <gpucloud/memory/buffer.hpp>
+#include <gpucloud/runtime/stream.hpp>
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -246,8 +251,81 @@ TEST(RingSchedules, ReduceScatterAllGatherAndBroadcastFromEveryRoot) {
   }
 }
 
+// Inline collectives (up to 64 KiB: reduced inside the agreement, by recursive doubling or, on one
+// node, all-to-all) reduce in recursive doubling's order: the ranks from the largest power of two p
+// up folded into rank - p, then a balanced tree over p, each pair (lower rank's side) op (higher
+// rank's side). Fractions in fp32, fp16 and bf16 come out as exactly the bytes of that order,
+// computed here from every rank's values, for all-reduces (below and above the size at which the
+// all-to-all form splits them into two rounds, and counts that do not divide by the ranks) and
+// reduce-scatters, whichever form this layout takes.
+TEST(RingSchedules, InlineSumsAddInRecursiveDoublingsOrder) {
+  gc::Communicator c = gc::communicator_from_mpi(MPI_COMM_WORLD);
+  gc::Stream s;
+  const int p = size_of();
+  const auto fraction = [](int r, std::int64_t i) {
+    return static_cast<float>((i % 3 == 0 ? -1.0 : 1.0) / (3.0 + static_cast<double>((i * 7 + r * 13) % 101)));
+  };
+  const auto values = [&](int r, std::int64_t n, gc::DType t) {  // rank r's n values in dtype t, as bytes
+    std::vector<unsigned char> v(static_cast<std::size_t>(n) * gc::dtype_size(t));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float f = fraction(r, i);
+      if (t == gc::DType::float32) {
+        std::memcpy(v.data() + i * 4, &f, 4);
+      } else {
+        const std::uint16_t h = t == gc::DType::float16 ? gd::float_to_half_bits(f) : gd::float_to_bfloat16_bits(f);
+        std::memcpy(v.data() + i * 2, &h, 2);
+      }
+    }
+    return v;
+  };
+  // Every rank's n values from element @p at, reduced in recursive doubling's order.
+  const auto expected = [&](std::int64_t at, std::int64_t n, std::int64_t whole, gc::DType t) {
+    std::vector<std::vector<unsigned char>> v;
+    for (int r = 0; r < p; ++r) {
+      auto all = values(r, whole, t);
+      v.emplace_back(all.begin() + at * static_cast<std::int64_t>(gc::dtype_size(t)),
+                     all.begin() + (at + n) * static_cast<std::int64_t>(gc::dtype_size(t)));
+    }
+    int q = 1;
+    while (q * 2 <= p) q *= 2;
+    const auto op = [&](int lo, int hi) {
+      gd::reduce_elements(v[static_cast<std::size_t>(lo)].data(), v[static_cast<std::size_t>(hi)].data(),
+                          v[static_cast<std::size_t>(lo)].data(), n, t, gc::ReduceOp::sum);
+    };
+    for (int r = 0; r + q < p; ++r) op(r, r + q);
+    for (int mask = 1; mask < q; mask *= 2) {
+      for (int r = 0; r < q; r += 2 * mask) op(r, r + mask);
+    }
+    return v[0];
+  };
+  for (gc::DType t : {gc::DType::float32, gc::DType::float16, gc::DType::bfloat16}) {
+    const auto elem = static_cast<std::int64_t>(gc::dtype_size(t));
+    for (std::int64_t bytes : {std::int64_t{4096}, std::int64_t{16384} + 8 * p + 4, std::int64_t{65536} - 12}) {
+      const std::int64_t n = bytes / elem;
+      gc::Buffer b(static_cast<std::size_t>(n), t);
+      const auto mine = values(rank_of(), n, t);
+      std::memcpy(b.data(), mine.data(), mine.size());
+      c.all_reduce(b, b, gc::ReduceOp::sum, s);
+      s.synchronize();
+      const auto want = expected(0, n, n, t);
+      EXPECT_TRUE(std::memcmp(b.data(), want.data(), want.size()) == 0)
+          << gc::dtype_name(t) << ", " << n << " elements: not recursive doubling's sum";
+    }
+    const std::int64_t per = 4000 / elem / p + 3;  // a reduce-scatter's block
+    gc::Buffer in(static_cast<std::size_t>(per * p), t), out(static_cast<std::size_t>(per), t);
+    const auto mine = values(rank_of(), per * p, t);
+    std::memcpy(in.data(), mine.data(), mine.size());
+    c.reduce_scatter(in, out, gc::ReduceOp::sum, s);
+    s.synchronize();
+    const auto want = expected(rank_of() * per, per, per * p, t);
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0)
+        << gc::dtype_name(t) << ": the reduce-scatter's block is not recursive doubling's sum";
+  }
+}
+
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;  // (a Communicator's stream workers need MPI_THREAD_MULTIPLE)
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   ::testing::InitGoogleTest(&argc, argv);
   if (rank_of() != 0) {  // one rank reports; every rank's failures still fail the exit status
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

@@ -102,6 +102,12 @@ std::shared_ptr<detail::MpiCommunicator> detail::MpiCommunicator::build(MPI_Comm
   auto c = std::make_shared<MpiCommunicator>();
   c->timeout = detail::timeout_from_environment();            // the environment first: a bad value changes nothing
   c->route_policy = detail::route_policy_from_environment();  // GPUCLOUD_COLLECTIVE_ROUTE
+  bool doubling = false;                                      // GPUCLOUD_AGREEMENT
+  if (const char* form = std::getenv("GPUCLOUD_AGREEMENT"); form != nullptr && *form != '\0') {
+    GPUCLOUD_EXPECTS(std::string(form) == "auto" || std::string(form) == "doubling", call,
+                     std::string("GPUCLOUD_AGREEMENT: '") + form + "' is not auto or doubling");
+    doubling = std::string(form) == "doubling";
+  }
   const HierarchyRequest hierarchy = detail::hierarchy_from_environment(call);
   if (const char* m = std::getenv("GPUCLOUD_MPI_MAX_COUNT"); m != nullptr && *m != '\0') {
     char* end = nullptr;
@@ -143,6 +149,14 @@ std::shared_ptr<detail::MpiCommunicator> detail::MpiCommunicator::build(MPI_Comm
   leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
   c->nodes = static_cast<int>(leaders.size());
   c->node = static_cast<int>(std::lower_bound(leaders.begin(), leaders.end(), leader) - leaders.begin());
+  // The agreement's form: every rank must take the same one, or each would wait for messages the
+  // others never send.
+  c->all_to_all = !doubling && detail::all_to_all_agreement(c->size, c->nodes);
+  int forms[2] = {c->all_to_all ? 1 : 0, c->all_to_all ? -1 : 0};
+  GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, forms, 2, MPI_INT, MPI_MAX, c->world));
+  GPUCLOUD_EXPECTS(forms[0] == -forms[1], call,
+                   "GPUCLOUD_AGREEMENT: set to doubling on some ranks and not on others (it must be the same on "
+                   "every rank: mpirun -x GPUCLOUD_AGREEMENT)");
   c->split_groups(hierarchy, call);
   return c;
 }

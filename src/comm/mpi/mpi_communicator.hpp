@@ -60,6 +60,12 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   // 64 KiB each, allocated per call they cost page faults whenever malloc returns the top of its
   // heap to the system (2 ranks from Python, 32 KiB all-reduce: 35-50 µs instead of 17).
   std::unique_ptr<Agreement> own_agreement{new Agreement}, peer_agreement{new Agreement}, out_agreement{new Agreement};
+  // What each other rank sends in an all-to-all agreement (AllToAllAgreement; by rank, null for
+  // this one), made at the first.
+  std::vector<std::unique_ptr<Agreement>> all_to_all_peers;
+  std::vector<Agreement*> all_to_all_views;
+  // Whether this communicator agrees all-to-all (set at its creation, the same on every rank).
+  bool all_to_all = false;
   // Rank 0's measured choice of route for routed collectives (route_choice.hpp), or the one
   // GPUCLOUD_COLLECTIVE_ROUTE forces; and the route the collective now running takes (both under
   // `order`).
@@ -84,6 +90,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
       (void)own_agreement.release();
       (void)peer_agreement.release();
       (void)out_agreement.release();
+      for (auto& p : all_to_all_peers) (void)p.release();
       (void)ring_scratch.release();
       (void)halving_workspace.release();
       return;
@@ -247,21 +254,26 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
                   const Unpack& unpack, const Body& body, const Early& early) {
     Agreement& a = make_agreement(sig, inline_bytes, pack);
     a.route = rank == 0 && routing.bytes != 0 ? static_cast<std::int64_t>(pick_route(sig.kind, routing)) : -1;
-    AgreementExchange exchange(a, *peer_agreement, *out_agreement, agreement, rank, size);
-    const bool early_sent = sent_with_agreement(a.high, rank) != 0;
-    if (early_sent) {
-      exchange.test();  // this rank's agreement message first, its data right behind it
-      early(*this);
-    }
-    // (Both ranks may have sent data: each drains the other's while its own go.)
+    const bool early_sent = sent_with_agreement(a.high, rank) != 0;  // (2 ranks only)
     const auto progress = [&] { return !early_sent || early_send->test(); };
-    poll([&] {
-      (void)progress();
-      return exchange.test();
-    });
-    if (!consistent(a)) {
-      drain_early(poll, progress);
-      poll(progress);  // (the other rank drains this one's)
+    if (all_to_all) {
+      detail::AllToAllAgreement exchange(a, all_to_all_agreements(), agreement, rank, size);
+      poll([&] { return exchange.test(); });
+    } else {
+      AgreementExchange exchange(a, *peer_agreement, *out_agreement, agreement, rank, size);
+      if (early_sent) {
+        exchange.test();  // this rank's agreement message first, its data right behind it
+        early(*this);
+      }
+      // (Both ranks may have sent data: each drains the other's while its own go.)
+      poll([&] {
+        (void)progress();
+        return exchange.test();
+      });
+      if (!consistent(a)) {
+        drain_early(poll, progress);
+        poll(progress);  // (the other rank drains this one's)
+      }
     }
     detail::check_agreement(poll.call, where, a.high, a.low);
     route_now = routing.bytes != 0 && a.route > 0 ? static_cast<Route>(a.route) : Route::schedule;
@@ -281,6 +293,19 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
         std::memory_order_relaxed);
   }
   bool forced() const { return route_policy == RoutePolicy::schedule || route_policy == RoutePolicy::mpi; }
+  // The buffers of an AllToAllAgreement: one Agreement for each other rank, by rank.
+  Agreement* const* all_to_all_agreements() {
+    if (all_to_all_views.empty()) {
+      all_to_all_peers.resize(static_cast<std::size_t>(size));
+      all_to_all_views.resize(static_cast<std::size_t>(size), nullptr);
+      for (int q = 0; q < size; ++q) {
+        if (q == rank) continue;
+        all_to_all_peers[static_cast<std::size_t>(q)].reset(new Agreement);
+        all_to_all_views[static_cast<std::size_t>(q)] = all_to_all_peers[static_cast<std::size_t>(q)].get();
+      }
+    }
+    return all_to_all_views.data();
+  }
   Route pick_route(Collective kind, Routing routing) {
     if (forced()) return route_policy == RoutePolicy::mpi ? Route::mpi : Route::schedule;
     return routes.pick(kind, routing.bytes, routing.other);
