@@ -63,10 +63,17 @@ void check_all_reduce(BufferView send, BufferView recv, ReduceOp op, StreamView 
 // all-gather up to 2 KiB (3 ranks, with the agreement's eager-sized pieces, three interleaved
 // runs: reduce-scatter 4-16 KiB 1.34-1.90x raw inline against 0.72-1.17x after the agreement,
 // broadcast 4 KiB 0.57-0.63x against 0.43x; all-gather 4 KiB the same either way, 8 KiB 0.45-0.57x
-// inline against 0.65-0.69x, broadcast 16 KiB 0.27-0.30x against 0.48-0.53x).
-std::size_t inline_other_limit(int size, Collective kind) {
+// inline against 0.65-0.69x, broadcast 16 KiB 0.27-0.30x against 0.48-0.53x). Where the agreement
+// is all-to-all (3-16 ranks on one node: AllToAllAgreement), each rank sends only its part on any
+// rank count, and reduce-scatters and all-gathers go inline up to kInlineBytes there too (3 ranks,
+// 4-64 KiB, two interleaved runs, quiet and beside busy cores: all-gather 0.76-1.12x raw after the
+// agreement against 1.19-2.05x inline, reduce-scatter 32-64 KiB 0.90-1.78x against 1.34-1.82x);
+// broadcasts not (the root sends every rank the whole payload: 16-64 KiB quiet 0.43-0.69x
+// inline against 0.78-0.87x).
+std::size_t inline_other_limit(int size, Collective kind, bool all_to_all) {
   if (size == 2) return std::size_t{16} << 10;
   if ((size & (size - 1)) == 0) return kInlineBytes;
+  if (all_to_all && kind != Collective::broadcast) return kInlineBytes;
   switch (kind) {
     case Collective::reduce_scatter:
       return std::size_t{16} << 10;
@@ -261,7 +268,7 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
   detail::check_no_overlap(recv, send, call, "send");
   check_count(recv, max_count, call, "recv");
   const auto n = static_cast<std::int64_t>(recv.size());
-  const std::size_t limit = inline_other_limit(size, Collective::reduce_scatter);
+  const std::size_t limit = inline_other_limit(size, Collective::reduce_scatter, all_to_all);
   const bool ring = detail::ring_applies_per_rank(send.size_bytes(), size, nodes, limit);
   // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's first half, polled.
   const bool halving = detail::halving_applies(send.size_bytes(), size, 1, limit);
@@ -315,7 +322,7 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   detail::check_no_overlap(recv, send, call, "send");
   check_count(send, max_count, call, "send");
   const auto n = static_cast<std::int64_t>(send.size());
-  const std::size_t limit = inline_other_limit(size, Collective::all_gather);
+  const std::size_t limit = inline_other_limit(size, Collective::all_gather, all_to_all);
   const bool ring = detail::ring_applies_per_rank(recv.size_bytes(), size, nodes, limit);
   // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's second half (recursive
   // doubling), polled.
@@ -370,7 +377,7 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
   check_host(buffer, stream, call, "buffer");
   (void)mpi_type(buffer.dtype(), call);
   const auto n = static_cast<std::int64_t>(buffer.size());
-  const std::size_t limit = inline_other_limit(size, Collective::broadcast);
+  const std::size_t limit = inline_other_limit(size, Collective::broadcast, all_to_all);
   const bool ring = detail::ring_applies(buffer.size_bytes(), size, limit);
   const bool tree = detail::tree_applies(buffer.size_bytes(), size, limit);  // 3+ ranks, below the chain
   enqueue(
