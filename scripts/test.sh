@@ -187,7 +187,7 @@ installable_wheel python
 interop_files=$(cd python/tests && grep -l -E 'torch|mpi4py|GPUCLOUD_SLURM_TESTS|FAULT_TRIALS' test_*.py | sed 's|^|python/tests/|')
 WHEEL_FROM=python GPUCLOUD_SLURM_TESTS=1 GPUCLOUD_FAULT_TRIALS=0 PYTEST_FILES="$interop_files" \
   python_package interop /usr/bin/python3 --system-site-packages
-GPUCLOUD_FAULT_TRIALS=0 torch2_tests # the fault trials: python and interop
+GPUCLOUD_FAULT_TRIALS=0 torch2_tests # the python example's fault trials: python
 # host: the MPI tests (Slurm, the elastic layer, the trainer's process-level fault tests: code without
 # CUDA) run in main, and under ASan on 2-4 ranks in asan.
 configure_build_test host "-LE mpi" -DGPUCLOUD_CUDA=OFF \
@@ -211,7 +211,8 @@ PIP_BUILD_OPTIONS=(-C cmake.define.GPUCLOUD_CUDA=OFF -C cmake.define.GPUCLOUD_BL
 # libstdc++ too: the interpreter does not load it, and ASan must find the real __cxa_throw.
 PYTEST_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)"
 # The fault trials (real processes killed at random, the supervisor's restarts) run in the python
-# and interop configurations: GPUCLOUD_FAULT_TRIALS=0 skips them here, where the bindings are the point.
+# configuration (the torch examples' in interop and torch2): GPUCLOUD_FAULT_TRIALS=0 skips them
+# here, where the bindings are the point.
 PACKAGE_SOURCE="$(echo build/sdist/gpucloud-*.tar.gz)" GPUCLOUD_FAULT_TRIALS=0 \
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   python_package python-asan python3
