@@ -1,4 +1,5 @@
-// Reading checkpoints: everything verified before the first byte reaches the caller's tensors.
+// Reading checkpoints: everything verified before the first byte reaches the caller's tensors (or,
+// with Verify::while_copying, each tensor's checksum as it is copied).
 #include <gpucloud/checkpoint/checkpoint.hpp>
 #include <gpucloud/memory/buffer.hpp>
 #include <gpucloud/movement/copy.hpp>
@@ -110,7 +111,8 @@ void for_each_item(std::size_t n, const std::function<void(std::size_t)>& fn) {
 }
 
 // Reads every tensor of @p into through a mapping of its file, checks each one's XXH3-64 (in
-// parallel, tensor by tensor, largest first), and only when all match copies them into @p into:
+// parallel, tensor by tensor, largest first), and only when all match copies them into @p into
+// (Verify::while_copying: host tensors are copied as they are hashed, the others after):
 // host memory on the budget's cores, GPU memory in @p stream's order. No staging copy of the
 // checkpoint is made: the page cache is the only one.
 void verify_and_copy(const std::string& directory, const Manifest& m, const StateDict& into,
