@@ -35,6 +35,11 @@ struct Agreement {
   alignas(8) unsigned char payload[kInlineBytes];
 };
 inline constexpr std::size_t kHeaderBytes = offsetof(Agreement, payload);
+// The agreement's messages go as pieces of this many bytes: OpenMPI's shared-memory transport sends
+// up to 4 KiB, its own header included, without waiting for the receiver, and a larger message
+// waits for the receiver's acknowledgement, which on oversubscribed cores is a descheduled peer's
+// wake-up (a 4 KiB all-reduce's header and payload would be one such message).
+inline constexpr int kAgreementPieceBytes = 4032;
 
 // Bytes of the payload a consistent inline agreement uses (what inline_size() gave each rank).
 inline std::size_t payload_bytes(const Agreement& a) {
@@ -159,14 +164,11 @@ class AgreementExchange {
  private:
   enum class Phase { start, fold, round, send_back, receive_result, done };
   static constexpr int kMaxWire = static_cast<int>(sizeof(Agreement));
-  // A message goes as pieces of kPieceBytes and a last, shorter one (empty when the message is a
-  // multiple): OpenMPI's shared-memory transport sends up to 4 KiB, its own header included,
-  // without waiting for the receiver, and a larger message waits for the receiver's
-  // acknowledgement, which on oversubscribed cores is a descheduled peer's wake-up (a 4 KiB
-  // all-reduce's header and payload would be one such message). A piece shorter than kPieceBytes
-  // ends the message, so the receiver knows from each piece's size whether another follows. The
-  // first piece has tag 0, the others kTailTag (same-tag messages from one rank match in order).
-  static constexpr int kPieceBytes = 4032;
+  // A message goes as pieces of kAgreementPieceBytes and a last, shorter one (empty when the
+  // message is a multiple): a piece shorter than kPieceBytes ends the message, so the receiver knows
+  // from each piece's size whether another follows. The first piece has tag 0, the others kTailTag
+  // (same-tag messages from one rank match in order).
+  static constexpr int kPieceBytes = kAgreementPieceBytes;
   static constexpr int kTailTag = detail::kRingFirstTag + detail::kRingSlots;  // after the ring's tags
   static constexpr int kMaxPieces = kMaxWire / kPieceBytes + 1;
   static_assert(kPieceBytes > static_cast<int>(kHeaderBytes) && kPieceBytes < kMaxWire);
@@ -347,14 +349,6 @@ inline bool all_to_all_split(const Agreement& h) {
          payload_bytes(h) > kAllToAllWholeBytes;
 }
 
-/// Rank @p r's block (@p offset, @p length, in elements) of @p count elements split over @p size
-/// ranks: the first count % size blocks one longer.
-inline void all_to_all_block(std::int64_t count, int size, int r, std::int64_t& offset, std::int64_t& length) {
-  const std::int64_t q = count / size, m = count % size;
-  offset = r * q + std::min<std::int64_t>(r, m);
-  length = q + (r < m ? 1 : 0);
-}
-
 /// The part of its payload (@p offset, @p bytes) a rank whose agreement is @p h sends rank @p to in
 /// an all-to-all agreement of @p size ranks (rank @p from sending): nothing unless its data is
 /// inline; an all-gather's own block, the receiver's block of a reduce-scatter or a split
@@ -369,7 +363,7 @@ inline void all_to_all_part(const Agreement& h, int from, int to, int size, std:
   const std::size_t block = static_cast<std::size_t>(h.high[3]) * elem;
   if (all_to_all_split(h)) {
     std::int64_t at = 0, len = 0;
-    all_to_all_block(h.high[3], size, to, at, len);
+    ring_block(h.high[3], size, to, at, len);
     offset = static_cast<std::size_t>(at) * elem;
     bytes = static_cast<std::size_t>(len) * elem;
   } else if (kind == Collective::all_gather) {
@@ -454,8 +448,9 @@ class AllToAllAgreement {
   static constexpr int kHeaderTag = detail::kRingFirstTag + detail::kRingSlots + 1;
   static constexpr int kDataTag = kHeaderTag + 1;
   static constexpr int kResultTag = kHeaderTag + 2;  // a split all-reduce's second round
-  // Eager pieces, as AgreementExchange's: a sender never waits for a descheduled receiver.
-  static constexpr int kPieceBytes = 4032;
+  // Eager pieces (kAgreementPieceBytes): a sender never waits for a descheduled receiver; the
+  // receiver knows from the sender's header how many come.
+  static constexpr int kPieceBytes = kAgreementPieceBytes;
 
   // Sends @p bytes at @p at to, or receives them from, rank @p peer, in pieces of kPieceBytes.
   void pieces(unsigned char* at, std::size_t bytes, int peer, bool send, int tag = kDataTag) {
@@ -514,14 +509,14 @@ class AllToAllAgreement {
   void split_round(DType t) {
     const std::size_t elem = dtype_size(t);
     std::int64_t at = 0, len = 0;
-    all_to_all_block(a_.high[3], size_, rank_, at, len);
+    ring_block(a_.high[3], size_, rank_, at, len);
     unsigned char* own = a_.payload + static_cast<std::size_t>(at) * elem;
     reduce(own, len, t);
     results_ = true;
     for (int q = 0; q < size_; ++q) {
       if (q == rank_) continue;
       std::int64_t q_at = 0, q_len = 0;
-      all_to_all_block(a_.high[3], size_, q, q_at, q_len);
+      ring_block(a_.high[3], size_, q, q_at, q_len);
       pieces(a_.payload + static_cast<std::size_t>(q_at) * elem, static_cast<std::size_t>(q_len) * elem, q,
              /*send=*/false, kResultTag);
     }

@@ -97,11 +97,7 @@ RingCollective::RingCollective(RingKind kind, const void* send, void* recv, std:
 void RingCollective::piece(int b, std::int64_t segment, std::int64_t& offset, std::int64_t& length) const {
   const bool whole = kind_ == RingKind::broadcast || kind_ == RingKind::broadcast_tree;
   std::int64_t begin = whole ? 0 : b * count_, len = count_;  // else equal blocks
-  if (kind_ == RingKind::all_reduce || kind_ == RingKind::all_reduce_halving) {
-    const std::int64_t q = count_ / size_, m = count_ % size_;
-    begin = b * q + std::min<std::int64_t>(b, m);
-    len = q + (b < m ? 1 : 0);
-  }
+  if (kind_ == RingKind::all_reduce || kind_ == RingKind::all_reduce_halving) ring_block(count_, size_, b, begin, len);
   const std::int64_t at = std::min(len, segment * segment_elems_);
   offset = begin + at;
   length = std::min(segment_elems_, len - at);
@@ -336,9 +332,7 @@ DirectAllReduce::DirectAllReduce(const void* send, void* recv, std::int64_t coun
 }
 
 void DirectAllReduce::block(int b, std::int64_t& offset, std::int64_t& length) const {
-  const std::int64_t q = count_ / size_, m = count_ % size_;
-  offset = b * q + std::min<std::int64_t>(b, m);
-  length = q + (b < m ? 1 : 0);
+  ring_block(count_, size_, b, offset, length);
 }
 
 unsigned char* DirectAllReduce::slot(int q) const {
@@ -413,8 +407,8 @@ bool two_rank_all_reduce_applies(std::size_t bytes, int size, std::size_t inline
   return size == 2 && bytes > inline_limit && bytes <= 2 * kDirectPieceBytes;
 }
 
-void direct_block(std::int64_t count, int r, std::int64_t& offset, std::int64_t& length) {
-  const std::int64_t q = count / 2, m = count % 2;
+void ring_block(std::int64_t count, int size, int r, std::int64_t& offset, std::int64_t& length) {
+  const std::int64_t q = count / size, m = count % size;
   offset = r * q + std::min<std::int64_t>(r, m);
   length = q + (r < m ? 1 : 0);
 }

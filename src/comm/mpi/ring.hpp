@@ -73,9 +73,15 @@ constexpr int kDirectTag = kRingFirstTag;
 /// sent with the agreement: MpiCommunicator): 2 ranks, above @p inline_limit, and each rank's half
 /// of the vector at most one DirectTransfer message (kDirectPieceBytes: 16 MiB in all).
 bool two_rank_all_reduce_applies(std::size_t bytes, int size, std::size_t inline_limit);
+/// Block @p r of @p count elements split over @p size ranks, as the ring splits an all-reduce (and
+/// the direct routes and the all-to-all agreement with it): the first element and the length, the
+/// first count % size blocks one longer.
+void ring_block(std::int64_t count, int size, int r, std::int64_t& offset, std::int64_t& length);
 /// The block of @p count elements rank @p r (0 or 1) of a direct 2-rank all-reduce reduces: the
-/// first element and the length (the ring's blocks: rank 0's one longer when @p count is odd).
-void direct_block(std::int64_t count, int r, std::int64_t& offset, std::int64_t& length);
+/// ring's 2-rank block (ring_block).
+inline void direct_block(std::int64_t count, int r, std::int64_t& offset, std::int64_t& length) {
+  ring_block(count, 2, r, offset, length);
+}
 
 /// One buffer sent to, or received from, the other rank of a 2-rank communicator, unpipelined (a
 /// 2-rank broadcast's, all-gather's or all-reduce's data): every message posted at once, kDirectPieceBytes each
