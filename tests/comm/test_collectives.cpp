@@ -308,11 +308,13 @@ TEST(Collectives, RingCollectivesAreExactAndTheSameBytesOnEveryRank) {
   }
 }
 
-// An all-reduce over 3 or more ranks on one node up to 16 MiB has two routes, the ring and the
-// direct all-reduce, measured by rank 0 from the first calls (which alternate) and re-measured
-// when the machine gets busier: both add in the ring's order, so repeated calls give the same
-// bytes whichever runs (a rerun or a resumed job reproduces its sums), on every rank. A fresh
-// communicator, so its first calls try both routes. (Forced to MPI's route, the sums are MPI's.)
+// An all-reduce over 3 or more ranks on one node up to 16 MiB takes the direct all-reduce, sent
+// with the agreement, or (agreeing by recursive doubling: GPUCLOUD_AGREEMENT=doubling) has two
+// routes, the ring and the direct all-reduce, measured by rank 0 from the first calls (which
+// alternate) and re-measured when the machine gets busier: both add in the ring's order, so
+// repeated calls give the same bytes whichever runs (a rerun or a resumed job reproduces its sums),
+// on every rank. A fresh communicator, so its first calls try both routes. (Forced to MPI's route,
+// the sums are MPI's.)
 TEST(Collectives, SumsOverThreeOrMoreRanksRepeatBitForBitOnEitherRoute) {
   const char* route = std::getenv("GPUCLOUD_COLLECTIVE_ROUTE");
   if (route != nullptr && std::string(route) == "mpi") GTEST_SKIP() << "MPI's own route forced";

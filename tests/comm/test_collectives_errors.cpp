@@ -145,12 +145,13 @@ TEST(Collectives, AnInlineSizeAgainstAFullSizeIsAnErrorOnEveryRank) {
       [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(small, 0, s); });
 }
 
-// A broadcast, all-gather or all-reduce above the inline size on 2 ranks: the root (both ranks of
-// the others) sends its data with its agreement, before it knows the other rank agrees. A
-// disagreement in any field, with either rank the sender, or both, is still an error on every rank
-// that changes no rank's data, and no message is left over for a later collective: a large
-// collective after each arrives whole. (On more ranks the same calls check the
-// agreement of collectives whose data follows it.)
+// A broadcast, all-gather or all-reduce above the inline size on 2 ranks, and up to 16 MiB on 3-16
+// ranks of one node: the root (every rank of the others) sends its data with its agreement, before
+// it knows the other ranks agree. A disagreement in any field, with any rank the sender, or
+// several, is still an error on every rank that changes no rank's data, and no message is left
+// over for a later collective: a large collective after each arrives whole. (Across nodes the same
+// calls check the agreement of collectives whose data follows it; on 4 ranks the 8 MiB all-gathers
+// are past 16 MiB in all, the 1 MiB ones below it.)
 TEST(Collectives, DataSentWithTheAgreementIsDrainedOnADisagreement) {
   const int me = world().rank();
   const std::size_t n = (std::size_t{8} << 20) / 4 + 5;  // fp32: two messages, the second short
@@ -210,6 +211,14 @@ TEST(Collectives, DataSentWithTheAgreementIsDrainedOnADisagreement) {
   expect_disagreement("dtype", gather(x, gathered), gather(ints, gathered_ints));
   expect_disagreement("count", gather(x, gathered), gather(small, gathered_small));
   gathers_whole();
+  // Gathers up to 16 MiB in all on 3+ ranks: every rank sends its block to every other one.
+  const std::size_t m = (std::size_t{1} << 20) / 4 + 5;
+  gc::Buffer piece = inputs(gc::DType::float32, m, me), gathered_piece = inputs(gc::DType::float32, m * ranks, me);
+  expect_disagreement("count", gather(piece, gathered_piece), gather(x, gathered));
+  expect_disagreement("operation", gather(piece, gathered_piece), bcast(piece, 1));
+  expect_disagreement("operation", bcast(piece, 2 % static_cast<int>(ranks)), gather(piece, gathered_piece));
+  unchanged(piece);
+  unchanged(gathered_piece);
   expect_disagreement("operation", gather(x, gathered), bcast(x, 1));  // both send
   expect_disagreement("operation", gather(x, gathered), bcast(x, 0));  // only rank 0 sends
   expect_disagreement(

@@ -4,13 +4,15 @@
 // max(384 KiB, (p - 2) x 256 KiB)) in a polled ring of point-to-point messages, all-reduces on 4,
 // 8 or 16 ranks below that (or on several nodes) in polled halving and doubling, reduce-scatters
 // and all-gathers on one node in halving/doubling or the ring at every size, broadcasts on 3+
-// ranks in a binomial tree, 2-rank broadcasts, all-gathers and all-reduces (up to 16 MiB) as sends
-// that go with the agreement (DirectTransfer; all on the caller's thread when the stream is idle),
-// the rest in MPI's blocking collectives on the stream's worker under a watchdog; fp16/bf16 reduce
-// through custom MPI ops. Each polled schedule but the 2-rank ones sent with the agreement has a
-// second route, MPI's nonblocking collective polled the same way (the all-reduce's and
-// reduce-scatter's ring on 3-16 ranks of one node up to 16 MiB: direct messages with the ring's
-// bits), taken when rank 0's timings say it is faster (route_choice.hpp; c.route_now).
+// ranks in a binomial tree, broadcasts, all-gathers and all-reduces on 2 ranks (the all-reduce up to
+// 16 MiB) and up to 16 MiB on 3-16 ranks of one node (the all-reduce where the ring applies: the
+// direct route's first round) as sends that go with the agreement (DirectTransfer; all on the
+// caller's thread when the stream is idle), the rest in MPI's blocking collectives on the stream's
+// worker under a watchdog; fp16/bf16 reduce through custom MPI ops. Each polled schedule but those
+// sent with the agreement has a second route, MPI's nonblocking collective polled the same way (the
+// all-reduce's and reduce-scatter's ring on 3-16 ranks of one node up to 16 MiB: direct messages
+// with the ring's bits), taken when rank 0's timings say it is faster (route_choice.hpp;
+// c.route_now).
 #include "comm/mpi/mpi_communicator.hpp"
 
 #include <gpucloud/comm/communicator.hpp>
@@ -26,6 +28,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <deque>
 #include <string>
 
 namespace gpucloud::detail {
@@ -154,11 +157,14 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
   // 3-16 ranks on one node up to 16 MiB: the ring, or two rounds of direct messages (the same bits)
   // when rank 0 measured them faster (beside busy cores; route_choice.hpp).
   const bool direct_route = detail::all_reduce_direct_applies(recv.size_bytes(), size, nodes, kInlineBytes);
+  // 3-16 ranks of one node agreeing all-to-all: the direct route always, its first round sent with
+  // the agreement (sends_with_agreement).
+  const bool direct_with_agreement = !two_rank && sends_with_agreement(Collective::all_reduce, recv.size_bytes());
   enqueue(
       stream, call,
       {Collective::all_reduce, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
       inline_size(n, 1, recv.dtype()), pack_whole(send), unpack_reduced(recv, op),
-      [send, recv, op, n, ring, halving, two_rank](MpiCommunicator& c, const auto& poll) {
+      [send, recv, op, n, ring, halving, two_rank, direct_with_agreement](MpiCommunicator& c, const auto& poll) {
         if (two_rank) {  // the other rank's half of its send for this rank's block, reduce, swap the results
           const int peer = 1 - c.rank;
           const std::size_t elem = dtype_size(recv.dtype());
@@ -178,13 +184,19 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
           } else {
             detail::reduce_elements(mine, theirs, out + bytes(at), len, recv.dtype(), op);
           }
-          poll([&] { return c.early_send->test(); });  // (in place, the other's result lands on it)
+          poll([&] { return c.early_sends_done(); });  // (in place, the other's result lands on it)
           detail::DirectTransfer result(out + bytes(at), nullptr, bytes(len), peer, c.agreement);
           detail::DirectTransfer other(nullptr, out + bytes(peer_at), bytes(peer_len), peer, c.agreement);
           poll([&] {
             const bool sent = result.test();
             return other.test() && sent;
           });
+        } else if (direct_with_agreement) {  // this rank's values of each block went with its agreement
+          detail::DirectAllReduce d(send.data(), recv.data(), n, recv.dtype(), op, c.agreement, c.rank, c.size,
+                                    c.workspace(detail::DirectAllReduce::workspace_bytes(n, recv.dtype(), c.size)),
+                                    false, /*values_sent=*/true);
+          bool sent = false;
+          poll([&] { return (sent = sent || c.early_sends_done()) && d.test(); });
         } else if ((ring || halving) && c.route_now == Route::mpi) {
           MPI_Request q;
           GPUCLOUD_MPI_CHECK(MPI_Iallreduce(send.data() == recv.data() ? MPI_IN_PLACE : send.data(), recv.data(),
@@ -212,14 +224,17 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
       ring || halving || two_rank ? recv.size_bytes() : 0,
-      two_rank ? Route::schedule : (direct_route ? Route::direct : Route::mpi),
-      [send, n](MpiCommunicator& c) {  // 2 ranks: the other rank's block of this rank's values
-        const int peer = 1 - c.rank;
+      two_rank || direct_with_agreement ? Route::schedule : (direct_route ? Route::direct : Route::mpi),
+      [send, n](MpiCommunicator& c) {  // each other rank's block of this rank's values, to it
         const std::size_t elem = dtype_size(send.dtype());
-        std::int64_t at = 0, len = 0;
-        detail::direct_block(n, peer, at, len);
-        c.early_send.emplace(static_cast<const unsigned char*>(send.data()) + static_cast<std::size_t>(at) * elem,
-                             nullptr, static_cast<std::size_t>(len) * elem, peer, c.agreement);
+        for (int q = 0; q < c.size; ++q) {
+          if (q == c.rank) continue;
+          std::int64_t at = 0, len = 0;
+          detail::ring_block(n, c.size, q, at, len);
+          c.early_sends.emplace_back(
+              static_cast<const unsigned char*>(send.data()) + static_cast<std::size_t>(at) * elem, nullptr,
+              static_cast<std::size_t>(len) * elem, q, c.agreement);
+        }
       });
 }
 
@@ -327,6 +342,9 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
   // 4, 8 or 16 ranks below the ring's sizes: the halving all-reduce's second half (recursive
   // doubling), polled.
   const bool doubling = detail::halving_applies(recv.size_bytes(), size, 1, limit);
+  // On 2 ranks, and up to 16 MiB on 3-16 ranks of one node: each rank's block goes to every other
+  // rank with its agreement (MpiCommunicator::sends_with_agreement).
+  const bool with_agreement = sends_with_agreement(Collective::all_gather, recv.size_bytes());
   enqueue(
       stream, call, {Collective::all_gather, -1, -1, n, static_cast<std::int64_t>(send.dtype())},
       inline_size(n, size, send.dtype(), limit),
@@ -336,21 +354,28 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
         copy_bytes(payload + at, send.data(), slot);
       },
       [recv](MpiCommunicator&, const unsigned char* payload) { copy_bytes(recv.data(), payload, recv.size_bytes()); },
-      [send, recv, n, ring, doubling](MpiCommunicator& c, const auto& poll) {
+      [send, recv, n, ring, doubling, with_agreement](MpiCommunicator& c, const auto& poll) {
+        if (with_agreement) {  // this rank's block went with its agreement: the others' into their slots
+          const std::size_t block = send.size_bytes();
+          auto* slots = static_cast<unsigned char*>(recv.data());
+          std::deque<detail::DirectTransfer> receives;
+          for (int q = 0; q < c.size; ++q) {
+            if (q != c.rank)
+              receives.emplace_back(nullptr, slots + static_cast<std::size_t>(q) * block, block, q, c.agreement);
+          }
+          copy_bytes(slots + static_cast<std::size_t>(c.rank) * block, send.data(), block);
+          return poll([&] {
+            bool done = true;
+            for (detail::DirectTransfer& r : receives) done = r.test() && done;
+            return done;
+          });
+        }
         if ((ring || doubling) && c.route_now == Route::mpi) {
           MPI_Request q;
           const MPI_Datatype type = mpi_type(send.dtype(), call);
           GPUCLOUD_MPI_CHECK(MPI_Iallgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n),
                                             type, c.world, &q));
           return wait_request(poll, q);
-        }
-        if (c.size == 2) {  // this rank's block went with its agreement: the other's into its slot
-          const std::size_t block = send.size_bytes();
-          auto* slots = static_cast<unsigned char*>(recv.data());
-          copy_bytes(slots + static_cast<std::size_t>(c.rank) * block, send.data(), block);
-          detail::DirectTransfer receive(nullptr, slots + static_cast<std::size_t>(1 - c.rank) * block, block,
-                                         1 - c.rank, c.agreement);
-          return poll([&] { return receive.test(); });
         }
         if (ring)
           return run_ring(c, poll, c.agreement, detail::RingKind::all_gather, send.data(), recv.data(), n, recv.dtype(),
@@ -365,10 +390,12 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
         GPUCLOUD_MPI_CHECK(
             MPI_Allgather(send.data(), static_cast<int>(n), type, recv.data(), static_cast<int>(n), type, c.world));
       },
-      ring || doubling ? recv.size_bytes() : 0,
-      size == 2 ? Route::schedule : Route::mpi,  // 2 ranks: sent with the agreement
-      [send](MpiCommunicator& c) {               // on 2 ranks (sent_with_agreement)
-        c.early_send.emplace(send.data(), nullptr, send.size_bytes(), 1 - c.rank, c.agreement);
+      ring || doubling || with_agreement ? recv.size_bytes() : 0,
+      with_agreement ? Route::schedule : Route::mpi,  // (sent with the agreement: one route)
+      [send](MpiCommunicator& c) {                    // to every other rank (sent_with_agreement)
+        for (int q = 0; q < c.size; ++q) {
+          if (q != c.rank) c.early_sends.emplace_back(send.data(), nullptr, send.size_bytes(), q, c.agreement);
+        }
       });
 }
 
@@ -380,6 +407,9 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
   const std::size_t limit = inline_other_limit(size, Collective::broadcast, all_to_all);
   const bool ring = detail::ring_applies(buffer.size_bytes(), size, limit);
   const bool tree = detail::tree_applies(buffer.size_bytes(), size, limit);  // 3+ ranks, below the chain
+  // On 2 ranks, and up to 16 MiB on 3-16 ranks of one node: the root's data goes to every rank with
+  // its agreement (MpiCommunicator::sends_with_agreement).
+  const bool with_agreement = sends_with_agreement(Collective::broadcast, buffer.size_bytes());
   enqueue(
       stream, call, {Collective::broadcast, -1, root, n, static_cast<std::int64_t>(buffer.dtype())},
       inline_size(n, 1, buffer.dtype(), limit),
@@ -395,17 +425,17 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
       [buffer, root](MpiCommunicator& c, const unsigned char* payload) {  // the root's buffer has it
         if (c.rank != root) copy_bytes(buffer.data(), payload, buffer.size_bytes());
       },
-      [buffer, root, n, ring, tree](MpiCommunicator& c, const auto& poll) {
+      [buffer, root, n, ring, tree, with_agreement](MpiCommunicator& c, const auto& poll) {
+        if (with_agreement) {  // the root's data went with its agreement
+          if (c.rank == root) return;
+          detail::DirectTransfer receive(nullptr, buffer.data(), buffer.size_bytes(), root, c.agreement);
+          return poll([&] { return receive.test(); });
+        }
         if ((ring || tree) && c.route_now == Route::mpi) {
           MPI_Request q;
           GPUCLOUD_MPI_CHECK(
               MPI_Ibcast(buffer.data(), static_cast<int>(n), mpi_type(buffer.dtype(), call), root, c.world, &q));
           return wait_request(poll, q);
-        }
-        if (c.size == 2) {  // the root's data went with its agreement
-          if (c.rank == root) return;
-          detail::DirectTransfer receive(nullptr, buffer.data(), buffer.size_bytes(), root, c.agreement);
-          return poll([&] { return receive.test(); });
         }
         if (ring || tree)
           return run_ring(c, poll, c.agreement, ring ? detail::RingKind::broadcast : detail::RingKind::broadcast_tree,
@@ -417,11 +447,12 @@ void MpiCommunicator::broadcast(BufferView buffer, int root, StreamView stream) 
                                        type, root, c.world));
         });
       },
-      ring || tree ? buffer.size_bytes() : 0,
-      size == 2 ? Route::schedule : Route::mpi,  // 2 ranks: sent with the agreement
-      // On 2 ranks the root's data goes with its agreement (sent_with_agreement): its whole part.
-      [buffer](MpiCommunicator& c) {  // the root's
-        c.early_send.emplace(buffer.data(), nullptr, buffer.size_bytes(), 1 - c.rank, c.agreement);
+      ring || tree || with_agreement ? buffer.size_bytes() : 0,
+      with_agreement ? Route::schedule : Route::mpi,  // (sent with the agreement: one route)
+      [buffer](MpiCommunicator& c) {                  // the root's, to every other rank
+        for (int q = 0; q < c.size; ++q) {
+          if (q != c.rank) c.early_sends.emplace_back(buffer.data(), nullptr, buffer.size_bytes(), q, c.agreement);
+        }
       });
 }
 

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -175,47 +176,75 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return halving_workspace.get();
   }
 
-  // A 2-rank broadcast, all-gather or all-reduce above the inline size sends its data with its
-  // agreement: the sender (the broadcast's root, both ranks of the others) posts its buffer (the
-  // all-reduce: the half of send the other rank reduces) as a DirectTransfer, here, right behind
-  // its agreement message instead of after the reply, and the receiver posts the receives only
-  // once the headers agree (the collective's body: into its buffer, or the all-reduce's scratch).
-  // The round trip saved is, on cores shared with busy processes, often a scheduler tick
-  // (docs/collectives.md). On a disagreement a rank drains what the other sent into the scratch
-  // (drain_early), so the sends complete, no data changes and no message is left for a later
-  // collective. `order` held.
-  std::optional<detail::DirectTransfer> early_send;
-  // The bytes the rank @p sender, whose agreement header is @p fields, sent with it (0: none).
-  std::size_t sent_with_agreement(const std::int64_t* fields, int sender) const {
-    if (size != 2 || fields[5] != 0) return 0;  // (inline data travels in the agreement itself)
+  // Collectives above the inline size whose data goes with the agreement: on 2 ranks the
+  // broadcast, the all-gather and the all-reduce up to 16 MiB; on an all-to-all communicator (3-16
+  // ranks of one node) the same up to kWithAgreementBytes (the all-reduce: where the direct route
+  // applies). The sender (the broadcast's root, every rank of the others) posts its buffer to each
+  // receiver (an all-reduce: the receiver's block of send, the first round of the direct
+  // exchange) as a DirectTransfer, here, right behind
+  // its agreement message instead of after the agreement completed, and a receiver posts the
+  // receives only once the headers agree (the collective's body: into its buffer, or the
+  // all-reduce's scratch). The wait saved is, on cores shared with busy processes, often a
+  // scheduler tick (docs/collectives.md). On a disagreement every rank holds the header of every
+  // rank that sent to it (the 2-rank exchange and the all-to-all agreement both deliver them), so
+  // it drains exactly what each sent into the scratch (drain_early): the sends complete, no data
+  // changes and no message is left for a later collective. `order` held.
+  static constexpr std::size_t kWithAgreementBytes = std::size_t{16} << 20;
+  std::deque<detail::DirectTransfer> early_sends;
+  // Whether a collective of @p kind above the inline size, whose data in all is @p bytes (an
+  // all-gather's whole recv), sends its data with its agreement (above). The same on every rank.
+  bool sends_with_agreement(Collective kind, std::size_t bytes) const {
+    if (size == 2) {
+      return kind == Collective::broadcast || kind == Collective::all_gather ||
+             (kind == Collective::all_reduce && detail::two_rank_all_reduce_applies(bytes, size, kInlineBytes));
+    }
+    if (!all_to_all || bytes > kWithAgreementBytes) return false;
+    return kind == Collective::broadcast || kind == Collective::all_gather ||
+           (kind == Collective::all_reduce && detail::all_reduce_direct_applies(bytes, size, nodes, kInlineBytes));
+  }
+  // The bytes the rank @p sender, whose agreement header is @p fields, sent rank @p receiver with
+  // it (0: none).
+  std::size_t sent_with_agreement(const std::int64_t* fields, int sender, int receiver) const {
+    if (fields[5] != 0 || sender == receiver) return 0;  // (inline data travels in the agreement itself)
     const auto kind = static_cast<Collective>(fields[0]);
-    const bool broadcast = kind == Collective::broadcast && fields[2] == sender;
-    if (!broadcast && kind != Collective::all_gather && kind != Collective::all_reduce) return 0;
+    if (kind != Collective::broadcast && kind != Collective::all_gather && kind != Collective::all_reduce) return 0;
     const std::size_t elem = dtype_size(static_cast<DType>(fields[4]));
-    if (kind != Collective::all_reduce) return static_cast<std::size_t>(fields[3]) * elem;
-    if (!detail::two_rank_all_reduce_applies(static_cast<std::size_t>(fields[3]) * elem, size, kInlineBytes)) return 0;
+    const auto count = static_cast<std::size_t>(fields[3]);
+    const std::size_t all =
+        kind == Collective::all_gather ? count * elem * static_cast<std::size_t>(size) : count * elem;
+    if (!sends_with_agreement(kind, all)) return 0;
+    if (kind == Collective::broadcast) return fields[2] == sender ? count * elem : 0;
+    if (kind == Collective::all_gather) return count * elem;
     std::int64_t offset = 0, length = 0;
-    detail::direct_block(fields[3], 1 - sender, offset, length);  // the other rank's block
+    detail::ring_block(fields[3], size, receiver, offset, length);  // the receiver's block
     return static_cast<std::size_t>(length) * elem;
   }
-  // After a disagreement: receives into the scratch, and drops, the data the other rank sent with
-  // its agreement (its header, in peer_agreement, says how much: one DirectTransfer), through
-  // @p poll, calling @p progress (this rank's own early sends) as it waits.
+  // Whether this rank's sends with its agreement have completed.
+  bool early_sends_done() {
+    bool done = true;
+    for (detail::DirectTransfer& t : early_sends) done = t.test() && done;
+    return done;
+  }
+  // After a disagreement: receives into the scratch, and drops, the data each other rank sent with
+  // its agreement (its header, in peer_agreement or all_to_all_peers, says how much: one
+  // DirectTransfer), through @p poll, calling @p progress (this rank's own early sends) as it waits.
   template <class Progress>
   void drain_early(const Poll& poll, const Progress& progress) {
-    const int peer = 1 - rank;
-    const Agreement& theirs = *peer_agreement;
-    const std::size_t bytes = sent_with_agreement(theirs.high, peer);
-    for (std::size_t at = 0; at < bytes; at += detail::kDirectPieceBytes) {  // DirectTransfer's messages
-      const auto n = static_cast<int>(std::min(detail::kDirectPieceBytes, bytes - at));
-      MPI_Request request;
-      GPUCLOUD_MPI_CHECK(MPI_Irecv(scratch(), n, MPI_BYTE, peer, detail::kDirectTag, agreement, &request));
-      poll([&] {
-        int done = 0;
-        (void)progress();
-        GPUCLOUD_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-        return done != 0;
-      });
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      const Agreement& theirs = all_to_all ? *all_to_all_views[static_cast<std::size_t>(peer)] : *peer_agreement;
+      const std::size_t bytes = sent_with_agreement(theirs.high, peer, rank);
+      for (std::size_t at = 0; at < bytes; at += detail::kDirectPieceBytes) {  // DirectTransfer's messages
+        const auto n = static_cast<int>(std::min(detail::kDirectPieceBytes, bytes - at));
+        MPI_Request request;
+        GPUCLOUD_MPI_CHECK(MPI_Irecv(scratch(), n, MPI_BYTE, peer, detail::kDirectTag, agreement, &request));
+        poll([&] {
+          int done = 0;
+          (void)progress();
+          GPUCLOUD_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+          return done != 0;
+        });
+      }
     }
   }
 
@@ -254,11 +283,17 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
                   const Unpack& unpack, const Body& body, const Early& early) {
     Agreement& a = make_agreement(sig, inline_bytes, pack);
     a.route = rank == 0 && routing.bytes != 0 ? static_cast<std::int64_t>(pick_route(sig.kind, routing)) : -1;
-    const bool early_sent = sent_with_agreement(a.high, rank) != 0;  // (2 ranks only)
-    const auto progress = [&] { return !early_sent || early_send->test(); };
+    bool early_sent = false;  // (read before the exchange combines the other ranks' headers into a)
+    for (int q = 0; q < size && !early_sent; ++q) early_sent = sent_with_agreement(a.high, rank, q) != 0;
+    early_sends.clear();  // (the last collective's completed: it waited for them, or broke the communicator)
+    const auto progress = [&] { return !early_sent || early_sends_done(); };
     if (all_to_all) {
       detail::AllToAllAgreement exchange(a, all_to_all_agreements(), agreement, rank, size);
-      poll([&] { return exchange.test(); });
+      if (early_sent) early(*this);  // right behind this rank's agreement messages
+      poll([&] {
+        (void)progress();
+        return exchange.test();
+      });
     } else {
       AgreementExchange exchange(a, *peer_agreement, *out_agreement, agreement, rank, size);
       if (early_sent) {
@@ -270,10 +305,10 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
         (void)progress();
         return exchange.test();
       });
-      if (!consistent(a)) {
-        drain_early(poll, progress);
-        poll(progress);  // (the other rank drains this one's)
-      }
+    }
+    if (!consistent(a)) {
+      drain_early(poll, progress);
+      poll(progress);  // (the others drain this one's)
     }
     detail::check_agreement(poll.call, where, a.high, a.low);
     route_now = routing.bytes != 0 && a.route > 0 ? static_cast<Route>(a.route) : Route::schedule;
@@ -311,7 +346,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return routes.pick(kind, routing.bytes, routing.other);
   }
 
-  // What a collective sends with its agreement (the 2-rank ones: sent_with_agreement): nothing.
+  // What a collective sends with its agreement (sends_with_agreement's, into early_sends): nothing.
   struct NoEarly {
     void operator()(MpiCommunicator&) const {}
   };

@@ -300,7 +300,7 @@ std::size_t DirectAllReduce::workspace_bytes(std::int64_t count, DType t, int si
 }
 
 DirectAllReduce::DirectAllReduce(const void* send, void* recv, std::int64_t count, DType t, ReduceOp op, MPI_Comm comm,
-                                 int rank, int size, unsigned char* workspace, bool scatter_only)
+                                 int rank, int size, unsigned char* workspace, bool scatter_only, bool values_sent)
     : send_(static_cast<const unsigned char*>(send)),
       recv_(static_cast<unsigned char*>(recv)),
       count_(count),
@@ -317,12 +317,12 @@ DirectAllReduce::DirectAllReduce(const void* send, void* recv, std::int64_t coun
   std::int64_t mine_at = 0, mine_n = 0;
   block(rank_, mine_at, mine_n);
   receives_.resize(static_cast<std::size_t>(size_ - 1));
-  sends_.resize(static_cast<std::size_t>(size_ - 1));
+  sends_.resize(static_cast<std::size_t>(size_ - 1), MPI_REQUEST_NULL);
   for (int k = 1; k < size_; ++k) {  // the nearest ranks first: their values are reduced first
     const int q = (rank_ + k) % size_;
     GPUCLOUD_MPI_CHECK(MPI_Irecv(slot(q), bytes(mine_n), MPI_BYTE, q, kDirectTag, comm_, &receives_[k - 1]));
   }
-  for (int k = 1; k < size_; ++k) {  // each rank's block of this rank's values to it
+  for (int k = 1; k < size_ && !values_sent; ++k) {  // each rank's block of this rank's values to it
     const int q = (rank_ + size_ - k) % size_;
     std::int64_t at = 0, n = 0;
     block(q, at, n);

@@ -83,8 +83,8 @@ inline void direct_block(std::int64_t count, int r, std::int64_t& offset, std::i
   ring_block(count, 2, r, offset, length);
 }
 
-/// One buffer sent to, or received from, the other rank of a 2-rank communicator, unpipelined (a
-/// 2-rank broadcast's, all-gather's or all-reduce's data): every message posted at once, kDirectPieceBytes each
+/// One buffer sent to, or received from, one other rank, unpipelined (the data a broadcast,
+/// all-gather or all-reduce sends with its agreement): every message posted at once, kDirectPieceBytes each
 /// (the last shorter), under kDirectTag. With a single-copy transport each moves as one read by
 /// the receiver, with no further step of the sender's: beside a busy core the sender need not run
 /// again (a chain of 512 KiB segments, 8 in flight, needs it once per 4 MiB). Exactly one of
@@ -119,10 +119,13 @@ bool all_reduce_direct_applies(std::size_t bytes, int size, int nodes, std::size
 /// With @p scatter_only it is the reduce-scatter's: @p count elements in all (size equal blocks),
 /// the first round alone, this rank's block of the result into @p recv (count / size elements),
 /// with RingKind::reduce_scatter's bits.
+/// With @p values_sent the caller has posted the first round's sends (block q of send to each rank
+/// q, one message under kDirectTag: MpiCommunicator's all-reduce sent with its agreement), and calls
+/// test() only once they have completed.
 class DirectAllReduce {
  public:
   DirectAllReduce(const void* send, void* recv, std::int64_t count, DType t, ReduceOp op, MPI_Comm comm, int rank,
-                  int size, unsigned char* workspace, bool scatter_only = false);
+                  int size, unsigned char* workspace, bool scatter_only = false, bool values_sent = false);
   DirectAllReduce(const DirectAllReduce&) = delete;
   DirectAllReduce& operator=(const DirectAllReduce&) = delete;
   /// Progresses without blocking; true once this rank has the result.

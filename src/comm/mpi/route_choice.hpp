@@ -40,8 +40,8 @@ RoutePolicy route_policy_from_environment();
 
 /// Whether a collective of @p kind over @p ranks ranks whose other route is @p other takes a
 /// measured (or forced) route under @p policy; every rank decides the same. Route::schedule as
-/// @p other: it has one route under every policy (the 2-rank broadcasts, all-gathers and
-/// all-reduces up to 16 MiB, whose data goes with the agreement: MpiCommunicator::sent_with_agreement).
+/// @p other: it has one route under every policy (the collectives whose data goes with the
+/// agreement: MpiCommunicator::sends_with_agreement).
 bool routed(RoutePolicy policy, Collective kind, int ranks, Route other = Route::mpi);
 
 /// Rank 0's choice between the routes, per collective, other route and size class (powers of two). Each route's
