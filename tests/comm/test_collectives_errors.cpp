@@ -145,13 +145,13 @@ TEST(Collectives, AnInlineSizeAgainstAFullSizeIsAnErrorOnEveryRank) {
       [&](gc::Communicator& c, gc::Stream& s) { c.broadcast(small, 0, s); });
 }
 
-// A broadcast, all-gather or all-reduce above the inline size on 2 ranks, and up to 16 MiB on 3-16
-// ranks of one node: the root (every rank of the others) sends its data with its agreement, before
-// it knows the other ranks agree. A disagreement in any field, with any rank the sender, or
-// several, is still an error on every rank that changes no rank's data, and no message is left
-// over for a later collective: a large collective after each arrives whole. (Across nodes the same
-// calls check the agreement of collectives whose data follows it; on 4 ranks the 8 MiB all-gathers
-// are past 16 MiB in all, the 1 MiB ones below it.)
+// A broadcast, all-gather or all-reduce above the inline size on 2 ranks, and these and the
+// reduce-scatter up to 16 MiB on 3-16 ranks of one node: the root (every rank of the others) sends
+// its data with its agreement, before it knows the other ranks agree. A disagreement in any field,
+// with any rank the sender, or several, is still an error on every rank that changes no rank's
+// data, and no message is left over for a later collective: a large collective after each arrives
+// whole. (Across nodes the same calls check the agreement of collectives whose data follows it; on
+// 4 ranks the 8 MiB all-gathers are past 16 MiB in all, the 1 MiB ones below it.)
 TEST(Collectives, DataSentWithTheAgreementIsDrainedOnADisagreement) {
   const int me = world().rank();
   const std::size_t n = (std::size_t{8} << 20) / 4 + 5;  // fp32: two messages, the second short
@@ -217,8 +217,30 @@ TEST(Collectives, DataSentWithTheAgreementIsDrainedOnADisagreement) {
   expect_disagreement("count", gather(piece, gathered_piece), gather(x, gathered));
   expect_disagreement("operation", gather(piece, gathered_piece), bcast(piece, 1));
   expect_disagreement("operation", bcast(piece, 2 % static_cast<int>(ranks)), gather(piece, gathered_piece));
+  // Reduce-scatters up to 16 MiB in all on 3+ ranks: every rank sends each other rank its block.
+  auto scatter = [](gc::Buffer& send, gc::Buffer& recv) {
+    return [&send, &recv](gc::Communicator& c, gc::Stream& s) { c.reduce_scatter(send, recv, gc::ReduceOp::sum, s); };
+  };
+  gc::Buffer scattered = inputs(gc::DType::float32, m, me), longer_scattered = inputs(gc::DType::float32, m + 1, me);
+  gc::Buffer longer_values = inputs(gc::DType::float32, (m + 1) * ranks, me);
+  expect_disagreement("count", scatter(gathered_piece, scattered), scatter(longer_values, longer_scattered));
+  expect_disagreement("operation", scatter(gathered_piece, scattered), gather(piece, gathered_piece));
+  expect_disagreement("reduce op", scatter(gathered_piece, scattered), [&](gc::Communicator& c, gc::Stream& s) {
+    c.reduce_scatter(gathered_piece, scattered, gc::ReduceOp::max, s);
+  });
   unchanged(piece);
   unchanged(gathered_piece);
+  unchanged(scattered);
+  {
+    gc::Stream s;
+    world().reduce_scatter(gathered_piece, scattered, gc::ReduceOp::sum, s);
+    s.synchronize();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      wrong += load(scattered, i) != expected(gc::ReduceOp::sum, world().size(), static_cast<std::size_t>(me) * m + i);
+    }
+    EXPECT_EQ(wrong, 0u);
+  }
   expect_disagreement("operation", gather(x, gathered), bcast(x, 1));  // both send
   expect_disagreement("operation", gather(x, gathered), bcast(x, 0));  // only rank 0 sends
   expect_disagreement(

@@ -290,6 +290,8 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
   // 3-16 ranks on one node up to 16 MiB where the ring runs: its other route is the direct
   // reduce-scatter (the ring's bits), not MPI's.
   const bool direct = ring && detail::direct_applies(send.size_bytes(), size, nodes, limit);
+  // Where the agreement is all-to-all that route is the one, its round sent with the agreement.
+  const bool with_agreement = direct && sends_with_agreement(Collective::reduce_scatter, send.size_bytes());
   enqueue(
       stream, call,
       {Collective::reduce_scatter, static_cast<std::int64_t>(op), -1, n, static_cast<std::int64_t>(recv.dtype())},
@@ -299,13 +301,16 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
         copy_bytes(recv.data(), payload + static_cast<std::size_t>(c.rank) * bytes, bytes);
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      [send, recv, op, n, ring, halving](MpiCommunicator& c, const auto& poll) {
-        if (c.route_now == Route::direct) {  // one round, the ring's bits
+      [send, recv, op, n, ring, halving, with_agreement](MpiCommunicator& c, const auto& poll) {
+        if (with_agreement || c.route_now == Route::direct) {  // one round, the ring's bits
           const std::int64_t all = n * c.size;
           detail::DirectAllReduce d(send.data(), recv.data(), all, recv.dtype(), op, c.agreement, c.rank, c.size,
                                     c.workspace(detail::DirectAllReduce::workspace_bytes(all, recv.dtype(), c.size)),
-                                    /*scatter_only=*/true);
-          poll([&] { return d.test(); });
+                                    /*scatter_only=*/true, /*values_sent=*/with_agreement);
+          poll([&] {
+            const bool sent = !with_agreement || c.early_sends_done();  // (send and recv do not overlap)
+            return d.test() && sent;
+          });
         } else if ((ring || halving) && c.route_now == Route::mpi) {
           MPI_Request q;
           GPUCLOUD_MPI_CHECK(MPI_Ireduce_scatter_block(send.data(), recv.data(), static_cast<int>(n),
@@ -326,7 +331,16 @@ void MpiCommunicator::reduce_scatter(BufferView send, BufferView recv, ReduceOp 
         }
         if (op == ReduceOp::average) detail::divide_in_place(recv, c.size);
       },
-      ring || halving ? send.size_bytes() : 0, direct ? Route::direct : Route::mpi);
+      ring || halving ? send.size_bytes() : 0, with_agreement ? Route::schedule : (direct ? Route::direct : Route::mpi),
+      [send, n](MpiCommunicator& c) {  // block q of this rank's values to each other rank q
+        const std::size_t block = static_cast<std::size_t>(n) * dtype_size(send.dtype());
+        for (int q = 0; q < c.size; ++q) {
+          if (q == c.rank) continue;
+          c.early_sends.emplace_back(
+              static_cast<const unsigned char*>(send.data()) + static_cast<std::size_t>(q) * block, nullptr, block, q,
+              c.agreement);
+        }
+      });
 }
 
 void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView stream) {

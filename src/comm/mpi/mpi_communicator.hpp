@@ -176,29 +176,33 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return halving_workspace.get();
   }
 
-  // Collectives above the inline size whose data goes with the agreement: on 2 ranks the
-  // broadcast, the all-gather and the all-reduce up to 16 MiB; on an all-to-all communicator (3-16
-  // ranks of one node) the same up to kWithAgreementBytes (the all-reduce: where the direct route
-  // applies). The sender (the broadcast's root, every rank of the others) posts its buffer to each
-  // receiver (an all-reduce: the receiver's block of send, the first round of the direct
-  // exchange) as a DirectTransfer, here, right behind
-  // its agreement message instead of after the agreement completed, and a receiver posts the
-  // receives only once the headers agree (the collective's body: into its buffer, or the
-  // all-reduce's scratch). The wait saved is, on cores shared with busy processes, often a
-  // scheduler tick (docs/collectives.md). On a disagreement every rank holds the header of every
-  // rank that sent to it (the 2-rank exchange and the all-to-all agreement both deliver them), so
-  // it drains exactly what each sent into the scratch (drain_early): the sends complete, no data
-  // changes and no message is left for a later collective. `order` held.
+  // Collectives above the inline size whose data goes with the agreement: on 2 ranks the broadcast,
+  // the all-gather and the all-reduce up to 16 MiB; on an all-to-all communicator (3-16 ranks of
+  // one node) the same and the reduce-scatter up to kWithAgreementBytes (the reductions where the
+  // direct route applies). The sender (the broadcast's root, every rank of the others) posts its
+  // buffer to each receiver (a reduction: the receiver's block of send, the direct exchange's first
+  // round) as a DirectTransfer, here, right behind its agreement messages instead of after the
+  // agreement completed, and a receiver posts the receives only once the headers agree (the
+  // collective's body: into its buffer, or the reduction's scratch). The wait saved is, on cores
+  // shared with busy processes, often a scheduler tick (docs/collectives.md). On a disagreement
+  // every rank holds the header of every rank that sent to it (the 2-rank exchange and the all-to-
+  // all agreement both deliver them), so it drains exactly what each sent into the scratch
+  // (drain_early): the sends complete, no data changes and no message is left for a later
+  // collective. `order` held.
   static constexpr std::size_t kWithAgreementBytes = std::size_t{16} << 20;
   std::deque<detail::DirectTransfer> early_sends;
-  // Whether a collective of @p kind above the inline size, whose data in all is @p bytes (an
-  // all-gather's whole recv), sends its data with its agreement (above). The same on every rank.
+  // Whether a collective of @p kind above the inline size, whose data in all is @p bytes (an all-
+  // gather's whole recv, a reduce-scatter's send), sends its data with its agreement (above). The
+  // same on every rank.
   bool sends_with_agreement(Collective kind, std::size_t bytes) const {
     if (size == 2) {
       return kind == Collective::broadcast || kind == Collective::all_gather ||
              (kind == Collective::all_reduce && detail::two_rank_all_reduce_applies(bytes, size, kInlineBytes));
     }
     if (!all_to_all || bytes > kWithAgreementBytes) return false;
+    if (kind == Collective::reduce_scatter) {  // where its ring runs (above the inline size: the caller's)
+      return detail::direct_applies(bytes, size, nodes, 0) && detail::ring_applies_per_rank(bytes, size, nodes, 0);
+    }
     return kind == Collective::broadcast || kind == Collective::all_gather ||
            (kind == Collective::all_reduce && detail::all_reduce_direct_applies(bytes, size, nodes, kInlineBytes));
   }
@@ -207,14 +211,16 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
   std::size_t sent_with_agreement(const std::int64_t* fields, int sender, int receiver) const {
     if (fields[5] != 0 || sender == receiver) return 0;  // (inline data travels in the agreement itself)
     const auto kind = static_cast<Collective>(fields[0]);
-    if (kind != Collective::broadcast && kind != Collective::all_gather && kind != Collective::all_reduce) return 0;
+    if (kind != Collective::broadcast && kind != Collective::all_gather && kind != Collective::all_reduce &&
+        kind != Collective::reduce_scatter)
+      return 0;
     const std::size_t elem = dtype_size(static_cast<DType>(fields[4]));
     const auto count = static_cast<std::size_t>(fields[3]);
-    const std::size_t all =
-        kind == Collective::all_gather ? count * elem * static_cast<std::size_t>(size) : count * elem;
+    const bool per_rank = kind == Collective::all_gather || kind == Collective::reduce_scatter;
+    const std::size_t all = per_rank ? count * elem * static_cast<std::size_t>(size) : count * elem;
     if (!sends_with_agreement(kind, all)) return 0;
     if (kind == Collective::broadcast) return fields[2] == sender ? count * elem : 0;
-    if (kind == Collective::all_gather) return count * elem;
+    if (per_rank) return count * elem;  // its block, or the receiver's block of its values
     std::int64_t offset = 0, length = 0;
     detail::ring_block(fields[3], size, receiver, offset, length);  // the receiver's block
     return static_cast<std::size_t>(length) * elem;
