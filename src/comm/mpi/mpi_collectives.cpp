@@ -5,14 +5,14 @@
 // 8 or 16 ranks below that (or on several nodes) in polled halving and doubling, reduce-scatters
 // and all-gathers on one node in halving/doubling or the ring at every size, broadcasts on 3+
 // ranks in a binomial tree, broadcasts, all-gathers and all-reduces on 2 ranks (the all-reduce up to
-// 16 MiB) and up to 16 MiB on 3-16 ranks of one node (the all-reduce where the ring applies: the
-// direct route's first round) as sends that go with the agreement (DirectTransfer; all on the
-// caller's thread when the stream is idle), the rest in MPI's blocking collectives on the stream's
-// worker under a watchdog; fp16/bf16 reduce through custom MPI ops. Each polled schedule but those
-// sent with the agreement has a second route, MPI's nonblocking collective polled the same way (the
-// all-reduce's and reduce-scatter's ring on 3-16 ranks of one node up to 16 MiB: direct messages
-// with the ring's bits), taken when rank 0's timings say it is faster (route_choice.hpp;
-// c.route_now).
+// 16 MiB), and these and reduce-scatters up to 16 MiB on 3-16 ranks of one node (the reductions
+// where the ring applies, as the direct route), as sends that go with the agreement
+// (DirectTransfer; all on the caller's thread when the stream is idle), the rest in MPI's blocking
+// collectives on the stream's worker under a watchdog; fp16/bf16 reduce through custom MPI ops.
+// Each polled schedule but those sent with the agreement has a second route, MPI's nonblocking
+// collective polled the same way (the all-reduce's and reduce-scatter's ring on 3-16 ranks of one
+// node up to 16 MiB agreeing by recursive doubling: direct messages with the ring's bits), taken
+// when rank 0's timings say it is faster (route_choice.hpp; c.route_now).
 #include "comm/mpi/mpi_communicator.hpp"
 
 #include <gpucloud/comm/communicator.hpp>
@@ -154,8 +154,8 @@ void MpiCommunicator::all_reduce(BufferView send, BufferView recv, ReduceOp op, 
   const bool two_rank = detail::two_rank_all_reduce_applies(recv.size_bytes(), size, kInlineBytes);
   const bool halving = detail::halving_applies(recv.size_bytes(), size, nodes, kInlineBytes);
   const bool ring = !two_rank && detail::all_reduce_ring_applies(recv.size_bytes(), size, nodes, kInlineBytes);
-  // 3-16 ranks on one node up to 16 MiB: the ring, or two rounds of direct messages (the same bits)
-  // when rank 0 measured them faster (beside busy cores; route_choice.hpp).
+  // 3-16 ranks on one node up to 16 MiB agreeing by recursive doubling: the ring, or two rounds of
+  // direct messages (the same bits) when rank 0 measured them faster (route_choice.hpp).
   const bool direct_route = detail::all_reduce_direct_applies(recv.size_bytes(), size, nodes, kInlineBytes);
   // 3-16 ranks of one node agreeing all-to-all: the direct route always, its first round sent with
   // the agreement (sends_with_agreement).
