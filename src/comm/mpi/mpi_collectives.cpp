@@ -378,11 +378,7 @@ void MpiCommunicator::all_gather(BufferView send, BufferView recv, StreamView st
               receives.emplace_back(nullptr, slots + static_cast<std::size_t>(q) * block, block, q, c.agreement);
           }
           copy_bytes(slots + static_cast<std::size_t>(c.rank) * block, send.data(), block);
-          return poll([&] {
-            bool done = true;
-            for (detail::DirectTransfer& r : receives) done = r.test() && done;
-            return done;
-          });
+          return poll([&] { return detail::all_complete(receives); });
         }
         if ((ring || doubling) && c.route_now == Route::mpi) {
           MPI_Request q;

@@ -226,11 +226,7 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
     return static_cast<std::size_t>(length) * elem;
   }
   // Whether this rank's sends with its agreement have completed.
-  bool early_sends_done() {
-    bool done = true;
-    for (detail::DirectTransfer& t : early_sends) done = t.test() && done;
-    return done;
-  }
+  bool early_sends_done() { return detail::all_complete(early_sends); }
   // After a disagreement: receives into the scratch, and drops, the data each other rank sent with
   // its agreement (its header, in peer_agreement or all_to_all_peers, says how much: one
   // DirectTransfer), through @p poll, calling @p progress (this rank's own early sends) as it waits.

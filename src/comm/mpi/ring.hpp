@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 namespace gpucloud::detail {
@@ -101,6 +102,13 @@ class DirectTransfer {
  private:
   std::vector<MPI_Request> requests_;
 };
+
+/// Progresses every transfer of @p transfers without blocking; true once all have completed.
+inline bool all_complete(std::deque<DirectTransfer>& transfers) {
+  bool done = true;
+  for (DirectTransfer& t : transfers) done = t.test() && done;
+  return done;
+}
 
 /// Whether an all-reduce of @p bytes over @p size ranks may run as a DirectAllReduce: 3 to 16
 /// ranks on one node, where the ring applies (all_reduce_ring_applies), up to 2 x kDirectPieceBytes
