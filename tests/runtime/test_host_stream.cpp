@@ -9,11 +9,14 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -202,6 +205,91 @@ TEST(HostStreamHelp, WorkSeesWhetherAThreadWaitsForItsStream) {
   s.synchronize();  // the work ends once it sees this wait
   EXPECT_FALSE(before.load());
   EXPECT_TRUE(during.load());
+}
+
+// The worker runs all work as an ordinary thread (SCHED_OTHER, which threads started by the work
+// inherit), and is woken as one, except for work a waiting caller has been taking (on_caller, the
+// last such task run by a caller): then it is woken as SCHED_BATCH, which preempts no running
+// thread, such as the caller about to take it. A worker of an application that runs under another
+// policy keeps it.
+int policy_of(pid_t tid) { return sched_getscheduler(tid); }
+void run_as(int policy, const std::function<void()>& body) {  // on a thread of its own under @p policy
+  std::thread([&] {
+    const sched_param none{};
+    ASSERT_EQ(pthread_setschedparam(pthread_self(), policy, &none), 0);
+    body();
+  }).join();
+}
+TEST(HostStreamWorker, IsWokenAsABatchThreadOnlyForWorkItsCallersTake) {
+  run_as(SCHED_OTHER, [] {  // (whatever policy the test runs under)
+    HostStream s;           // its worker starts from this thread
+    pid_t worker = 0;
+    int policy = -1, started_thread = -1;
+    s.launch_host_func(
+        [&] {
+          worker = gettid();
+          policy = policy_of(0);
+          std::thread([&] { started_thread = policy_of(0); }).join();
+        },
+        false);
+    s.synchronize();
+    EXPECT_EQ(policy, SCHED_OTHER);
+    EXPECT_EQ(started_thread, SCHED_OTHER);
+    // Work the caller takes, pushed while the worker sleeps (past its 200 µs spin for more work):
+    // after one such task the next wakes it as a batch thread, which it stays while it only wakes
+    // to find the work taken. On a loaded machine the worker may take one first: tries.
+    std::atomic<bool> on_caller{false};
+    const auto help = [&] {  // the worker's policy once the work is enqueued
+      on_caller.store(false);
+      s.launch_host_func_or_help([] {},
+                                 [&] {
+                                   on_caller.store(true);
+                                   return true;
+                                 });
+      const int woken_as = policy_of(worker);
+      s.synchronize();
+      return woken_as;
+    };
+    bool batch = false;
+    for (int trial = 0; trial < 50 && !batch; ++trial) {
+      std::this_thread::sleep_for(5ms);
+      batch = help() == SCHED_BATCH && on_caller.load();
+    }
+    EXPECT_TRUE(batch);
+    // Other work wakes it as an ordinary thread, and it runs all work as one.
+    std::this_thread::sleep_for(5ms);
+    s.launch_host_func([&] { policy = policy_of(0); }, false);
+    s.synchronize();
+    EXPECT_EQ(policy, SCHED_OTHER);
+    // Once it ran such work itself (the caller could not take it), the next is woken as ordinary.
+    s.launch_host_func_or_help([&] { policy = policy_of(0); }, [] { return false; });
+    s.synchronize();
+    EXPECT_EQ(policy, SCHED_OTHER);
+    std::this_thread::sleep_for(5ms);
+    EXPECT_EQ(help(), SCHED_OTHER);
+  });
+}
+
+TEST(HostStreamWorker, KeepsAPolicyOtherThanSchedOther) {
+  run_as(SCHED_IDLE, [] {
+    HostStream s;  // its worker starts from this thread, as SCHED_IDLE
+    pid_t worker = 0;
+    int policy = -1;
+    s.launch_host_func(
+        [&] {
+          worker = gettid();
+          policy = policy_of(0);
+        },
+        false);
+    s.synchronize();
+    EXPECT_EQ(policy, SCHED_IDLE);
+    for (int i = 0; i < 3; ++i) {  // taken by the caller, so the next would wake it as batch
+      std::this_thread::sleep_for(5ms);
+      s.launch_host_func_or_help([] {}, [] { return true; });
+      EXPECT_EQ(policy_of(worker), SCHED_IDLE);
+      s.synchronize();
+    }
+  });
 }
 
 // A throw from the on_caller form is the stream's error, raised once by synchronize(), as from

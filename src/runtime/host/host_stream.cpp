@@ -3,6 +3,8 @@
 #include <gpucloud/runtime/error.hpp>
 
 #include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -50,6 +52,16 @@ bool spin_until(Ready ready, std::chrono::microseconds budget) {
     if (std::chrono::steady_clock::now() >= end) return false;
     std::this_thread::yield();
   }
+}
+
+// A thread's scheduling policy, or -1 (`tid` 0: the calling thread).
+int policy_of(pid_t tid) noexcept { return sched_getscheduler(tid); }
+// Sets @p tid's policy to @p policy (SCHED_OTHER or SCHED_BATCH, priority 0, the nice value kept).
+// Best effort: where it is refused (a seccomp filter) the worker only keeps its policy
+// (HostStream::push).
+void set_policy(pid_t tid, int policy) noexcept {
+  const sched_param param{};
+  (void)sched_setscheduler(tid, policy, &param);
 }
 
 // Every live host stream, for the fork handlers. Never destroyed (a stream may outlive statics).
@@ -169,7 +181,10 @@ void HostStream::run(std::shared_ptr<Worker> self) {
   current_stream = this;
   current_worker_id = self.get();
   current_waiters = waiters_;  // set before any worker starts, never reassigned
+  const pid_t tid = gettid();
+  const bool ordinary = policy_of(0) == SCHED_OTHER;  // (inherited from the thread that made the stream)
   std::unique_lock<std::mutex> lock(mutex_);
+  self->tid = ordinary ? tid : 0;
   for (;;) {
     if (queue_.empty() && !stopping_) {  // out of work: look for more a while before sleeping
       lock.unlock();
@@ -177,7 +192,9 @@ void HostStream::run(std::shared_ptr<Worker> self) {
       lock.lock();
     }
     // Nothing runs while a caller runs work in place (run_now_if_idle): in order, one at a time.
+    self->asleep = true;
     work_ready_.wait(lock, [this] { return (stopping_ || !queue_.empty()) && !inline_running_; });
+    self->asleep = false;
     if (queue_.empty()) {  // stopping and drained
       self->exited = true;
       exited_.notify_all();
@@ -188,9 +205,12 @@ void HostStream::run(std::shared_ptr<Worker> self) {
     queued_.fetch_sub(1, std::memory_order_relaxed);
     busy_ = true;
     running_enqueuer_ = task.enqueuer;
+    if (task.on_caller) callers_help_ = false;  // (the caller was not there to take it)
+    const bool was_batch = std::exchange(self->batch, false);
     const bool skip = error_ && !task.always_run;
     if (skip) owed_.emplace(task.enqueuer, error_);  // dropped: its enqueuer must hear why
     lock.unlock();
+    if (was_batch) set_policy(tid, SCHED_OTHER);  // work runs as an ordinary thread
     std::exception_ptr failure;
     if (!skip) {
       try {
@@ -243,6 +263,20 @@ void HostStream::push(Task task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!worker_) start_worker();  // a fork() child's first work
+    // The worker sleeps as it runs, but is woken as a batch thread for work a waiting caller has
+    // been taking (on_caller, the last such task helped): Linux lets no waking batch thread
+    // preempt a running one, so the worker takes a free core at once, and on a busy node leaves
+    // the core to the caller, which is about to run the work itself. 2 ranks, each core shared with
+    // a CPU-bound process, a 4 MiB broadcast and synchronize(): the worker took 10-20 % of them,
+    // each twice as likely to meet a scheduler tick as those the caller ran (docs/collectives.md).
+    // Any other work wakes it as an ordinary thread, and it runs all work as one.
+    if (worker_->asleep && worker_->tid != 0) {
+      const bool batch = task.on_caller && callers_help_;
+      if (batch != worker_->batch) {
+        set_policy(worker_->tid, batch ? SCHED_BATCH : SCHED_OTHER);
+        worker_->batch = batch;
+      }
+    }
     queue_.push_back(std::move(task));
     outstanding_.fetch_add(1, std::memory_order_relaxed);
     queued_.fetch_add(1, std::memory_order_release);
@@ -316,6 +350,7 @@ bool HostStream::help_once() {
     queue_.pop_front();
     queued_.fetch_sub(1, std::memory_order_relaxed);
     inline_running_ = true;  // outstanding_ counts it since its launch
+    callers_help_ = true;
   }
   std::exception_ptr failure;
   bool ran = true;

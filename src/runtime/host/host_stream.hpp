@@ -3,6 +3,8 @@
 
 #include "runtime/stream_impl.hpp"
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -69,6 +71,8 @@ class HostStream final : public StreamImpl {
   /// the worker has not started it calls @p on_caller instead (work that polls and is safe on any
   /// thread: a collective), sparing the hand-off to a worker that sleeps or waits for a busy core.
   /// @p on_caller returns false, having done nothing, when it cannot run now: the worker runs fn.
+  /// Once a waiting thread took the last such work, the next wakes a sleeping worker as a batch
+  /// thread, which preempts no running thread (push).
   void launch_host_func_or_help(std::function<void()> fn, std::function<bool()> on_caller);
   std::exception_ptr take_error() noexcept override;
   void* native_handle() noexcept override { return nullptr; }
@@ -84,6 +88,9 @@ class HostStream final : public StreamImpl {
     std::thread thread;
     std::atomic<bool> abandoned{false};  // set (under mutex_) when the stream went on without it
     bool exited = false;                 // guarded by mutex_
+    pid_t tid = 0;        // its thread, once started, when it may be woken as a batch thread (push); guarded by mutex_
+    bool asleep = false;  // waiting for work; guarded by mutex_
+    bool batch = false;   // its policy is SCHED_BATCH (set by push while it sleeps); guarded by mutex_
   };
   void start_worker();   // with mutex_ held, or in the constructor
   void push(Task task);  // enqueues behind earlier work and wakes the worker
@@ -108,6 +115,7 @@ class HostStream final : public StreamImpl {
   bool busy_ = false;
   bool inline_running_ = false;  // a caller runs work in place (run_now_if_idle): the worker waits
   bool stopping_ = false;
+  bool callers_help_ = false;  // the last on_caller task was run by a waiting caller, not the worker (push)
   std::atomic<std::size_t> outstanding_{0};  // enqueued and not yet finished: query() reads it without the lock
   std::atomic<std::size_t> queued_{0};       // in queue_: what an idle worker spins for (not in-place work)
   // Threads in synchronize(); shared with the workers, which read it after an abandonment too.
