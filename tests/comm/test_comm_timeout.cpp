@@ -229,10 +229,42 @@ int agreement_form() {
     return ok ? 0 : 1;
   }
 }
+// "bad-env VAR VALUE": VAR=VALUE, invalid, on world rank 0 alone: every rank refuses the
+// communicator with an InvalidArgument that names VAR (rank 0 its own reason, the others rank 0's),
+// instead of the others waiting in the communicator's first collective for good.
+int bad_environment(const char* variable, const char* value) {
+  const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (world_rank != nullptr && std::string(world_rank) == "0") setenv(variable, value, 1);
+  try {
+    gc::Communicator c = gc::Communicator::mpi_world();
+    std::printf("bad-env: FAILED: the communicator was made\n");
+    return 1;
+  } catch (const gc::InvalidArgument& e) {
+    const std::string what = e.what();
+    const bool ok = what.find(variable) != std::string::npos &&
+                    (std::string(world_rank) == "0" || what.find("rank 0") != std::string::npos);
+    std::printf("bad-env: rank %s: %s\n%s\n", world_rank != nullptr ? world_rank : "?", e.what(),
+                ok ? "BAD ENVIRONMENT TEST PASSED" : "BAD ENVIRONMENT TEST FAILED");
+    std::fflush(stdout);
+    if (!ok) return 1;
+  }
+  // The job goes on: a communicator made afterwards with the environment mended works.
+  unsetenv(variable);
+  gc::Communicator c = gc::Communicator::mpi_world();
+  gc::Stream s;
+  gc::Buffer data(4, gc::DType::float32);
+  gc::fill(data, 1.0, s);
+  c.all_reduce(data, data, gc::ReduceOp::sum, s);
+  s.synchronize();
+  const bool summed = static_cast<const float*>(data.data())[0] == static_cast<float>(c.size());
+  std::printf("bad-env: %s\n", summed ? "the next communicator works" : "FAILED: the next communicator's sum");
+  return summed ? 0 : 1;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "agreement-form") return agreement_form();
+  if (argc > 3 && std::string(argv[1]) == "bad-env") return bad_environment(argv[2], argv[3]);
   const bool exits = argc > 1 && std::string(argv[1]) == "exits";
   gc::Communicator c = gc::Communicator::mpi_world();
   if (argc > 1 && std::string(argv[1]) == "late") return late_rank(c);

@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,23 +35,24 @@ void detail::abort_job(int code) noexcept {
 Communicator Communicator::mpi_world() {
   constexpr const char* call = "Communicator::mpi_world";
   detail::ensure_mpi();
-  // A process the launcher counts in a larger job, alone in MPI's world (torchrun starts
-  // processes without MPI: each would be "rank 0 of 1" and train on its own).
-  const LaunchInfo launch = launch_info_from_environment();
   int world = 1;
   GPUCLOUD_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  // Slurm's batch script in an allocation of several tasks: the ranks are what srun starts.
-  const char* tasks = std::getenv("SLURM_NTASKS");
-  GPUCLOUD_EXPECTS(launch.launcher != "slurm-batch" || world > 1 || tasks == nullptr || std::atoi(tasks) <= 1, call,
-                   std::string("this process is Slurm's batch script, not one of the allocation's ") + tasks +
-                       " tasks (SLURM_NTASKS): start the ranks with srun (srun --mpi=pmix ./trainer) or mpirun");
-  GPUCLOUD_EXPECTS(launch.size == world, call,
-                   "the launcher (" + launch.launcher + ") started " + std::to_string(launch.size) +
-                       " processes but MPI's world has " + std::to_string(world) +
-                       (launch.launcher == "torchrun" ? " (WORLD_SIZE without mpirun)" : "") +
-                       ": start the job with mpirun or srun, or use NCCL ids through the launcher's store "
-                       "(gpucloud.distributed)");
-  return Communicator(detail::MpiCommunicator::build(MPI_COMM_WORLD, call));
+  return Communicator(detail::MpiCommunicator::build(MPI_COMM_WORLD, call, [&] {
+    // A process the launcher counts in a larger job, alone in MPI's world (torchrun starts
+    // processes without MPI: each would be "rank 0 of 1" and train on its own).
+    const LaunchInfo launch = launch_info_from_environment();
+    // Slurm's batch script in an allocation of several tasks: the ranks are what srun starts.
+    const char* tasks = std::getenv("SLURM_NTASKS");
+    GPUCLOUD_EXPECTS(launch.launcher != "slurm-batch" || world > 1 || tasks == nullptr || std::atoi(tasks) <= 1, call,
+                     std::string("this process is Slurm's batch script, not one of the allocation's ") + tasks +
+                         " tasks (SLURM_NTASKS): start the ranks with srun (srun --mpi=pmix ./trainer) or mpirun");
+    GPUCLOUD_EXPECTS(launch.size == world, call,
+                     "the launcher (" + launch.launcher + ") started " + std::to_string(launch.size) +
+                         " processes but MPI's world has " + std::to_string(world) +
+                         (launch.launcher == "torchrun" ? " (WORLD_SIZE without mpirun)" : "") +
+                         ": start the job with mpirun or srun, or use NCCL ids through the launcher's store "
+                         "(gpucloud.distributed)");
+  }));
 }
 
 Communicator Communicator::nccl_from_mpi(Device device) {
@@ -98,36 +101,72 @@ Communicator Communicator::mpi(std::int64_t fortran_handle) {
   return Communicator(detail::MpiCommunicator::build(parent, "Communicator::mpi"));
 }
 
-std::shared_ptr<detail::MpiCommunicator> detail::MpiCommunicator::build(MPI_Comm parent, const char* call) {
+std::shared_ptr<detail::MpiCommunicator> detail::MpiCommunicator::build(MPI_Comm parent, const char* call,
+                                                                        const std::function<void()>& checks) {
   auto c = std::make_shared<MpiCommunicator>();
-  c->timeout = detail::timeout_from_environment();            // the environment first: a bad value changes nothing
-  c->route_policy = detail::route_policy_from_environment();  // GPUCLOUD_COLLECTIVE_ROUTE
-  bool doubling = false;                                      // GPUCLOUD_AGREEMENT
-  if (const char* form = std::getenv("GPUCLOUD_AGREEMENT"); form != nullptr && *form != '\0') {
-    GPUCLOUD_EXPECTS(std::string(form) == "auto" || std::string(form) == "doubling", call,
-                     std::string("GPUCLOUD_AGREEMENT: '") + form + "' is not auto or doubling");
-    doubling = std::string(form) == "doubling";
+  // The environment first, before any MPI call that waits for the other ranks: a bad value
+  // changes nothing. Every rank then hears whether any rank's was bad (one small all-reduce on
+  // @p parent), and all refuse the communicator: a bad value on some ranks only would otherwise
+  // leave the others waiting in MPI_Comm_dup for good.
+  std::exception_ptr bad;
+  bool doubling = false;  // GPUCLOUD_AGREEMENT
+  HierarchyRequest hierarchy;
+  int local_size = 0;  // GPUCLOUD_LOCAL_SIZE: simulated nodes of this many world ranks
+  int world_rank = 0, world_size = 1;
+  GPUCLOUD_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));  // (local calls)
+  GPUCLOUD_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+  try {
+    if (checks) checks();
+    c->timeout = detail::timeout_from_environment();            // GPUCLOUD_COMM_TIMEOUT
+    c->route_policy = detail::route_policy_from_environment();  // GPUCLOUD_COLLECTIVE_ROUTE
+    if (const char* form = std::getenv("GPUCLOUD_AGREEMENT"); form != nullptr && *form != '\0') {
+      GPUCLOUD_EXPECTS(std::string(form) == "auto" || std::string(form) == "doubling", call,
+                       std::string("GPUCLOUD_AGREEMENT: '") + form + "' is not auto or doubling");
+      doubling = std::string(form) == "doubling";
+    }
+    hierarchy = detail::hierarchy_from_environment(call);
+    if (const char* m = std::getenv("GPUCLOUD_MPI_MAX_COUNT"); m != nullptr && *m != '\0') {
+      char* end = nullptr;
+      const long long v = std::strtoll(m, &end, 10);
+      GPUCLOUD_EXPECTS(end != m && *end == '\0' && v >= 1 && v <= c->max_count, call,
+                       std::string("GPUCLOUD_MPI_MAX_COUNT: '") + m + "' is not a count in [1, 2147483647]");
+      c->max_count = v;
+    }
+    if (const char* forced = std::getenv("GPUCLOUD_LOCAL_SIZE"); forced != nullptr && *forced != '\0')
+      local_size = detail::local_size_from_environment(forced, world_size, call);
+  } catch (...) {
+    bad = std::current_exception();
   }
-  const HierarchyRequest hierarchy = detail::hierarchy_from_environment(call);
-  if (const char* m = std::getenv("GPUCLOUD_MPI_MAX_COUNT"); m != nullptr && *m != '\0') {
-    char* end = nullptr;
-    const long long v = std::strtoll(m, &end, 10);
-    GPUCLOUD_EXPECTS(end != m && *end == '\0' && v >= 1 && v <= c->max_count, call,
-                     std::string("GPUCLOUD_MPI_MAX_COUNT: '") + m + "' is not a count in [1, 2147483647]");
-    c->max_count = v;
+  int parent_rank = 0, parent_size = 1;
+  GPUCLOUD_MPI_CHECK(MPI_Comm_rank(parent, &parent_rank));
+  GPUCLOUD_MPI_CHECK(MPI_Comm_size(parent, &parent_size));
+  int first_bad = bad ? parent_rank : parent_size;
+  GPUCLOUD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, parent));
+  if (first_bad < parent_size) {  // its reason to every rank, then each raises
+    char reason[512] = {};
+    if (parent_rank == first_bad) {
+      try {
+        std::rethrow_exception(bad);
+      } catch (const std::exception& e) {
+        std::strncpy(reason, e.what(), sizeof reason - 1);
+      } catch (...) {
+        std::strncpy(reason, "an unknown exception", sizeof reason - 1);
+      }
+    }
+    GPUCLOUD_MPI_CHECK(MPI_Bcast(reason, sizeof reason, MPI_CHAR, first_bad, parent));
+    if (bad) std::rethrow_exception(bad);
+    GPUCLOUD_FAIL(InvalidArgument, call,
+                  "the environment of rank " + std::to_string(first_bad) +
+                      " is invalid, so every rank refuses the communicator: " + reason);
   }
   GPUCLOUD_MPI_CHECK(MPI_Comm_dup(parent, &c->world));
   GPUCLOUD_MPI_CHECK(MPI_Comm_dup(c->world, &c->agreement));
   GPUCLOUD_MPI_CHECK(MPI_Comm_rank(c->world, &c->rank));
   GPUCLOUD_MPI_CHECK(MPI_Comm_size(c->world, &c->size));
   c->where = detail::where(c->rank);
-  if (const char* forced = std::getenv("GPUCLOUD_LOCAL_SIZE"); forced != nullptr && *forced != '\0') {
+  if (local_size != 0) {
     // Simulated nodes are blocks of the job's world ranks, whatever communicator this is: a
     // sub-communicator's ranks keep the nodes their processes are on.
-    int world_rank = 0, world_size = 1;
-    GPUCLOUD_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-    GPUCLOUD_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
-    const int local_size = detail::local_size_from_environment(forced, world_size, call);
     GPUCLOUD_MPI_CHECK(MPI_Comm_split(c->world, world_rank / local_size, c->rank, &c->local));
   } else {
     GPUCLOUD_MPI_CHECK(MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &c->local));

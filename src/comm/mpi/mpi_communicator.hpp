@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -413,7 +414,10 @@ struct MpiCommunicator final : Communicator::Impl, std::enable_shared_from_this<
 
   // A communicator over a duplicate of @p parent: nodes from GPUCLOUD_LOCAL_SIZE or a
   // shared-memory split, the cross-node communicator, the timeout from GPUCLOUD_COMM_TIMEOUT.
-  static std::shared_ptr<MpiCommunicator> build(MPI_Comm parent, const char* call);
+  // @p checks (the caller's own checks of the environment) and the reading of the GPUCLOUD_*
+  // variables run first; if they throw on any rank, every rank throws.
+  static std::shared_ptr<MpiCommunicator> build(MPI_Comm parent, const char* call,
+                                                const std::function<void()>& checks = {});
   // The hierarchical all-reduce's groups (GPUCLOUD_HIERARCHY): the nodes, or their NUMA nodes or
   // blocks of local ranks, split from world (a collective, at setup).
   void split_groups(const HierarchyRequest& request, const char* call);
