@@ -44,6 +44,11 @@ struct PrefetchShared {
   std::exception_ptr error;
   std::size_t produced = 0;
   std::thread producer;
+  // OpenBLAS gets one thread fewer from the Prefetcher's construction to its stop() (a data loader
+  // keeps a core busy), counted on the caller's thread in program order: counted while the
+  // producer thread ran, the first and last products of a run got another thread count than in a
+  // run resumed from a checkpoint, and OpenBLAS's AVX2 kernels give other bits on other counts.
+  std::unique_ptr<BusyLibraryThread> busy;
 
   PrefetchShared(Device d, BatchSource s, PrefetchOptions o)
       : device(d),
@@ -91,8 +96,6 @@ Batch PrefetchShared::make_batch(HostBatch host, std::shared_ptr<PrefetchShared>
 }
 
 void PrefetchShared::run(std::shared_ptr<PrefetchShared> self) noexcept {
-  // A data loader keeps a core busy: OpenBLAS gets one thread fewer while it runs.
-  const detail::BusyLibraryThread busy;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex);
@@ -168,6 +171,7 @@ Prefetcher::Prefetcher(Device device, BatchSource source, PrefetchOptions option
       options.kind == MemoryKind::device || options.kind == MemoryKind::managed, "Prefetcher",
       std::string("options.kind: batches go to device or managed memory, not ") + memory_kind_name(options.kind));
   shared_ = std::make_shared<detail::PrefetchShared>(device, std::move(source), options);
+  shared_->busy = std::make_unique<detail::BusyLibraryThread>();
   shared_->producer = std::thread([s = shared_] { s->run(s); });
 }
 
@@ -196,6 +200,7 @@ void Prefetcher::stop() noexcept {
   } catch (...) {  // a failed copy belongs to a batch nobody will consume
   }
   shared_->source = nullptr;
+  shared_->busy.reset();
 }
 
 Device Prefetcher::device() const noexcept { return shared_->device; }

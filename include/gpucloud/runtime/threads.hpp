@@ -17,9 +17,9 @@ inline constexpr const char* kHostThreadsEnv = "GPUCLOUD_HOST_THREADS";
 struct HostThreads {
   int cpus = 1;        ///< CPUs the process may use: its affinity mask, capped by its cgroup CPU quota
   int pool = 1;        ///< the library's compute pool, the calling thread included
-  int blas = 0;        ///< OpenBLAS's threads now: the pool's count (one fewer per running Prefetcher
-                       ///< producer) unless OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS
-                       ///< is set (then its own); 0 when built without OpenBLAS
+  int blas = 0;        ///< OpenBLAS's threads now: the pool's count (one fewer per Prefetcher, from its
+                       ///< construction to its stop()) unless OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or
+                       ///< OMP_NUM_THREADS is set (then its own); 0 when built without OpenBLAS
   std::string reason;  ///< where the figures come from, e.g. "affinity 8 of 64 cores, cgroup quota 4.0 CPUs"
 };
 

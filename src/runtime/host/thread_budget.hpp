@@ -10,12 +10,14 @@ namespace gpucloud::detail {
 /// to be given (0 when OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS is set).
 const HostThreads& thread_budget() noexcept;
 
-/// Library threads that keep a core busy while they run (a Prefetcher's producer): OpenBLAS gets
-/// one thread fewer for each (at least one) while they do, so its helpers, which spin between
-/// products, do not take turns with them on the same cores.
+/// Library threads that keep a core busy (a Prefetcher's producer, counted from the Prefetcher's
+/// construction to its stop()): OpenBLAS gets one thread fewer for each (at least one), so its
+/// helpers, which spin between products, do not take turns with them on the same cores.
 int busy_library_threads() noexcept;
 
-/// Counts the calling library thread in busy_library_threads() for its lifetime.
+/// Counts one busy library thread in busy_library_threads() for its lifetime. Counted in program
+/// order (not by the busy thread itself, whose start and end move with the scheduler), so every
+/// run of a program gives each product the same OpenBLAS thread count, and the same bits.
 class BusyLibraryThread {
  public:
   BusyLibraryThread() noexcept;
