@@ -239,6 +239,7 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size, bool l
     return sum / static_cast<double>(v.size());
   };
   state.counters["mean_us"] = mean(mine) * 1e6;
+  state.counters["calls"] = static_cast<double>(mine.size());  // with the means: runs pool (collectives_busy_node.py)
   state.counters["p25_us"] = quantile(mine, 0.25) * 1e6;
   state.counters["p75_us"] = quantile(mine, 0.75) * 1e6;
   if (has_raw) {
@@ -250,6 +251,7 @@ void BM_Collective(benchmark::State& state, Kind kind, std::int64_t size, bool l
     // Beside busy cores the times are bimodal (a call meets a scheduler tick or not), and the
     // median flips between the modes: the means' ratio is what a job pays over many calls.
     state.counters["mean_ratio_vs_raw"] = mean(theirs) / mean(mine);
+    state.counters["raw_mean_us"] = mean(theirs) * 1e6;
     state.counters["overhead_us"] = (m - r) * 1e6;
   }
   state.counters["loadavg"] = load_average();

@@ -5,7 +5,9 @@ Runs `bench_collectives --loaded` (every benchmark quiet, then again beside one 
 per core) under mpirun for each rank count, RUNS times, and prints per collective, size and
 condition the ratio raw / gpucloud (above 1: faster than the raw call) as the median over the runs
 with their range: of the per-call means (what a job pays over many calls; beside busy cores the
-per-call times are bimodal, a call meets a scheduler tick or not) and of the medians.
+per-call times are bimodal, a call meets a scheduler tick or not) and of the medians; and the ratio
+of the means pooled over every call of the runs, with its 95 % confidence interval over the runs
+(how far the runs' counts of slow calls leave the true ratio open).
 
     python3 bench/collectives_busy_node.py --build build/host --ranks 2 4 --runs 3 \\
         --sizes 2097152,4194304,16777216 [--json busy.json]
@@ -16,6 +18,7 @@ allows it), the peer's fastest configuration here; gpucloud's routes are its def
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -43,6 +46,32 @@ def one_run(build, ranks, sizes, kinds):
     return rows
 
 
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (1-9; 2.0 from 10 on, 1.96 at 60).
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+def pooled(rs):
+    """Raw / gpucloud of the means over every call of the runs @p rs, with a 95 % confidence
+    interval, or None where the runs lack their call counts (or the interval, with one run).
+    Beside busy cores a call meets a scheduler tick or not, and each run (a fresh mpirun) has its
+    own share of slow calls: runs differ by more than their calls' spread says, so the interval is
+    over runs (each run's calls one cluster: R's error is about sum(raw_i - R ours_i) / sum(ours_i),
+    its variance from the runs' sums, with Student's t for the runs' count). With three runs it is
+    wide; more runs narrow it."""
+    if not rs or any("calls" not in r for r in rs):
+        return None
+    n = sum(r["calls"] for r in rs)
+    ours = sum(r["calls"] * r["mean_us"] for r in rs) / n
+    raw = sum(r["calls"] * r["raw_mean_us"] for r in rs) / n
+    ratio = raw / ours
+    k = len(rs)
+    if k < 2:
+        return ratio, None, None
+    residuals = sum((r["calls"] * (r["raw_mean_us"] - ratio * r["mean_us"])) ** 2 for r in rs)
+    half = T95.get(k - 1, 2.0 if k < 60 else 1.96) * math.sqrt(k / (k - 1) * residuals) / (n * ours)
+    return ratio, ratio - half, ratio + half
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build/host", help="build directory with bench/bench_collectives")
@@ -61,9 +90,11 @@ def main():
                                 "condition": "loaded" if loaded else "quiet", "run": run,
                                 "mean_ratio_vs_raw": b["mean_ratio_vs_raw"], "ratio_vs_raw": b["ratio_vs_raw"],
                                 "mean_us": b["mean_us"], "median_us": b["median_us"], "raw_us": b["raw_us"],
-                                "loadavg": b["loadavg"]})
-    print(f"raw MPI time / gpucloud time, median over {args.runs} runs [range]; above 1: faster than raw")
-    print(f"{'ranks':>5} {'collective':<15} {'bytes':>9} {'condition':<9} {'of means':>20} {'of medians':>20}  load")
+                                "raw_mean_us": b["raw_mean_us"], "calls": int(b["calls"]), "loadavg": b["loadavg"]})
+    print(f"raw MPI time / gpucloud time, median over {args.runs} runs [range]; above 1: faster than raw;"
+          " pooled: of the means over every call of the runs (95 % confidence interval over the runs)")
+    print(f"{'ranks':>5} {'collective':<15} {'bytes':>9} {'condition':<9} {'of means':>20} {'of medians':>20} "
+          f"{'pooled':>20}  load")
     keys = sorted({(r["ranks"], r["collective"], r["bytes"], r["condition"]) for r in results},
                   key=lambda k: (k[0], k[3], k[1], k[2]))
     for key in keys:
@@ -71,9 +102,11 @@ def main():
         m = [r["mean_ratio_vs_raw"] for r in rs]
         d = [r["ratio_vs_raw"] for r in rs]
         load = statistics.median(r["loadavg"] for r in rs)
+        p = pooled(rs)
         print(f"{key[0]:>5} {key[1]:<15} {key[2]:>9} {key[3]:<9} "
               f"{statistics.median(m):6.2f} [{min(m):.2f}-{max(m):.2f}] {statistics.median(d):6.2f} "
-              f"[{min(d):.2f}-{max(d):.2f}]  {load:.1f}")
+              f"[{min(d):.2f}-{max(d):.2f}] " + (f"{p[0]:6.2f} ({p[1]:.2f}-{p[2]:.2f})" if p and p[1] is not None else f"{'-':>20}") +
+              f"  {load:.1f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "collectives_busy_node", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),

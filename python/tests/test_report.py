@@ -27,7 +27,12 @@ def test_report_places_figures_next_to_the_spec_sheet(tmp_path):
     busy = {"benchmark": "collectives_busy_node", "results": [
         {"ranks": 2, "collective": "broadcast", "bytes": 2097152, "condition": "loaded", "run": run,
          "mean_ratio_vs_raw": ratio, "ratio_vs_raw": ratio + 0.1, "loadavg": 4.0}
-        for run, ratio in enumerate((0.8, 0.6, 0.9))]}
+        for run, ratio in enumerate((0.8, 0.6, 0.9))] + [
+        # with their call counts: pooled over the 300 calls, raw 766.7 / 1000 µs; the interval over the 3 runs
+        {"ranks": 2, "collective": "all-gather", "bytes": 2097152, "condition": "loaded", "run": run,
+         "mean_ratio_vs_raw": raw / 1000.0, "ratio_vs_raw": 1.0, "loadavg": 4.0, "calls": 100, "mean_us": 1000.0,
+         "raw_mean_us": raw}
+        for run, raw in enumerate((800.0, 600.0, 900.0))]}
     (tmp_path / "busy.json").write_text(json.dumps(busy))
     out = subprocess.run([sys.executable, str(REPORT), str(tmp_path), "--gpu", "NVIDIA H200"], capture_output=True,
                          text=True, check=True).stdout
@@ -40,4 +45,5 @@ def test_report_places_figures_next_to_the_spec_sheet(tmp_path):
     assert "2048×3072×1024" not in out  # not in the GEMM table as well
     assert "| checkpoint/load (cached)/vs safetensors | 10.79 | 10.85 | 0.99 | 0.92-1.15 | 5 |" in out
     assert "V100 SXM2 32GB (needs CUDA 12)" in out
-    assert "| 2 | broadcast | 2097152 | loaded | 0.80 [0.60-0.90] | 0.90 [0.70-1.00] | 3 | 4.0 |" in out
+    assert "| 2 | broadcast | 2097152 | loaded | 0.80 [0.60-0.90] | 0.90 [0.70-1.00] | – | 3 | 4.0 |" in out
+    assert "| 2 | all-gather | 2097152 | loaded | 0.80 [0.60-0.90] | 1.00 [1.00-1.00] | 0.77 (0.39-1.15) | 3 | 4.0 |" in out
