@@ -46,8 +46,13 @@ def one_run(build, ranks, sizes, kinds):
     return rows
 
 
-# Two-sided 95 % quantiles of Student's t by degrees of freedom (1-9; 2.0 from 10 on, 1.96 at 60).
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+# Two-sided 95 % quantiles of Student's t by degrees of freedom, 1-30 (beyond: 2.04 up to 59, then 2.0).
+T95 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11,
+       2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04]
+
+
+def t95(dof):
+    return T95[dof - 1] if dof <= len(T95) else 2.04 if dof < 60 else 2.0
 
 
 def pooled(rs):
@@ -68,8 +73,13 @@ def pooled(rs):
     if k < 2:
         return ratio, None, None
     residuals = sum((r["calls"] * (r["raw_mean_us"] - ratio * r["mean_us"])) ** 2 for r in rs)
-    half = T95.get(k - 1, 2.0 if k < 60 else 1.96) * math.sqrt(k / (k - 1) * residuals) / (n * ours)
+    half = t95(k - 1) * math.sqrt(k / (k - 1) * residuals) / (n * ours)
     return ratio, ratio - half, ratio + half
+
+
+def interval(p, none):
+    """pooled()'s answer as "R (low-high)", or @p none."""
+    return f"{p[0]:.2f} ({p[1]:.2f}-{p[2]:.2f})" if p and p[1] is not None else none
 
 
 def main():
@@ -105,8 +115,7 @@ def main():
         p = pooled(rs)
         print(f"{key[0]:>5} {key[1]:<15} {key[2]:>9} {key[3]:<9} "
               f"{statistics.median(m):6.2f} [{min(m):.2f}-{max(m):.2f}] {statistics.median(d):6.2f} "
-              f"[{min(d):.2f}-{max(d):.2f}] " + (f"{p[0]:6.2f} ({p[1]:.2f}-{p[2]:.2f})" if p and p[1] is not None else f"{'-':>20}") +
-              f"  {load:.1f}")
+              f"[{min(d):.2f}-{max(d):.2f}] {interval(p, '-'):>20}  {load:.1f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "collectives_busy_node", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),

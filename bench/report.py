@@ -50,7 +50,7 @@ def load_busy_node(folder):
 def busy_node_table(results):
     """Raw MPI time / gpucloud time per collective, size and condition: median over runs [range],
     and pooled over every call of the runs (95 % confidence interval over the runs)."""
-    from collectives_busy_node import pooled  # (beside this file)
+    from collectives_busy_node import interval, pooled  # (beside this file)
 
     rows = ["| ranks | collective | bytes | condition | raw / gpucloud, means | of medians | pooled (95 % CI) | runs "
             "| load avg |",
@@ -65,8 +65,8 @@ def busy_node_table(results):
         p = pooled(rs)
         rows.append(f"| {ranks} | {collective} | {size} | {condition} | {means[len(means) // 2]:.2f} "
                     f"[{means[0]:.2f}-{means[-1]:.2f}] | {medians[len(medians) // 2]:.2f} "
-                    f"[{medians[0]:.2f}-{medians[-1]:.2f}] | " + (f"{p[0]:.2f} ({p[1]:.2f}-{p[2]:.2f})" if p and p[1] is not None else "–") +
-                    f" | {len(rs)} | {loads[len(loads) // 2]:.1f} |")
+                    f"[{medians[0]:.2f}-{medians[-1]:.2f}] | {interval(p, '–')} | {len(rs)} | "
+                    f"{loads[len(loads) // 2]:.1f} |")
     return rows
 
 
