@@ -57,21 +57,19 @@ def t95(dof):
 
 def pooled(rs):
     """Raw / gpucloud of the means over every call of the runs @p rs, with a 95 % confidence
-    interval, or None where the runs lack their call counts (or the interval, with one run).
+    interval (low, high), or None with fewer than two runs or where the runs lack their call counts.
     Beside busy cores a call meets a scheduler tick or not, and each run (a fresh mpirun) has its
     own share of slow calls: runs differ by more than their calls' spread says, so the interval is
     over runs (each run's calls one cluster: R's error is about sum(raw_i - R ours_i) / sum(ours_i),
     its variance from the runs' sums, with Student's t for the runs' count). With three runs it is
     wide; more runs narrow it."""
-    if not rs or any("calls" not in r for r in rs):
+    k = len(rs)
+    if k < 2 or any("calls" not in r for r in rs):
         return None
     n = sum(r["calls"] for r in rs)
     ours = sum(r["calls"] * r["mean_us"] for r in rs) / n
     raw = sum(r["calls"] * r["raw_mean_us"] for r in rs) / n
     ratio = raw / ours
-    k = len(rs)
-    if k < 2:
-        return ratio, None, None
     residuals = sum((r["calls"] * (r["raw_mean_us"] - ratio * r["mean_us"])) ** 2 for r in rs)
     half = t95(k - 1) * math.sqrt(k / (k - 1) * residuals) / (n * ours)
     return ratio, ratio - half, ratio + half
@@ -79,7 +77,7 @@ def pooled(rs):
 
 def interval(p, none):
     """pooled()'s answer as "R (low-high)", or @p none."""
-    return f"{p[0]:.2f} ({p[1]:.2f}-{p[2]:.2f})" if p and p[1] is not None else none
+    return f"{p[0]:.2f} ({p[1]:.2f}-{p[2]:.2f})" if p else none
 
 
 def main():

@@ -17,6 +17,7 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -48,7 +49,7 @@ struct PrefetchShared {
   // keeps a core busy), counted on the caller's thread in program order: counted while the
   // producer thread ran, the first and last products of a run got another thread count than in a
   // run resumed from a checkpoint, and OpenBLAS's AVX2 kernels give other bits on other counts.
-  std::unique_ptr<BusyLibraryThread> busy;
+  std::optional<BusyLibraryThread> busy;
 
   PrefetchShared(Device d, BatchSource s, PrefetchOptions o)
       : device(d),
@@ -171,7 +172,7 @@ Prefetcher::Prefetcher(Device device, BatchSource source, PrefetchOptions option
       options.kind == MemoryKind::device || options.kind == MemoryKind::managed, "Prefetcher",
       std::string("options.kind: batches go to device or managed memory, not ") + memory_kind_name(options.kind));
   shared_ = std::make_shared<detail::PrefetchShared>(device, std::move(source), options);
-  shared_->busy = std::make_unique<detail::BusyLibraryThread>();
+  shared_->busy.emplace();
   shared_->producer = std::thread([s = shared_] { s->run(s); });
 }
 
