@@ -9,14 +9,18 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -268,6 +272,160 @@ TEST(HostStreamWorker, IsWokenAsABatchThreadOnlyForWorkItsCallersTake) {
     std::this_thread::sleep_for(5ms);
     EXPECT_EQ(help(), SCHED_OTHER);
   });
+}
+
+// The worker's context switches so far (it switches out each time it sleeps after a wake-up).
+long switches_of(pid_t tid) {
+  std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
+  long total = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.find("ctxt_switches:") != std::string::npos) total += std::stol(line.substr(line.find(':') + 1));
+  }
+  return total;
+}
+pid_t worker_of(HostStream& s) {
+  pid_t worker = 0;
+  s.launch_host_func([&] { worker = gettid(); }, false);
+  s.synchronize();
+  return worker;
+}
+// Enqueues work a waiting caller may take, and takes it at once; whether the caller ran it.
+bool help_at_once(HostStream& s) {
+  bool on_caller = false;
+  s.launch_host_func_or_help([] {},
+                             [&] {
+                               on_caller = true;
+                               return true;
+                             });
+  s.synchronize();
+  return on_caller;
+}
+
+// Work that waiting callers took at once the last two times does not wake the sleeping worker
+// at all (a timer would, were it not taken within kHelpWindow): on a busy node that wake-up took
+// the caller's core. Each wake-up that finds the work taken is a switch of the worker, so with a
+// wake per enqueue (as other work has) 100 such tasks switch it about 100 times; a loaded
+// machine that delays a caller past the window costs a few.
+TEST(HostStreamWorker, SleepsThroughWorkItsCallersTakeAtOnce) {
+  HostStream s;
+  const pid_t worker = worker_of(s);
+  help_at_once(s);
+  help_at_once(s);
+  std::this_thread::sleep_for(5ms);  // past its 200 µs spin for more work: asleep
+  const long before = switches_of(worker);
+  int on_caller = 0;
+  for (int i = 0; i < 100; ++i) {
+    on_caller += help_at_once(s) ? 1 : 0;
+    std::this_thread::sleep_for(1ms);  // the worker, were it woken, back asleep
+  }
+  EXPECT_LT(switches_of(worker) - before, 50);
+  EXPECT_GT(on_caller, 50);
+  // Other work still wakes it at once.
+  const long idle = switches_of(worker);
+  s.launch_host_func([] {}, false);
+  s.synchronize();
+  std::this_thread::sleep_for(5ms);  // asleep again (a switch) after its spin for more work
+  EXPECT_GT(switches_of(worker), idle);
+}
+
+// Such work that no caller takes still runs, on the worker, once the window has passed; and work
+// enqueued behind it runs after it.
+TEST(HostStreamHelp, WorkNoCallerTakesRunsOnTheWorkerAfterAll) {
+  HostStream s;
+  for (int trial = 0; trial < 5; ++trial) {
+    help_at_once(s);
+    help_at_once(s);
+    std::this_thread::sleep_for(5ms);
+    std::atomic<bool> ran{false};
+    std::thread::id ran_on;
+    s.launch_host_func_or_help(
+        [&] {
+          ran_on = std::this_thread::get_id();
+          ran.store(true);
+        },
+        [] { return true; });
+    const auto until = std::chrono::steady_clock::now() + 10s;  // kHelpWindow, on a loaded machine
+    while (!ran.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+    ASSERT_TRUE(ran.load()) << "trial " << trial;
+    s.synchronize();
+    EXPECT_NE(ran_on, std::this_thread::get_id());
+  }
+  help_at_once(s);
+  help_at_once(s);
+  std::this_thread::sleep_for(5ms);
+  std::vector<int> order;
+  s.launch_host_func_or_help([&] { order.push_back(1); },
+                             [&] {
+                               order.push_back(1);
+                               return true;
+                             });
+  s.launch_host_func([&] { order.push_back(2); }, false);  // wakes the worker: it takes both
+  s.synchronize();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+}
+
+// A fork() child's stream gets its own wake-ups (the parent's would wake the parent's worker),
+// and the parent's keep working. Without ThreadSanitizer (no new threads after fork()).
+TEST(HostStreamWorker, AForkChildWakesItsOwnWorker) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not support new threads after fork()";
+#else
+  HostStream s;
+  help_at_once(s);
+  help_at_once(s);
+  const auto runs_untaken = [&s] {  // work no caller takes, after two taken at once
+    (void)worker_of(s);
+    help_at_once(s);
+    help_at_once(s);
+    std::this_thread::sleep_for(5ms);
+    std::atomic<bool> ran{false};
+    s.launch_host_func_or_help([&] { ran.store(true); }, [] { return true; });
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (!ran.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+    s.synchronize();
+    return ran.load();
+  };
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);  // a hang fails the test instead of stalling it
+    _exit(runs_untaken() && help_at_once(s) ? 0 : 1);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child hung or crashed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(runs_untaken());
+#endif
+}
+
+// A stream made when the process has no file descriptor left wakes its worker through a
+// condition variable, at once, for all work (in a child: the limit is process-wide).
+TEST(HostStreamWorker, WithoutFileDescriptorsItWakesItsWorkerAtOnce) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not support new threads after fork()";
+#else
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);
+    const rlimit none{0, 0};
+    if (setrlimit(RLIMIT_NOFILE, &none) != 0 || eventfd(0, 0) >= 0) _exit(2);
+    HostStream s;
+    bool ok = help_at_once(s) && help_at_once(s);
+    std::this_thread::sleep_for(5ms);
+    std::atomic<bool> ran{false};
+    s.launch_host_func_or_help([&] { ran.store(true); }, [] { return true; });
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (!ran.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+    s.synchronize();
+    _exit(ok && ran.load() ? 0 : 1);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child hung or crashed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+#endif
 }
 
 TEST(HostStreamWorker, KeepsAPolicyOtherThanSchedOther) {

@@ -1,6 +1,7 @@
 // Internal: the host backend's streams and events (not API).
 #pragma once
 
+#include "runtime/host/worker_wake.hpp"
 #include "runtime/stream_impl.hpp"
 
 #include <sys/types.h>
@@ -72,7 +73,8 @@ class HostStream final : public StreamImpl {
   /// thread: a collective), sparing the hand-off to a worker that sleeps or waits for a busy core.
   /// @p on_caller returns false, having done nothing, when it cannot run now: the worker runs fn.
   /// Once a waiting thread took the last such work, the next wakes a sleeping worker as a batch
-  /// thread, which preempts no running thread (push).
+  /// thread, which preempts no running thread; once waiting threads took the last two within
+  /// kHelpWindow of their enqueue, only if no thread took it within kHelpWindow (push).
   void launch_host_func_or_help(std::function<void()> fn, std::function<bool()> on_caller);
   std::exception_ptr take_error() noexcept override;
   void* native_handle() noexcept override { return nullptr; }
@@ -81,8 +83,9 @@ class HostStream final : public StreamImpl {
   struct Task {
     std::function<void()> fn;
     bool always_run;
-    std::thread::id enqueuer;           // who is owed the error if this task fails or is skipped
-    std::function<bool()> on_caller{};  // what a waiting thread may run instead (launch_host_func_or_help)
+    std::thread::id enqueuer;                        // who is owed the error if this task fails or is skipped
+    std::function<bool()> on_caller{};               // what a waiting thread may run instead (launch_host_func_or_help)
+    std::chrono::steady_clock::time_point pushed{};  // when an on_caller task was enqueued
   };
   struct Worker {
     std::thread thread;
@@ -92,9 +95,10 @@ class HostStream final : public StreamImpl {
     bool asleep = false;  // waiting for work; guarded by mutex_
     bool batch = false;   // its policy is SCHED_BATCH (set by push while it sleeps); guarded by mutex_
   };
-  void start_worker();   // with mutex_ held, or in the constructor
-  void push(Task task);  // enqueues behind earlier work and wakes the worker
-  bool begin_inline();   // claims an idle stream for the calling thread (run_now_if_idle)
+  void start_worker();          // with mutex_ held, or in the constructor
+  void push(Task task);         // enqueues behind earlier work and wakes the worker (or arms its wake-up)
+  void wake_worker() noexcept;  // wakes a sleeping worker now; mutex_ held
+  bool begin_inline();          // claims an idle stream for the calling thread (run_now_if_idle)
   void end_inline(std::exception_ptr failure, std::thread::id owner) noexcept;
   bool help_once();  // synchronize(): runs the queue's next task on this thread when it may (on_caller)
   void run(std::shared_ptr<Worker> self);
@@ -108,7 +112,10 @@ class HostStream final : public StreamImpl {
   void reset_in_child() noexcept;
 
   std::mutex mutex_;
-  std::condition_variable work_ready_;
+  std::condition_variable work_ready_;  // the worker's sleep where wake_ is not usable
+  WorkerWake wake_;                     // the worker's sleep otherwise
+  bool wake_pending_ = false;           // wake_.now() since the worker last woke; guarded by mutex_
+  bool wake_armed_ = false;             // wake_.arm() not yet fired or disarmed; guarded by mutex_
   std::condition_variable idle_;
   std::condition_variable exited_;
   std::deque<Task> queue_;
@@ -116,6 +123,7 @@ class HostStream final : public StreamImpl {
   bool inline_running_ = false;  // a caller runs work in place (run_now_if_idle): the worker waits
   bool stopping_ = false;
   bool callers_help_ = false;  // the last on_caller task was run by a waiting caller, not the worker (push)
+  int helped_at_once_ = 0;     // on_caller tasks in a row a waiting caller took within kHelpWindow (push)
   std::atomic<std::size_t> outstanding_{0};  // enqueued and not yet finished: query() reads it without the lock
   std::atomic<std::size_t> queued_{0};       // in queue_: what an idle worker spins for (not in-place work)
   // Threads in synchronize(); shared with the workers, which read it after an abandonment too.
@@ -128,6 +136,12 @@ class HostStream final : public StreamImpl {
   std::shared_ptr<Worker> worker_;    // the current worker (abandoned ones are detached)
 };
 
+/// How long work that waiting callers have been taking at once waits for one before a sleeping
+/// worker is woken for it (HostStream::launch_host_func_or_help). Such a caller reaches
+/// synchronize() within microseconds; the timer behind the window costs its arming thread 0.8-1.5
+/// µs at 1 ms against 5-6 µs at 50 µs on this project's virtual machine (a timer due before the
+/// next scheduler tick reprograms the clock), and a wrong guess delays the work by at most this.
+inline constexpr std::chrono::microseconds kHelpWindow{4000};
 /// Work of about this much memory traffic (tens of µs) runs in place on an idle host stream
 /// (run_or_enqueue): less than a hand-off to the worker costs when it has gone to sleep
 /// (40-150 µs on this project's virtual machine), and the caller's cache already holds the data.

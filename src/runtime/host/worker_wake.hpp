@@ -1,0 +1,44 @@
+// Internal: how a host stream's sleeping worker is woken, at once or after a delay (not API).
+#pragma once
+
+#include <chrono>
+
+namespace gpucloud::detail {
+
+/// A sleeping worker's wake-ups: an eventfd for "now" and a timerfd for "unless someone else
+/// takes the work first" (HostStream::push), so that work a waiting caller will run itself costs
+/// no wake-up of a thread that would only compete with it for a core. Without its descriptors (the
+/// process is out of them) usable() is false and the stream wakes its worker through a condition
+/// variable instead. Move-only in effect (not copyable); the caller serialises every call.
+class WorkerWake {
+ public:
+  WorkerWake() noexcept { open(); }
+  ~WorkerWake() { close(); }
+  WorkerWake(const WorkerWake&) = delete;
+  WorkerWake& operator=(const WorkerWake&) = delete;
+
+  /// Whether both descriptors exist (else the caller uses its condition variable).
+  bool usable() const noexcept { return event_fd_ >= 0 && timer_fd_ >= 0; }
+  /// Wakes the sleeper now (or its next sleep returns at once).
+  void now() noexcept;
+  /// Wakes the sleeper after @p delay unless disarm() comes first.
+  void arm(std::chrono::microseconds delay) noexcept;
+  /// Cancels a wake-up arm() set.
+  void disarm() noexcept;
+  /// Sleeps until now() or an armed delay has passed (or a signal: callers re-check their
+  /// condition), then clears both.
+  void sleep() noexcept;
+  /// In a fork() child: new descriptors, the parent's (shared with it) closed.
+  void reopen_in_child() noexcept {
+    close();
+    open();
+  }
+
+ private:
+  void open() noexcept;
+  void close() noexcept;
+  int event_fd_ = -1;
+  int timer_fd_ = -1;
+};
+
+}  // namespace gpucloud::detail
