@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -300,6 +301,35 @@ bool help_at_once(HostStream& s) {
   s.synchronize();
   return on_caller;
 }
+// After two tasks taken at once, enqueues one that no caller takes and waits (without
+// synchronize(), up to 10 s: kHelpWindow on a loaded machine) for it to run; the thread that ran
+// it, or none.
+std::optional<std::thread::id> runs_untaken(HostStream& s) {
+  help_at_once(s);
+  help_at_once(s);
+  std::this_thread::sleep_for(5ms);  // the worker past its spin, asleep
+  std::atomic<bool> ran{false};
+  std::thread::id ran_on;
+  s.launch_host_func_or_help(
+      [&] {
+        ran_on = std::this_thread::get_id();
+        ran.store(true);
+      },
+      [] { return true; });
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!ran.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+  s.synchronize();
+  if (!ran.load()) return std::nullopt;
+  return ran_on;
+}
+// Waits for the fork() child @p pid and expects it to have exited with status 0.
+void expect_clean_exit(pid_t pid) {
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child hung or crashed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
 
 // Work that waiting callers took at once the last two times does not wake the sleeping worker
 // at all (a timer would, were it not taken within kHelpWindow): on a busy node that wake-up took
@@ -333,22 +363,9 @@ TEST(HostStreamWorker, SleepsThroughWorkItsCallersTakeAtOnce) {
 TEST(HostStreamHelp, WorkNoCallerTakesRunsOnTheWorkerAfterAll) {
   HostStream s;
   for (int trial = 0; trial < 5; ++trial) {
-    help_at_once(s);
-    help_at_once(s);
-    std::this_thread::sleep_for(5ms);
-    std::atomic<bool> ran{false};
-    std::thread::id ran_on;
-    s.launch_host_func_or_help(
-        [&] {
-          ran_on = std::this_thread::get_id();
-          ran.store(true);
-        },
-        [] { return true; });
-    const auto until = std::chrono::steady_clock::now() + 10s;  // kHelpWindow, on a loaded machine
-    while (!ran.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
-    ASSERT_TRUE(ran.load()) << "trial " << trial;
-    s.synchronize();
-    EXPECT_NE(ran_on, std::this_thread::get_id());
+    const auto ran_on = runs_untaken(s);
+    ASSERT_TRUE(ran_on.has_value()) << "trial " << trial;
+    EXPECT_NE(*ran_on, std::this_thread::get_id());
   }
   help_at_once(s);
   help_at_once(s);
@@ -373,29 +390,13 @@ TEST(HostStreamWorker, AForkChildWakesItsOwnWorker) {
   HostStream s;
   help_at_once(s);
   help_at_once(s);
-  const auto runs_untaken = [&s] {  // work no caller takes, after two taken at once
-    (void)worker_of(s);
-    help_at_once(s);
-    help_at_once(s);
-    std::this_thread::sleep_for(5ms);
-    std::atomic<bool> ran{false};
-    s.launch_host_func_or_help([&] { ran.store(true); }, [] { return true; });
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while (!ran.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
-    s.synchronize();
-    return ran.load();
-  };
   const pid_t pid = fork();
   if (pid == 0) {
     alarm(20);  // a hang fails the test instead of stalling it
-    _exit(runs_untaken() && help_at_once(s) ? 0 : 1);
+    _exit(runs_untaken(s) && help_at_once(s) ? 0 : 1);
   }
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status)) << "the child hung or crashed (signal " << WTERMSIG(status) << ")";
-  EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_TRUE(runs_untaken());
+  expect_clean_exit(pid);
+  EXPECT_TRUE(runs_untaken(s).has_value());
 #endif
 }
 
@@ -411,20 +412,9 @@ TEST(HostStreamWorker, WithoutFileDescriptorsItWakesItsWorkerAtOnce) {
     const rlimit none{0, 0};
     if (setrlimit(RLIMIT_NOFILE, &none) != 0 || eventfd(0, 0) >= 0) _exit(2);
     HostStream s;
-    bool ok = help_at_once(s) && help_at_once(s);
-    std::this_thread::sleep_for(5ms);
-    std::atomic<bool> ran{false};
-    s.launch_host_func_or_help([&] { ran.store(true); }, [] { return true; });
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while (!ran.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
-    s.synchronize();
-    _exit(ok && ran.load() ? 0 : 1);
+    _exit(runs_untaken(s) ? 0 : 1);
   }
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status)) << "the child hung or crashed (signal " << WTERMSIG(status) << ")";
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  expect_clean_exit(pid);
 #endif
 }
 
@@ -558,11 +548,7 @@ TEST(Deadline, AForkChildStartsItsOwnWatchdog) {
     HostStream child;
     _exit(deadline_fires(child) ? 0 : 1);
   }
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status)) << "the child hung or crashed (signal " << WTERMSIG(status) << ")";
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  expect_clean_exit(pid);
   EXPECT_TRUE(deadline_fires(s));  // and the parent's still does
 #endif
 }
