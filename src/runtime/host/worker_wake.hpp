@@ -9,7 +9,8 @@ namespace gpucloud::detail {
 /// takes the work first" (HostStream::push), so that work a waiting caller will run itself costs
 /// no wake-up of a thread that would only compete with it for a core. Without its descriptors (the
 /// process is out of them) usable() is false and the stream wakes its worker through a condition
-/// variable instead. Move-only in effect (not copyable); the caller serialises every call.
+/// variable instead. Neither copied nor moved (a stream owns one); the caller serialises every
+/// call but sleep(), which only reads the descriptors.
 class WorkerWake {
  public:
   WorkerWake() noexcept { open(); }
