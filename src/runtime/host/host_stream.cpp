@@ -113,8 +113,6 @@ void HostStream::reset_in_child() noexcept {
   new (&idle_) std::condition_variable();
   new (&exited_) std::condition_variable();
   wake_.reopen_in_child();  // the parent's descriptors would wake the parent's worker
-  wake_pending_ = false;
-  wake_armed_ = false;
   const bool unfinished = busy_ || inline_running_ || !queue_.empty();
   // The parent's worker (no thread here), its queued work and the errors it owed are left alone,
   // never destroyed: their captures may hold objects (Python's among them) that must not be
@@ -204,11 +202,7 @@ void HostStream::run(std::shared_ptr<Worker> self) {
       lock.unlock();
       wake_.sleep();  // a waker writes after it changed what the condition reads: never missed
       lock.lock();
-      wake_pending_ = false;
-      if (wake_armed_) {  // awake now: a delayed wake-up would only come late
-        wake_.disarm();
-        wake_armed_ = false;
-      }
+      wake_.woke();  // awake now: a delayed wake-up would only come late
     }
     self->asleep = false;
     if (queue_.empty()) {  // stopping and drained
@@ -306,11 +300,8 @@ void HostStream::push(Task task) {
     // the caller saved (2 ranks, each core shared with a CPU-bound process, 8 MiB broadcast +
     // synchronize(): the woken worker took the caller's core in 1 of 5 calls, and stayed in the
     // run queue into the next call; 0.90 of the raw call with the wake-up, 1.02 without).
-    if (caller_will_help && wake_.usable() && worker_->asleep && !wake_pending_) {
-      if (!wake_armed_) {
-        wake_.arm(kHelpWindow);
-        wake_armed_ = true;
-      }
+    if (caller_will_help && wake_.usable() && worker_->asleep && !wake_.pending()) {
+      wake_.arm(kHelpWindow);
       return;
     }
     wake_worker();
@@ -323,9 +314,7 @@ void HostStream::wake_worker() noexcept {
     work_ready_.notify_one();
     return;
   }
-  if (wake_pending_) return;
   wake_.now();
-  wake_pending_ = true;
 }
 
 void HostStream::after_enqueued_work(std::function<void()> fn) noexcept {
@@ -396,10 +385,7 @@ bool HostStream::help_once() {
     inline_running_ = true;  // outstanding_ counts it since its launch
     callers_help_ = true;
     helped_at_once_ = std::chrono::steady_clock::now() - task.pushed <= kHelpWindow ? helped_at_once_ + 1 : 0;
-    if (wake_armed_ && queue_.empty()) {  // taken: no delayed wake-up is owed (push)
-      wake_.disarm();
-      wake_armed_ = false;
-    }
+    if (queue_.empty()) wake_.disarm();  // taken: no delayed wake-up is owed (push)
   }
   std::exception_ptr failure;
   bool ran = true;

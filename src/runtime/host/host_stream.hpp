@@ -113,9 +113,7 @@ class HostStream final : public StreamImpl {
 
   std::mutex mutex_;
   std::condition_variable work_ready_;  // the worker's sleep where wake_ is not usable
-  WorkerWake wake_;                     // the worker's sleep otherwise
-  bool wake_pending_ = false;           // wake_.now() since the worker last woke; guarded by mutex_
-  bool wake_armed_ = false;             // wake_.arm() not yet fired or disarmed; guarded by mutex_
+  WorkerWake wake_;                     // the worker's sleep otherwise; guarded by mutex_ but sleep()
   std::condition_variable idle_;
   std::condition_variable exited_;
   std::deque<Task> queue_;

@@ -23,6 +23,8 @@ void WorkerWake::close() noexcept {
 }
 
 void WorkerWake::now() noexcept {
+  if (pending_) return;
+  pending_ = true;
   const std::uint64_t one = 1;
   // EAGAIN only at a counter of 2^64 - 2: the sleeper is woken then all the same.
   while (::write(event_fd_, &one, sizeof one) < 0 && errno == EINTR) {
@@ -30,6 +32,8 @@ void WorkerWake::now() noexcept {
 }
 
 void WorkerWake::arm(std::chrono::microseconds delay) noexcept {
+  if (armed_) return;
+  armed_ = true;
   itimerspec when{};
   when.it_value.tv_sec = static_cast<time_t>(delay.count() / 1000000);
   when.it_value.tv_nsec = static_cast<long>(delay.count() % 1000000) * 1000 + 1;  // never 0 (that disarms)
@@ -37,6 +41,8 @@ void WorkerWake::arm(std::chrono::microseconds delay) noexcept {
 }
 
 void WorkerWake::disarm() noexcept {
+  if (!armed_) return;
+  armed_ = false;
   const itimerspec never{};
   (void)timerfd_settime(timer_fd_, 0, &never, nullptr);
 }
